@@ -1,0 +1,12 @@
+// Package job is tprun's own rank worker, the default job that
+// `tprun --tp N` runs when no command is given (through the hidden
+// `tprun __rank` subcommand).
+//
+// flags.go defines the job flags once, for both sides: the launcher parses
+// and validates them before any rank starts and forwards them with
+// Config.Args; each rank parses them again and calls Main.
+//
+// What this package must not do: import the launcher, call os.Exit, or
+// print anywhere but the writer it is given (the launcher prefixes and
+// collects each rank's output).
+package job

@@ -1,0 +1,235 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// drainTimeout bounds how long a rank's exit waits for its output pipes to
+// reach EOF. A pipe stays open after the rank exits only when something it
+// started still holds it; that must not hold up the report forever.
+const drainTimeout = 2 * time.Second
+
+// spawner starts every child from one OS thread locked for the lifetime of
+// the job. The parent-death signal (Pdeathsig) fires when the *thread* that
+// forked the child exits, not the process; an unlocked goroutine may fork
+// from any thread, and the runtime ends a locked thread when its goroutine
+// returns. So: one locked goroutine does every Start and returns only after
+// the launcher reaped every child.
+type spawner struct {
+	reqs chan spawnReq
+	quit chan struct{}
+	done chan struct{}
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	errc chan<- error
+}
+
+func newSpawner() *spawner {
+	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+func (s *spawner) loop() {
+	defer close(s.done)
+	// Never unlocked: returning with the thread locked makes the runtime
+	// end the thread, which is what sends Pdeathsig; by then no child is
+	// left to receive it.
+	runtime.LockOSThread()
+	for {
+		select {
+		case r := <-s.reqs:
+			r.errc <- r.cmd.Start()
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+func (s *spawner) start(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	s.reqs <- spawnReq{cmd: cmd, errc: errc}
+	return <-errc
+}
+
+// close ends the locked thread; call it only once every child was reaped.
+func (s *spawner) close() {
+	close(s.quit)
+	<-s.done
+}
+
+// Status is how a rank process ended.
+type Status struct {
+	Code       int            // exit code; -1 when killed by a signal
+	Signal     syscall.Signal // the signal that killed it, or 0
+	CoreDumped bool
+}
+
+// Failed reports whether the rank exited non-zero or died by a signal.
+func (s Status) Failed() bool { return s.Signal != 0 || s.Code != 0 }
+
+// ExitStatus is the shell convention: the exit code, or 128+signal.
+func (s Status) ExitStatus() int {
+	if s.Signal != 0 {
+		return 128 + int(s.Signal)
+	}
+	return s.Code
+}
+
+func (s Status) String() string {
+	if s.Signal != 0 {
+		msg := "killed by signal " + signalName(s.Signal)
+		if s.CoreDumped {
+			msg += " (core dumped)"
+		}
+		return msg
+	}
+	return fmt.Sprintf("exit status %d", s.Code)
+}
+
+func signalName(sig syscall.Signal) string {
+	if n := unix.SignalName(sig); n != "" {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}
+
+func statusOf(ps *os.ProcessState) Status {
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok {
+		return Status{Code: ps.ExitCode()}
+	}
+	if ws.Signaled() {
+		return Status{Code: -1, Signal: ws.Signal(), CoreDumped: ws.CoreDump()}
+	}
+	return Status{Code: ws.ExitStatus()}
+}
+
+// child is one rank process. Fields after start are written only by its
+// waiter goroutine and read by the supervisor after the child arrives on
+// the done channel (the channel send orders the accesses).
+type child struct {
+	rank    int
+	cmd     *exec.Cmd
+	pid     int
+	tail    *tail
+	started time.Time
+	outR    *os.File
+	errR    *os.File
+	pumped  chan struct{} // one value per finished pump
+
+	// Set by the waiter.
+	ended  time.Time
+	status Status
+	err    error // a Wait failure other than a non-zero exit
+
+	// Set by the supervisor.
+	exited  bool
+	stopped bool // sent SIGTERM by tprun
+	killed  bool // sent SIGKILL by tprun
+}
+
+// startChild starts rank's process through sp and its two output pumps.
+// The pumps belong to the child's waiter, which waits for both.
+func startChild(sp *spawner, rank int, path string, argv, env []string, dir string, out *output, stdout, stderr io.Writer, log io.Writer) (*child, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: stdout pipe: %w", rank, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("rank %d: stderr pipe: %w", rank, err)
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   argv,
+		Env:    env,
+		Dir:    dir,
+		Stdout: outW,
+		Stderr: errW,
+		// Own process group: a terminal's Ctrl-C reaches only tprun, which
+		// decides, and a stop signal reaches whatever the rank started.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	}
+	err = sp.start(cmd)
+	// The child holds its own copies; ours would keep the pipes from ever
+	// reaching EOF.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("rank %d: start %s: %w", rank, path, err)
+	}
+	c := &child{
+		rank:    rank,
+		cmd:     cmd,
+		pid:     cmd.Process.Pid,
+		tail:    newTail(TailLines),
+		started: time.Now(),
+		outR:    outR,
+		errR:    errR,
+		pumped:  make(chan struct{}, 2),
+	}
+	prefix := rankPrefix(rank)
+	po := &pump{out: out, w: stdout, prefix: prefix, log: log}
+	pe := &pump{out: out, w: stderr, prefix: prefix, log: log, tail: c.tail}
+	go func() { po.run(outR); c.pumped <- struct{}{} }()
+	go func() { pe.run(errR); c.pumped <- struct{}{} }()
+	return c, nil
+}
+
+// wait is the one goroutine that waits on the child. It reports the exit
+// on done only after both pumps finished, so every line the rank wrote is
+// out before its exit is acted on.
+func (c *child) wait(done chan<- *child) {
+	err := c.cmd.Wait()
+	c.ended = time.Now()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		c.err = err
+	}
+	if c.cmd.ProcessState != nil {
+		c.status = statusOf(c.cmd.ProcessState)
+	} else {
+		c.status = Status{Code: -1}
+	}
+	timer := time.NewTimer(drainTimeout)
+	defer timer.Stop()
+	for n := 0; n < 2; n++ {
+		select {
+		case <-c.pumped:
+		case <-timer.C:
+			// Something the rank started still holds the pipe: stop
+			// reading; the pump flushes what it has and returns.
+			now := time.Now()
+			_ = c.outR.SetReadDeadline(now)
+			_ = c.errR.SetReadDeadline(now)
+			<-c.pumped
+		}
+	}
+	c.outR.Close()
+	c.errR.Close()
+	done <- c
+}
+
+// signalGroup sends sig to the child's process group, and to the child
+// itself should the group be gone already.
+func (c *child) signalGroup(sig syscall.Signal) {
+	if err := unix.Kill(-c.pid, sig); err != nil {
+		_ = c.cmd.Process.Signal(sig)
+	}
+}

@@ -1,0 +1,22 @@
+// Package launcher starts and supervises the N rank processes of one
+// tensor-parallel job on one node.
+//
+// It resolves and validates the command, opens the per-rank log files, hosts
+// the rendezvous hub (internal/hub) in a private directory, gives every rank
+// its environment (TPRUN_* and the torchrun names), prefixes every output
+// line with the rank, and stops the whole job when the first rank fails, when
+// tprun is signalled, or when the job runs out of time: SIGTERM to each
+// rank's process group, a grace period, then SIGKILL. Run returns only after
+// every rank it started has been reaped and the hub directory is gone, and
+// writes a short report naming the first failing rank, how it ended and its
+// last stderr lines.
+//
+// Children are started from one OS thread that is locked for the lifetime of
+// the job, each in its own process group and with a parent-death signal, so
+// they die with tprun even when tprun itself is SIGKILLed.
+//
+// What this package must not do: call os.Exit or install signal handlers (the
+// caller passes signals in through Config.Signals), touch
+// CUDA_VISIBLE_DEVICES (every rank sees every GPU and picks its own), or be
+// imported by a rank process (ranks import package tp).
+package launcher

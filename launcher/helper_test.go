@@ -1,0 +1,189 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the rank program (go-plugin's
+// TestHelperProcess idea): with helperEnv set, TestMain runs helperMain
+// instead of the tests. The helper's behaviour is chosen by its arguments
+// and the HELPER_* variables of its environment.
+const helperEnv = "TPRUN_LAUNCHER_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(helperMain(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// helperCommand is the argv that makes a child run helperMain(mode, args).
+func helperCommand(mode string, args ...string) []string {
+	return append([]string{os.Args[0], mode}, args...)
+}
+
+// helperEnviron is the base environment for helper ranks, plus extra.
+func helperEnviron(extra ...string) []string {
+	return append(append(os.Environ(), helperEnv+"=1"), extra...)
+}
+
+func helperMain(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "helper: no mode")
+		return 99
+	}
+	rank, _ := strconv.Atoi(os.Getenv("TPRUN_RANK"))
+	switch args[0] {
+	case "env":
+		for _, k := range []string{"TPRUN_RANK", "TPRUN_WORLD_SIZE", "TPRUN_LOCAL_RANK", "TPRUN_HUB",
+			"TPRUN_JOB_TOKEN", "TPRUN_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+			"CUDA_VISIBLE_DEVICES", "HELPER_MARK"} {
+			v, ok := os.LookupEnv(k)
+			if !ok {
+				v = "<unset>"
+			}
+			fmt.Printf("%s=%s\n", k, v)
+		}
+		return 0
+	case "output":
+		return helperOutput(rank, args[1:])
+	case "job":
+		return helperJob(rank)
+	case "launch":
+		return helperLaunch(args[1:])
+	}
+	fmt.Fprintf(os.Stderr, "helper: unknown mode %q\n", args[0])
+	return 99
+}
+
+// helperOutput writes: a long line of n bytes on stdout, interleaved short
+// lines on stdout and stderr from two goroutines, and an unterminated last
+// line on each stream.
+func helperOutput(rank int, args []string) int {
+	n, _ := strconv.Atoi(args[0])
+	w := bufio.NewWriterSize(os.Stdout, 4096) // small buffer: the long line arrives in pieces
+	fmt.Fprintf(w, "long %d ", rank)
+	for i := 0; i < n; i++ {
+		w.WriteByte('a' + byte((i+rank)%26))
+	}
+	w.WriteByte('\n')
+	w.Flush()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			fmt.Fprintf(os.Stderr, "err %d line %d of rank %d\n", rank, i, rank)
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		fmt.Fprintf(os.Stdout, "out %d line %d of rank %d\n", rank, i, rank)
+	}
+	<-done
+	fmt.Fprintf(os.Stdout, "last out %d", rank)
+	fmt.Fprintf(os.Stderr, "last err %d", rank)
+	return 0
+}
+
+// helperJob is a configurable rank:
+//
+//	HELPER_IGNORE_TERM=1  ignore SIGTERM (only SIGKILL ends it)
+//	HELPER_SYNC_DIR       each rank creates ready-R there once set up; the
+//	                      failing rank waits for all of them first
+//	HELPER_FAIL_RANK      the rank that fails (none when unset)
+//	HELPER_FAIL_CODE      its exit code, or "kill" to SIGKILL itself
+//	HELPER_SLEEP          how long the other ranks live (default 30s)
+func helperJob(rank int) int {
+	if os.Getenv("HELPER_IGNORE_TERM") == "1" {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	fmt.Printf("pid %d\n", os.Getpid())
+	fmt.Printf("hub %s\n", os.Getenv("TPRUN_HUB"))
+	n, _ := strconv.Atoi(os.Getenv("TPRUN_WORLD_SIZE"))
+	dir := os.Getenv("HELPER_SYNC_DIR")
+	if dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("ready-%d", rank)), nil, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 98
+		}
+	}
+	failRank, err := strconv.Atoi(os.Getenv("HELPER_FAIL_RANK"))
+	if err == nil && rank == failRank {
+		for dir != "" && !allReady(dir, n) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		for i := 0; i < 25; i++ {
+			fmt.Fprintf(os.Stderr, "failing line %d\n", i)
+		}
+		code := os.Getenv("HELPER_FAIL_CODE")
+		if code == "kill" {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			time.Sleep(time.Minute)
+		}
+		c, _ := strconv.Atoi(code)
+		return c
+	}
+	d := 30 * time.Second
+	if s := os.Getenv("HELPER_SLEEP"); s != "" {
+		d, _ = time.ParseDuration(s)
+	}
+	time.Sleep(d)
+	return 0
+}
+
+func allReady(dir string, n int) bool {
+	for r := 0; r < n; r++ {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("ready-%d", r))); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// helperLaunch is a launcher process (what tprun is) for tests that must
+// signal or kill the launcher itself: Run with n helperJob ranks.
+func helperLaunch(args []string) int {
+	n, _ := strconv.Atoi(args[0])
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	res, err := Run(context.Background(), Config{
+		WorldSize: n,
+		Command:   helperCommand("job"),
+		Grace:     500 * time.Millisecond,
+		Signals:   sigs,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return res.ExitStatus
+}
+
+// splitRankLines groups "[rank K] text" lines by K; other lines go to -1.
+func splitRankLines(t *testing.T, out string) map[int][]string {
+	t.Helper()
+	m := map[int][]string{}
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		rest, ok := strings.CutPrefix(l, "[rank ")
+		if !ok {
+			m[-1] = append(m[-1], l)
+			continue
+		}
+		num, text, ok := strings.Cut(rest, "] ")
+		k, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			t.Fatalf("malformed prefix in %q", l)
+		}
+		m[k] = append(m[k], text)
+	}
+	return m
+}

@@ -1,0 +1,653 @@
+package launcher
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe to read while Run writes to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// recordingHub wraps the real hub and records Abort calls.
+type recordingHub struct {
+	hubServer
+	mu     sync.Mutex
+	aborts []string
+}
+
+func (h *recordingHub) Abort(rank int, reason string) {
+	h.mu.Lock()
+	h.aborts = append(h.aborts, fmt.Sprintf("%d: %s", rank, reason))
+	h.mu.Unlock()
+	h.hubServer.Abort(rank, reason)
+}
+
+func (h *recordingHub) Aborts() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.aborts...)
+}
+
+func recordingListen(rec **recordingHub) listenFunc {
+	return func(c hubConfig) (hubServer, error) {
+		s, err := listenHub(c)
+		if err != nil {
+			return nil, err
+		}
+		*rec = &recordingHub{hubServer: s}
+		return *rec, nil
+	}
+}
+
+// processGone reports whether pid no longer runs (absent or a zombie that
+// nobody reaped yet, which can no longer do anything).
+func processGone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+func waitGone(t *testing.T, pids []int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, pid := range pids {
+		for !processGone(pid) {
+			if time.Now().After(deadline) {
+				t.Errorf("pid %d still alive %s later", pid, within)
+				syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func waitReady(t *testing.T, dir string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !allReady(dir, n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks never became ready in %s", dir)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRunEnvironment(t *testing.T) {
+	tests := []struct {
+		desc    string
+		n       int
+		devices []string
+		wantDev string
+	}{
+		{desc: "one rank", n: 1, wantDev: "<unset>"},
+		{desc: "two ranks with --devices longer than --tp", n: 2, devices: []string{"3", "5", "7"}, wantDev: "3,5"},
+		{desc: "eight ranks", n: 8, wantDev: "<unset>"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			var stdout, stderr lockedBuffer
+			res, err := Run(context.Background(), Config{
+				WorldSize: tc.n,
+				Devices:   tc.devices,
+				Command:   helperCommand("env"),
+				// Stale values from an outer launcher must be replaced;
+				// CUDA_VISIBLE_DEVICES and the rest pass through.
+				Env:    helperEnviron("RANK=99", "TPRUN_DEVICES=9,9", "CUDA_VISIBLE_DEVICES=1,0", "HELPER_MARK=kept"),
+				Stdout: &stdout, Stderr: &stderr,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitStatus != 0 || res.FirstFailed != -1 || res.Report() != "" {
+				t.Fatalf("status %d first %d report %q; stderr:\n%s", res.ExitStatus, res.FirstFailed, res.Report(), stderr.String())
+			}
+			lines := splitRankLines(t, stdout.String())
+			if len(lines[-1]) != 0 {
+				t.Errorf("unprefixed lines: %q", lines[-1])
+			}
+			token, hub := "", ""
+			for r := 0; r < tc.n; r++ {
+				env := map[string]string{}
+				for _, l := range lines[r] {
+					k, v, _ := strings.Cut(l, "=")
+					env[k] = v
+				}
+				rs, ns := strconv.Itoa(r), strconv.Itoa(tc.n)
+				want := map[string]string{
+					"TPRUN_RANK": rs, "TPRUN_WORLD_SIZE": ns, "TPRUN_LOCAL_RANK": rs,
+					"RANK": rs, "WORLD_SIZE": ns, "LOCAL_RANK": rs, "LOCAL_WORLD_SIZE": ns,
+					"TPRUN_DEVICES": tc.wantDev, "CUDA_VISIBLE_DEVICES": "1,0", "HELPER_MARK": "kept",
+				}
+				for k, v := range want {
+					if env[k] != v {
+						t.Errorf("rank %d: %s=%q, want %q", r, k, env[k], v)
+					}
+				}
+				if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(env["TPRUN_JOB_TOKEN"]) {
+					t.Errorf("rank %d: token %q is not 32 hex digits", r, env["TPRUN_JOB_TOKEN"])
+				}
+				if r == 0 {
+					token, hub = env["TPRUN_JOB_TOKEN"], env["TPRUN_HUB"]
+				} else if env["TPRUN_JOB_TOKEN"] != token || env["TPRUN_HUB"] != hub {
+					t.Errorf("rank %d: token/hub %q %q differ from rank 0's %q %q", r, env["TPRUN_JOB_TOKEN"], env["TPRUN_HUB"], token, hub)
+				}
+			}
+			if hub == "" || !filepath.IsAbs(hub) {
+				t.Fatalf("TPRUN_HUB %q", hub)
+			}
+			if _, err := os.Stat(filepath.Dir(hub)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("hub directory %s still there after Run: %v", filepath.Dir(hub), err)
+			}
+		})
+	}
+}
+
+func TestRunOutput(t *testing.T) {
+	const n, longLen = 3, 300_000 // over bufio.Scanner's 64 KiB and our 64 KiB read buffer
+	logDir := filepath.Join(t.TempDir(), "logs", "nested")
+	var stdout, stderr lockedBuffer
+	res, err := Run(context.Background(), Config{
+		WorldSize: n,
+		Command:   helperCommand("output", strconv.Itoa(longLen)),
+		Env:       helperEnviron(),
+		LogDir:    logDir,
+		Stdout:    &stdout, Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus != 0 {
+		t.Fatalf("exit status %d\n%s", res.ExitStatus, stderr.String())
+	}
+	outs, errs := splitRankLines(t, stdout.String()), splitRankLines(t, stderr.String())
+	if len(outs[-1])+len(errs[-1]) != 0 {
+		t.Errorf("unprefixed lines: %q %q", outs[-1], errs[-1])
+	}
+	for r := 0; r < n; r++ {
+		var long strings.Builder
+		fmt.Fprintf(&long, "long %d ", r)
+		for i := 0; i < longLen; i++ {
+			long.WriteByte('a' + byte((i+r)%26))
+		}
+		wantOut := []string{long.String()}
+		var wantErr []string
+		for i := 0; i < 200; i++ {
+			wantOut = append(wantOut, fmt.Sprintf("out %d line %d of rank %d", r, i, r))
+			wantErr = append(wantErr, fmt.Sprintf("err %d line %d of rank %d", r, i, r))
+		}
+		wantOut = append(wantOut, fmt.Sprintf("last out %d", r))
+		wantErr = append(wantErr, fmt.Sprintf("last err %d", r))
+		checkLines(t, fmt.Sprintf("rank %d stdout", r), outs[r], wantOut)
+		checkLines(t, fmt.Sprintf("rank %d stderr", r), errs[r], wantErr)
+		if got, want := res.Ranks[r].Tail, wantErr[len(wantErr)-TailLines:]; !equalLines(got, want) {
+			t.Errorf("rank %d tail = %q, want %q", r, got, want)
+		}
+
+		// The log file has both streams, unprefixed; each stream keeps
+		// its own order.
+		b, err := os.ReadFile(filepath.Join(logDir, fmt.Sprintf("rank-%d.log", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logOut, logErr []string
+		for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+			if strings.HasPrefix(l, "err ") || strings.HasPrefix(l, "last err ") {
+				logErr = append(logErr, l)
+			} else {
+				logOut = append(logOut, l)
+			}
+		}
+		checkLines(t, fmt.Sprintf("rank-%d.log stdout part", r), logOut, wantOut)
+		checkLines(t, fmt.Sprintf("rank-%d.log stderr part", r), logErr, wantErr)
+	}
+}
+
+func checkLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d lines, want %d", what, len(got), len(want))
+		return
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			g := got[i]
+			if len(g) > 80 {
+				g = g[:80] + "..."
+			}
+			t.Errorf("%s: line %d = %q (len %d), want len %d", what, i, g, len(got[i]), len(want[i]))
+			return
+		}
+	}
+}
+
+func equalLines(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRunExitStatus(t *testing.T) {
+	tests := []struct {
+		desc        string
+		n           int
+		failRank    string
+		failCode    string
+		wantStatus  int
+		wantFirst   int
+		wantHow     string
+		ignoreTerm  bool
+		wantKilled  bool
+		grace       time.Duration
+		otherStatus string
+	}{
+		{desc: "all ranks succeed", n: 4, wantStatus: 0, wantFirst: -1},
+		{desc: "one rank, own exit code", n: 1, failRank: "0", failCode: "42", wantStatus: 42, wantFirst: 0, wantHow: "exit status 42"},
+		{desc: "rank 1 of 4 exits 3, others get SIGTERM", n: 4, failRank: "1", failCode: "3", wantStatus: 3, wantFirst: 1,
+			wantHow: "exit status 3", otherStatus: "killed by signal SIGTERM"},
+		{desc: "rank 0 SIGKILLed is 137", n: 2, failRank: "0", failCode: "kill", wantStatus: 137, wantFirst: 0,
+			wantHow: "killed by signal SIGKILL", otherStatus: "killed by signal SIGTERM"},
+		{desc: "ranks ignoring SIGTERM are killed after the grace period", n: 3, failRank: "2", failCode: "5",
+			wantStatus: 5, wantFirst: 2, wantHow: "exit status 5", ignoreTerm: true, wantKilled: true,
+			grace: 300 * time.Millisecond, otherStatus: "killed by signal SIGKILL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			syncDir := t.TempDir()
+			env := helperEnviron("HELPER_SYNC_DIR="+syncDir, "HELPER_FAIL_RANK="+tc.failRank, "HELPER_FAIL_CODE="+tc.failCode)
+			if tc.failRank == "" {
+				env = append(env, "HELPER_SLEEP=0s")
+			}
+			if tc.ignoreTerm {
+				env = append(env, "HELPER_IGNORE_TERM=1")
+			}
+			var rec *recordingHub
+			var stdout, stderr lockedBuffer
+			start := time.Now()
+			res, err := Run(context.Background(), Config{
+				WorldSize: tc.n,
+				Command:   helperCommand("job"),
+				Env:       env,
+				Grace:     tc.grace,
+				Stdout:    &stdout, Stderr: &stderr,
+				listen: recordingListen(&rec),
+			})
+			elapsed := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitStatus != tc.wantStatus || res.FirstFailed != tc.wantFirst {
+				t.Fatalf("status %d first %d, want %d %d\n%s", res.ExitStatus, res.FirstFailed, tc.wantStatus, tc.wantFirst, stderr.String())
+			}
+			grace := tc.grace
+			if grace == 0 {
+				grace = DefaultGrace
+			}
+			if limit := 2*time.Second + grace; elapsed > limit {
+				t.Errorf("Run took %s, want under %s", elapsed, limit)
+			}
+			if tc.wantFirst < 0 {
+				if len(rec.Aborts()) != 0 || stderr.String() != "" {
+					t.Errorf("clean run: aborts %q, stderr %q", rec.Aborts(), stderr.String())
+				}
+				return
+			}
+			wantAbort := fmt.Sprintf("%d: rank %d %s", tc.wantFirst, tc.wantFirst, tc.wantHow)
+			if a := rec.Aborts(); len(a) == 0 || a[0] != wantAbort {
+				t.Errorf("hub aborts %q, want first %q", a, wantAbort)
+			}
+			report := stderr.String()
+			for _, want := range []string{
+				fmt.Sprintf("tprun: rank %d failed first: %s", tc.wantFirst, tc.wantHow),
+				"tprun:   | failing line 24\n",
+				"tprun:   | failing line 5\n", // the 20th line from the end
+				fmt.Sprintf("tprun: exit status %d\n", tc.wantStatus),
+			} {
+				if !strings.Contains(report, want) {
+					t.Errorf("report lacks %q:\n%s", want, report)
+				}
+			}
+			if strings.Contains(report, "tprun:   | failing line 4\n") {
+				t.Errorf("report keeps more than %d lines:\n%s", TailLines, report)
+			}
+			for r, rr := range res.Ranks {
+				if r == tc.wantFirst {
+					if rr.Stopped || rr.Status.String() != tc.wantHow {
+						t.Errorf("failing rank %d: stopped %v status %s", r, rr.Stopped, rr.Status)
+					}
+					continue
+				}
+				if !rr.Stopped || rr.Killed != tc.wantKilled || rr.Status.String() != tc.otherStatus {
+					t.Errorf("rank %d: stopped %v killed %v status %s, want true %v %s", r, rr.Stopped, rr.Killed, rr.Status, tc.wantKilled, tc.otherStatus)
+				}
+				if want := fmt.Sprintf("rank %d (%s)", r, tc.otherStatus); !strings.Contains(report, want) {
+					t.Errorf("report lacks %q:\n%s", want, report)
+				}
+			}
+		})
+	}
+}
+
+func TestRunStops(t *testing.T) {
+	tests := []struct {
+		desc       string
+		signals    []os.Signal
+		timeout    time.Duration
+		cancel     bool
+		ignoreTerm bool
+		grace      time.Duration
+		wantStatus int
+		wantReason string
+		wantKilled bool
+	}{
+		{desc: "SIGTERM stops the ranks gracefully", signals: []os.Signal{syscall.SIGTERM},
+			wantStatus: 128 + 15, wantReason: "tprun got SIGTERM"},
+		{desc: "a second SIGINT kills at once", signals: []os.Signal{syscall.SIGINT, syscall.SIGINT},
+			ignoreTerm: true, grace: time.Minute, wantStatus: 128 + 2, wantReason: "tprun got SIGINT", wantKilled: true},
+		{desc: "--timeout", timeout: 300 * time.Millisecond, wantStatus: ExitTimeout, wantReason: "timed out after 300ms"},
+		{desc: "ctx cancelled", cancel: true, wantStatus: ExitInternal, wantReason: "cancelled: context canceled"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			syncDir := t.TempDir()
+			env := helperEnviron("HELPER_SYNC_DIR=" + syncDir)
+			if tc.ignoreTerm {
+				env = append(env, "HELPER_IGNORE_TERM=1")
+			}
+			const n = 3
+			sigs := make(chan os.Signal, 2)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var stderr lockedBuffer
+			type ran struct {
+				res *Result
+				err error
+			}
+			done := make(chan ran, 1)
+			start := time.Now()
+			go func() {
+				res, err := Run(ctx, Config{
+					WorldSize: n, Command: helperCommand("job"), Env: env,
+					Grace: tc.grace, Timeout: tc.timeout, Signals: sigs,
+					Stdout: io.Discard, Stderr: &stderr,
+				})
+				done <- ran{res, err}
+			}()
+			if tc.timeout == 0 {
+				waitReady(t, syncDir, n)
+			}
+			for _, s := range tc.signals {
+				sigs <- s
+			}
+			if tc.cancel {
+				cancel()
+			}
+			r := <-done
+			elapsed := time.Since(start)
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.res.ExitStatus != tc.wantStatus || r.res.StopReason != tc.wantReason || r.res.FirstFailed != -1 {
+				t.Fatalf("status %d reason %q first %d, want %d %q -1\n%s", r.res.ExitStatus, r.res.StopReason, r.res.FirstFailed, tc.wantStatus, tc.wantReason, stderr.String())
+			}
+			if elapsed > 10*time.Second {
+				t.Errorf("took %s", elapsed)
+			}
+			for _, rr := range r.res.Ranks {
+				if !rr.Stopped || rr.Killed != tc.wantKilled || !rr.Status.Failed() {
+					t.Errorf("rank %d: stopped %v killed %v status %s", rr.Rank, rr.Stopped, rr.Killed, rr.Status)
+				}
+			}
+			if !strings.Contains(stderr.String(), "tprun: job stopped: "+tc.wantReason) {
+				t.Errorf("report lacks the reason:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+func TestRunBadConfig(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		desc  string
+		cfg   Config
+		field string
+	}{
+		{desc: "--tp 0", cfg: Config{WorldSize: 0}, field: "--tp"},
+		{desc: "--tp -3", cfg: Config{WorldSize: -3}, field: "--tp"},
+		{desc: "--tp above the number of devices", cfg: Config{WorldSize: 3, Devices: []string{"0", "1"}}, field: "--tp"},
+		{desc: "device not an index", cfg: Config{WorldSize: 2, Devices: []string{"0", "gpu1"}}, field: "--devices"},
+		{desc: "negative device", cfg: Config{WorldSize: 1, Devices: []string{"-1"}}, field: "--devices"},
+		{desc: "device twice", cfg: Config{WorldSize: 2, Devices: []string{"1", "1"}}, field: "--devices"},
+		{desc: "no command", cfg: Config{WorldSize: 1, Command: []string{}}, field: "command"},
+		{desc: "command not in PATH", cfg: Config{WorldSize: 1, Command: []string{"tprun-no-such-program"}}, field: "command"},
+		{desc: "command path missing", cfg: Config{WorldSize: 1, Command: []string{"/nonexistent/prog"}}, field: "command"},
+		{desc: "command not executable", cfg: Config{WorldSize: 1, Command: []string{notDir}}, field: "command"},
+		{desc: "negative grace", cfg: Config{WorldSize: 1, Grace: -time.Second}, field: "--grace"},
+		{desc: "negative timeout", cfg: Config{WorldSize: 1, Timeout: -time.Second}, field: "--timeout"},
+		{desc: "negative rendezvous timeout", cfg: Config{WorldSize: 1, RendezvousTimeout: -1}, field: "--rendezvous-timeout"},
+		{desc: "log dir under a regular file", cfg: Config{WorldSize: 1, LogDir: filepath.Join(notDir, "logs")}, field: "--log-dir"},
+		{desc: "log dir is a regular file", cfg: Config{WorldSize: 1, LogDir: notDir}, field: "--log-dir"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			syncDir := t.TempDir()
+			cfg := tc.cfg
+			if cfg.Command == nil {
+				cfg.Command = helperCommand("job")
+			}
+			cfg.Env = helperEnviron("HELPER_SYNC_DIR="+syncDir, "HELPER_SLEEP=0s")
+			var out lockedBuffer
+			cfg.Stdout, cfg.Stderr = &out, &out
+			res, err := Run(context.Background(), cfg)
+			var ce *ConfigError
+			if !errors.Is(err, ErrConfig) || !errors.As(err, &ce) || ce.Field != tc.field || res != nil {
+				t.Fatalf("Run = %v, %v; want a *ConfigError for %s", res, err, tc.field)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error is not one line: %q", err)
+			}
+			if entries, _ := os.ReadDir(syncDir); len(entries) != 0 || out.String() != "" {
+				t.Errorf("something ran: %v, output %q", entries, out.String())
+			}
+			if cfg.Validate() == nil && tc.field != "--log-dir" {
+				t.Errorf("Validate accepted what Run refused")
+			}
+		})
+	}
+}
+
+func TestRunPreflight(t *testing.T) {
+	refusal := errors.New("no NVLink between GPU 0 and 1")
+	tests := []struct {
+		desc       string
+		skip       bool
+		err        error
+		wantErr    error
+		wantRanks  bool
+		wantNotice bool
+	}{
+		{desc: "notice printed, ranks start", wantRanks: true, wantNotice: true},
+		{desc: "refusal stops the launch", err: refusal, wantErr: ErrPreflight, wantNotice: true},
+		{desc: "--skip-topology-check skips the hook", skip: true, err: refusal, wantRanks: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			syncDir := t.TempDir()
+			var stderr lockedBuffer
+			called := false
+			res, err := Run(context.Background(), Config{
+				WorldSize: 2, Command: helperCommand("job"),
+				Env:               helperEnviron("HELPER_SYNC_DIR="+syncDir, "HELPER_SLEEP=0s"),
+				Strict:            true,
+				SkipTopologyCheck: tc.skip,
+				Preflight: func(ctx context.Context, cfg Config) (string, error) {
+					called = true
+					if !cfg.Strict || cfg.WorldSize != 2 {
+						t.Errorf("preflight got %+v", cfg)
+					}
+					return "mailbox: host (test)", tc.err
+				},
+				Stdout: io.Discard, Stderr: &stderr,
+			})
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr != nil && !errors.Is(err, refusal)) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if called == tc.skip {
+				t.Errorf("called = %v with skip %v", called, tc.skip)
+			}
+			if got := strings.Contains(stderr.String(), "tprun: mailbox: host (test)\n"); got != tc.wantNotice {
+				t.Errorf("notice printed %v, want %v: %q", got, tc.wantNotice, stderr.String())
+			}
+			entries, _ := os.ReadDir(syncDir)
+			if (len(entries) == 2) != tc.wantRanks || (res != nil && res.ExitStatus != 0) {
+				t.Errorf("ranks ran: %d, result %+v", len(entries), res)
+			}
+		})
+	}
+}
+
+// launcherProcess starts helperLaunch (a launcher of n sleeping ranks) as a
+// real process with TMPDIR pointing at a fresh directory, and returns it
+// once every rank printed its pid.
+func launcherProcess(t *testing.T, n int, extraEnv ...string) (cmd *exec.Cmd, pids []int, tmp string, rest *bufio.Scanner) {
+	t.Helper()
+	tmp = t.TempDir()
+	syncDir := t.TempDir()
+	cmd = exec.Command(os.Args[0], "launch", strconv.Itoa(n))
+	cmd.Env = helperEnviron(append([]string{"TMPDIR=" + tmp, "HELPER_SYNC_DIR=" + syncDir}, extraEnv...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("launcher stderr:\n%s", stderr)
+		}
+	})
+	sc := bufio.NewScanner(stdout)
+	for len(pids) < n && sc.Scan() {
+		var r, pid int
+		if _, err := fmt.Sscanf(sc.Text(), "[rank %d] pid %d", &r, &pid); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != n {
+		t.Fatalf("got pids %v: %v", pids, sc.Err())
+	}
+	waitReady(t, syncDir, n)
+	return cmd, pids, tmp, sc
+}
+
+func TestLauncherSignalled(t *testing.T) {
+	tests := []struct {
+		desc       string
+		sig        syscall.Signal
+		wantStatus int
+		hubGone    bool
+	}{
+		{desc: "SIGTERM: ranks stopped, hub directory removed", sig: syscall.SIGTERM, wantStatus: 143, hubGone: true},
+		{desc: "SIGINT: the same", sig: syscall.SIGINT, wantStatus: 130, hubGone: true},
+		// SIGKILL cannot be caught: the parent-death signal must still take
+		// the ranks down (the hub directory stays; nothing can remove it).
+		{desc: "SIGKILL: ranks die with the launcher", sig: syscall.SIGKILL, wantStatus: -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			cmd, pids, tmp, sc := launcherProcess(t, 3)
+			go func() {
+				for sc.Scan() { // keep the pipe drained
+				}
+			}()
+			if err := cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			err := cmd.Wait()
+			if got := cmd.ProcessState.ExitCode(); got != tc.wantStatus {
+				t.Errorf("launcher exit status %d, want %d (%v)", got, tc.wantStatus, err)
+			}
+			if tc.sig != syscall.SIGKILL && time.Since(start) > 3*time.Second {
+				t.Errorf("launcher took %s to stop", time.Since(start))
+			}
+			// After a caught signal Run reaped every rank before exiting;
+			// after SIGKILL the kernel delivers the parent-death signal.
+			waitGone(t, pids, 2*time.Second)
+			entries, err := os.ReadDir(tmp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.hubGone && len(entries) != 0 {
+				t.Errorf("left behind in TMPDIR: %v", entries)
+			}
+		})
+	}
+}
+
+func TestStatus(t *testing.T) {
+	tests := []struct {
+		desc   string
+		st     Status
+		failed bool
+		exit   int
+		text   string
+	}{
+		{desc: "success", st: Status{}, exit: 0, text: "exit status 0"},
+		{desc: "exit code", st: Status{Code: 7}, failed: true, exit: 7, text: "exit status 7"},
+		{desc: "SIGKILL", st: Status{Code: -1, Signal: syscall.SIGKILL}, failed: true, exit: 137, text: "killed by signal SIGKILL"},
+		{desc: "SIGSEGV with core", st: Status{Code: -1, Signal: syscall.SIGSEGV, CoreDumped: true}, failed: true, exit: 139,
+			text: "killed by signal SIGSEGV (core dumped)"},
+	}
+	for _, tc := range tests {
+		if tc.st.Failed() != tc.failed || tc.st.ExitStatus() != tc.exit || tc.st.String() != tc.text {
+			t.Errorf("%s: got %v %d %q", tc.desc, tc.st.Failed(), tc.st.ExitStatus(), tc.st.String())
+		}
+	}
+}

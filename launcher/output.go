@@ -1,0 +1,133 @@
+package launcher
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+)
+
+const (
+	// maxLine bounds how much of one unterminated line is held in memory; a
+	// longer line is passed on in pieces of this size, each ended by "\n",
+	// so a rank that never writes a newline cannot grow tprun without bound.
+	maxLine = 1 << 20
+	// maxTailLine bounds each line the report keeps.
+	maxTailLine = 512
+)
+
+// output serializes whole lines from every rank onto tprun's stdout and
+// stderr and into the log files. One lock for everything: a line is written
+// with one Write call while holding it, so lines never interleave mid-line
+// even when stdout and stderr are the same terminal.
+type output struct {
+	mu             sync.Mutex
+	stdout, stderr io.Writer
+	buf            []byte // scratch for prefix+line+"\n", used under mu
+}
+
+func newOutput(stdout, stderr io.Writer) *output {
+	return &output{stdout: stdout, stderr: stderr}
+}
+
+// writeLine writes prefix+line+"\n" to w and line+"\n" to log (if any).
+// Write errors are dropped on purpose: the pump must keep draining the pipe,
+// or the rank would block on a full pipe and the job would hang.
+func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buf = append(append(append(o.buf[:0], prefix...), line...), '\n')
+	_, _ = w.Write(o.buf)
+	if log != nil {
+		_, _ = log.Write(o.buf[len(prefix):])
+	}
+}
+
+// printf writes one message of tprun's own to stderr under the same lock.
+func (o *output) printf(w io.Writer, s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, _ = io.WriteString(w, s)
+}
+
+// tail keeps the last n lines written to it.
+type tail struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+	full  bool
+}
+
+func newTail(n int) *tail { return &tail{lines: make([]string, n)} }
+
+func (t *tail) add(line []byte) {
+	if len(line) > maxTailLine {
+		line = append(line[:maxTailLine:maxTailLine], "..."...)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines[t.next] = string(line)
+	t.next++
+	if t.next == len(t.lines) {
+		t.next, t.full = 0, true
+	}
+}
+
+// get returns the kept lines, oldest first.
+func (t *tail) get() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.full {
+		return append([]string(nil), t.lines[:t.next]...)
+	}
+	return append(append([]string(nil), t.lines[t.next:]...), t.lines[:t.next]...)
+}
+
+// pump copies one of a rank's pipes to tprun's output, line by line.
+type pump struct {
+	out    *output
+	w      io.Writer // tprun's stdout or stderr
+	prefix []byte
+	log    io.Writer // the rank's log file, or nil
+	tail   *tail     // nil for stdout
+}
+
+func rankPrefix(rank int) []byte { return []byte("[rank " + strconv.Itoa(rank) + "] ") }
+
+// run reads r until EOF or error. A final line without "\n" is still passed
+// on. bufio.Reader rather than bufio.Scanner: Scanner gives up on lines over
+// its buffer size, and a rank's long line must not stop its output.
+func (p *pump) run(r io.Reader) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		line = append(line, frag...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(line) >= maxLine {
+				p.emit(line)
+				line = line[:0]
+			}
+			continue
+		}
+		if len(line) > 0 {
+			p.emit(line)
+			line = line[:0]
+		}
+		if err != nil {
+			// io.EOF, or os.ErrDeadlineExceeded after the drain timeout.
+			return
+		}
+	}
+}
+
+func (p *pump) emit(line []byte) {
+	if n := len(line); n > 0 && line[n-1] == '\n' {
+		line = line[:n-1]
+	}
+	p.out.writeLine(p.w, p.prefix, line, p.log)
+	if p.tail != nil {
+		p.tail.add(line)
+	}
+}

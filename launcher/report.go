@@ -1,0 +1,50 @@
+package launcher
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Report is the text tprun prints on stderr when the job did not end with
+// every rank succeeding: the first failing rank, how it ended and its last
+// stderr lines; else why tprun stopped the job; then the ranks tprun
+// stopped and the exit status. It is empty for a clean run.
+func (r *Result) Report() string {
+	if r.ExitStatus == 0 && r.StopReason == "" {
+		return ""
+	}
+	var b strings.Builder
+	if r.FirstFailed >= 0 {
+		f := r.Ranks[r.FirstFailed]
+		fmt.Fprintf(&b, "tprun: rank %d failed first: %s after %s\n", f.Rank, f.Status, f.Duration.Round(time.Millisecond))
+		if len(f.Tail) == 0 {
+			fmt.Fprintf(&b, "tprun: rank %d wrote nothing to stderr\n", f.Rank)
+		} else {
+			fmt.Fprintf(&b, "tprun: last stderr lines of rank %d:\n", f.Rank)
+			for _, l := range f.Tail {
+				fmt.Fprintf(&b, "tprun:   | %s\n", l)
+			}
+		}
+	} else if r.StopReason != "" {
+		fmt.Fprintf(&b, "tprun: job stopped: %s\n", r.StopReason)
+	}
+	var stopped []string
+	for _, rr := range r.Ranks {
+		if !rr.Stopped {
+			continue
+		}
+		stopped = append(stopped, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
+	}
+	if len(stopped) > 0 {
+		fmt.Fprintf(&b, "tprun: stopped by tprun: %s\n", strings.Join(stopped, ", "))
+	}
+	fmt.Fprintf(&b, "tprun: exit status %d\n", r.ExitStatus)
+	return b.String()
+}
+
+func (j *job) report(res *Result) {
+	if s := res.Report(); s != "" {
+		j.out.printf(j.cfg.Stderr, s)
+	}
+}

@@ -1,0 +1,321 @@
+package launcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Exit statuses Run picks when no rank failed on its own but tprun stopped
+// the job.
+const (
+	ExitTimeout  = 124 // --timeout ran out, as timeout(1)
+	ExitInternal = 1   // ctx cancelled, or the hub failed
+)
+
+// Result is how a job ended.
+type Result struct {
+	// ExitStatus is what tprun should exit with: 0 when every rank
+	// succeeded; else the first failing rank's exit code (128+signal when a
+	// signal killed it); 128+signal when tprun was signalled; ExitTimeout
+	// after --timeout; ExitInternal for a cancelled ctx or a hub failure.
+	ExitStatus int
+	// FirstFailed is the first rank that exited non-zero or died by a
+	// signal before tprun began stopping the job; -1 when none did.
+	FirstFailed int
+	// StopReason says why tprun stopped the job; empty when the ranks ran
+	// to their end.
+	StopReason string
+	// Ranks holds one entry per rank, index = rank.
+	Ranks []RankResult
+}
+
+// RankResult is how one rank ended.
+type RankResult struct {
+	Rank, PID int
+	Status    Status
+	Duration  time.Duration
+	Stopped   bool     // tprun sent its process group SIGTERM
+	Killed    bool     // tprun sent its process group SIGKILL
+	Tail      []string // its last stderr lines, oldest first
+}
+
+// Run starts cfg.WorldSize ranks, supervises them to the end and writes the
+// exit report on cfg.Stderr. It returns an error only when the job could not
+// start: wrapped ErrConfig for bad input (no rank started), ErrPreflight,
+// ErrStart, or a hub failure. Every rank it started is reaped and the hub
+// directory removed before it returns.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	logs, err := openLogs(cfg.LogDir, cfg.WorldSize)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLogs(logs)
+	out := newOutput(cfg.Stdout, cfg.Stderr)
+	if cfg.Preflight != nil && !cfg.SkipTopologyCheck {
+		notice, err := cfg.Preflight(ctx, cfg)
+		if notice != "" {
+			out.printf(cfg.Stderr, "tprun: "+notice+"\n")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPreflight, err)
+		}
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	srv, err := cfg.listen(hubConfig{
+		WorldSize:         cfg.WorldSize,
+		Token:             token,
+		RendezvousTimeout: cfg.RendezvousTimeout,
+		Logf: func(format string, args ...any) {
+			out.printf(cfg.Stderr, "tprun: hub: "+fmt.Sprintf(format, args...)+"\n")
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open rendezvous hub: %w", err)
+	}
+	// The hub outlives a cancelled ctx: ranks still being stopped must get
+	// clean errors from it rather than a vanished socket.
+	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(hubCtx) }()
+
+	j := &job{cfg: cfg, out: out, srv: srv, first: -1, serveErr: serveErr}
+	res, runErr := j.run(ctx, token, logs)
+
+	stopHub()
+	if !j.serveDone {
+		if err := <-serveErr; err != nil && !errors.Is(err, context.Canceled) {
+			out.printf(cfg.Stderr, fmt.Sprintf("tprun: hub: %v\n", err))
+		}
+	}
+	if err := srv.Close(); err != nil {
+		out.printf(cfg.Stderr, fmt.Sprintf("tprun: closing hub: %v\n", err))
+	}
+	return res, runErr
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("job token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func openLogs(dir string, n int) ([]*os.File, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, &ConfigError{Field: "--log-dir", Value: dir, Rule: "cannot create directory", Err: err}
+	}
+	logs := make([]*os.File, 0, n)
+	for r := 0; r < n; r++ {
+		name := filepath.Join(dir, "rank-"+strconv.Itoa(r)+".log")
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			closeLogs(logs)
+			return nil, &ConfigError{Field: "--log-dir", Value: dir, Rule: "not writable", Err: err}
+		}
+		logs = append(logs, f)
+	}
+	return logs, nil
+}
+
+func closeLogs(logs []*os.File) {
+	for _, f := range logs {
+		_ = f.Close()
+	}
+}
+
+// job is the supervisor's state; only the goroutine running job.run
+// touches it.
+type job struct {
+	cfg      Config
+	out      *output
+	srv      hubServer
+	children []*child
+	running  int
+
+	stopping   bool
+	stopReason string
+	stopStatus int // exit status when no rank failed first
+	first      int // first failing rank, or -1
+
+	serveErr  <-chan error // the hub's Serve result; nil once received
+	serveDone bool         // serveErr was received by supervise
+}
+
+func (j *job) printf(format string, args ...any) {
+	j.out.printf(j.cfg.Stderr, "tprun: "+fmt.Sprintf(format, args...)+"\n")
+}
+
+func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, error) {
+	sp := newSpawner()
+	defer sp.close()
+	done := make(chan *child, j.cfg.WorldSize)
+	path := j.cfg.Command[0]
+	for r := 0; r < j.cfg.WorldSize; r++ {
+		env := rankEnv(j.cfg.Env, r, j.cfg.WorldSize, j.srv.Path(), token, j.cfg.Devices)
+		var log io.Writer
+		if logs != nil {
+			log = logs[r]
+		}
+		c, err := startChild(sp, r, path, j.cfg.Command, env, j.cfg.Dir, j.out, j.cfg.Stdout, j.cfg.Stderr, log)
+		if err != nil {
+			// Nothing useful can run with a rank missing: kill what started.
+			j.stopping, j.stopReason = true, "a rank failed to start"
+			j.killAll()
+			j.reap(done)
+			return nil, fmt.Errorf("%w: %w", ErrStart, err)
+		}
+		j.children = append(j.children, c)
+		j.running++
+		go c.wait(done)
+	}
+	j.supervise(ctx, done)
+	res := j.result()
+	j.report(res)
+	return res, nil
+}
+
+// reap waits for every running child without supervising it.
+func (j *job) reap(done <-chan *child) {
+	for ; j.running > 0; j.running-- {
+		c := <-done
+		c.exited = true
+	}
+}
+
+func (j *job) supervise(ctx context.Context, done <-chan *child) {
+	var timeout <-chan time.Time
+	if j.cfg.Timeout > 0 {
+		t := time.NewTimer(j.cfg.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var grace <-chan time.Time
+	var graceTimer *time.Timer
+	defer func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+	}()
+	startStop := func(reason string, status int) {
+		if j.stop(reason, status) {
+			graceTimer = time.NewTimer(j.cfg.Grace)
+			grace = graceTimer.C
+		}
+	}
+	ctxDone := ctx.Done()
+	sigs := j.cfg.Signals
+	for j.running > 0 {
+		select {
+		case c := <-done:
+			j.running--
+			c.exited = true
+			if c.err != nil {
+				j.printf("rank %d: wait: %v", c.rank, c.err)
+			}
+			if c.status.Failed() {
+				// Peers blocked in hub calls must not wait for a rank that
+				// will never answer.
+				j.srv.Abort(c.rank, fmt.Sprintf("rank %d %s", c.rank, c.status))
+				if !j.stopping {
+					j.first = c.rank
+					startStop(fmt.Sprintf("rank %d %s", c.rank, c.status), c.status.ExitStatus())
+				}
+			}
+			if j.stopping {
+				// Whatever the rank left behind in its group goes too.
+				c.signalGroup(syscall.SIGKILL)
+			}
+		case <-grace:
+			grace = nil
+			j.killAll()
+		case s := <-sigs:
+			sig, _ := s.(syscall.Signal)
+			if j.stopping {
+				j.printf("got %s again, killing all ranks", signalName(sig))
+				grace = nil
+				j.killAll()
+				continue
+			}
+			j.printf("got %s, stopping all ranks (again to kill at once)", signalName(sig))
+			startStop("tprun got "+signalName(sig), 128+int(sig))
+		case <-timeout:
+			timeout = nil
+			j.printf("job timed out after %s, stopping all ranks", j.cfg.Timeout)
+			startStop("timed out after "+j.cfg.Timeout.String(), ExitTimeout)
+		case <-ctxDone:
+			ctxDone = nil
+			startStop("cancelled: "+ctx.Err().Error(), ExitInternal)
+		case err := <-j.serveErr:
+			j.serveDone = true
+			j.serveErr = nil
+			if err != nil {
+				j.printf("hub failed: %v", err)
+				startStop("hub failed", ExitInternal)
+			}
+		}
+	}
+}
+
+// stop begins a graceful stop unless one is under way: SIGTERM to the
+// process group of every running rank. It reports whether it started one.
+func (j *job) stop(reason string, status int) bool {
+	if j.stopping {
+		return false
+	}
+	j.stopping, j.stopReason, j.stopStatus = true, reason, status
+	for _, c := range j.children {
+		if !c.exited {
+			c.stopped = true
+			c.signalGroup(syscall.SIGTERM)
+		}
+	}
+	return true
+}
+
+func (j *job) killAll() {
+	for _, c := range j.children {
+		if !c.exited {
+			c.killed = true
+			c.signalGroup(syscall.SIGKILL)
+		}
+	}
+}
+
+func (j *job) result() *Result {
+	res := &Result{FirstFailed: j.first, StopReason: j.stopReason}
+	for _, c := range j.children {
+		res.Ranks = append(res.Ranks, RankResult{
+			Rank: c.rank, PID: c.pid, Status: c.status,
+			Duration: c.ended.Sub(c.started),
+			Stopped:  c.stopped, Killed: c.killed,
+			Tail: c.tail.get(),
+		})
+	}
+	switch {
+	case j.first >= 0:
+		res.ExitStatus = j.children[j.first].status.ExitStatus()
+	case j.stopping:
+		res.ExitStatus = j.stopStatus
+	}
+	return res
+}
