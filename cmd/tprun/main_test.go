@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tprunBin is the real binary, built once by TestMain.
+var tprunBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tprun-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	tprunBin = filepath.Join(dir, "tprun")
+	build := exec.Command("go", "build", "-o", tprunBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building tprun:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	status         int
+	elapsed        time.Duration
+}
+
+// tprun runs the binary with TMPDIR pointing at tmp (where the hub directory
+// goes) and returns what it printed and its exit status.
+func tprun(t *testing.T, tmp string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(tprunBin, args...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("running tprun %q: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode(), time.Since(start)}
+}
+
+func assertEmptyDir(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Errorf("left behind in %s: %v", dir, entries)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	touch := []string{"--", "sh", "-c", "touch " + marker}
+	tests := []struct {
+		desc string
+		args []string
+		want string
+	}{
+		{"--tp 0", append([]string{"--tp", "0"}, touch...), `--tp "0": must be at least 1`},
+		{"--tp not a number", []string{"--tp", "two"}, `invalid value "two" for flag -tp`},
+		{"--tp above --devices", append([]string{"--tp", "3", "--devices", "0,1"}, touch...), "more than the 2 GPUs"},
+		{"--tp above --devices, default job", []string{"--tp", "3", "--devices", "0,1"}, "more than the 2 GPUs"},
+		{"bad --devices entry", append([]string{"--tp", "1", "--devices", "0,a"}, touch...), `entry "a"`},
+		{"unknown flag", append([]string{"--bogus"}, touch...), "flag provided but not defined: -bogus"},
+		{"command not found", []string{"--tp", "2", "--", "tprun-no-such-command"}, "not found"},
+		{"unwritable log dir", append([]string{"--log-dir", filepath.Join(notDir, "logs")}, touch...), "--log-dir"},
+		{"negative grace", append([]string{"--grace", "-1s"}, touch...), "--grace"},
+		{"bad job flag value", []string{"--backend", "tpu"}, `invalid value "tpu" for flag -backend`},
+		{"M out of range", []string{"--m", "1,16"}, "M 16 is outside 1..8"},
+		{"one slot", []string{"--slots", "1"}, "must be at least 2"},
+		{"tp not dividing hidden", []string{"--tp", "3"}, "must be divisible by --tp 3"},
+		{"inject-fault rank outside the job", []string{"--tp", "2", "--inject-fault", "2:5"}, "rank must be below --tp 2"},
+		{"job flag with a command", append([]string{"--iters", "5"}, touch...), "job flags apply only to the default job"},
+		{"command without --", []string{"--tp", "2", "sh", "-c", "true"}, `unexpected argument "sh"`},
+		{"-- without command", []string{"--tp", "2", "--"}, "missing command after --"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			tmp := t.TempDir()
+			r := tprun(t, tmp, tc.args...)
+			if r.status != 2 {
+				t.Errorf("exit status %d, want 2", r.status)
+			}
+			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "tprun: ") || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("stderr %q, want one line with %q", r.stderr, tc.want)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q", r.stdout)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Errorf("a rank ran")
+			}
+			assertEmptyDir(t, tmp)
+		})
+	}
+}
+
+func TestHelpAndTopo(t *testing.T) {
+	r := tprun(t, t.TempDir(), "-h")
+	if r.status != 0 || !strings.HasPrefix(r.stdout, "usage: tprun --tp N") || !strings.Contains(r.stdout, "--iters") ||
+		strings.Contains(r.stdout, "inject-fault") {
+		t.Errorf("help: status %d stdout %q", r.status, r.stdout)
+	}
+	r = tprun(t, t.TempDir(), "topo")
+	if r.status != 3 || !strings.Contains(r.stderr, "not implemented yet") {
+		t.Errorf("topo stub: status %d stderr %q", r.status, r.stderr)
+	}
+}
+
+func TestCommandRanks(t *testing.T) {
+	for _, n := range []int{1, 2, 8} {
+		t.Run(fmt.Sprintf("tp %d", n), func(t *testing.T) {
+			tmp := t.TempDir()
+			logs := filepath.Join(t.TempDir(), "logs")
+			r := tprun(t, tmp, "--tp", strconv.Itoa(n), "--log-dir", logs, "--",
+				"sh", "-c", `echo "rank=$TPRUN_RANK of $WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE"; echo "to stderr $RANK" >&2`)
+			if r.status != 0 || r.stderr == "" {
+				t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.stdout, r.stderr)
+			}
+			for k := 0; k < n; k++ {
+				want := fmt.Sprintf("[rank %d] rank=%d of %d local=%d/%d\n", k, k, n, k, n)
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+				}
+				if want := fmt.Sprintf("[rank %d] to stderr %d\n", k, k); !strings.Contains(r.stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+				}
+				b, err := os.ReadFile(filepath.Join(logs, fmt.Sprintf("rank-%d.log", k)))
+				if err != nil || !strings.Contains(string(b), fmt.Sprintf("rank=%d of %d", k, n)) || strings.Contains(string(b), "[rank") {
+					t.Errorf("rank-%d.log = %q, %v", k, b, err)
+				}
+			}
+			if got := strings.Count(r.stdout, "\n"); got != n {
+				t.Errorf("%d stdout lines, want %d", got, n)
+			}
+			assertEmptyDir(t, tmp)
+		})
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	tests := []struct {
+		desc   string
+		script string
+		want   int
+		report string
+	}{
+		{"rank 1 exits 7, the others are stopped", `if [ "$RANK" = 1 ]; then echo bad thing >&2; exit 7; fi; exec sleep 30`, 7,
+			"tprun: rank 1 failed first: exit status 7"},
+		{"rank 2 SIGKILLed", `if [ "$RANK" = 2 ]; then kill -9 $$; fi; exec sleep 30`, 137,
+			"tprun: rank 2 failed first: killed by signal SIGKILL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			tmp := t.TempDir()
+			r := tprun(t, tmp, "--tp", "4", "--grace", "2s", "--", "sh", "-c", tc.script)
+			if r.status != tc.want || !strings.Contains(r.stderr, tc.report) || !strings.Contains(r.stderr, "stopped by tprun: rank 0 (") {
+				t.Errorf("status %d, want %d; stderr:\n%s", r.status, tc.want, r.stderr)
+			}
+			if r.elapsed > 4*time.Second {
+				t.Errorf("took %s", r.elapsed)
+			}
+			assertEmptyDir(t, tmp)
+		})
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	tmp := t.TempDir()
+	r := tprun(t, tmp, "--tp", "2", "--timeout", "300ms", "--", "sleep", "30")
+	if r.status != 124 || !strings.Contains(r.stderr, "job stopped: timed out after 300ms") {
+		t.Errorf("status %d stderr:\n%s", r.status, r.stderr)
+	}
+	assertEmptyDir(t, tmp)
+}
+
+// TestSignalled: SIGTERM or SIGINT to tprun stops every rank and removes the
+// hub directory; after SIGKILL the ranks still die (parent-death signal).
+func TestSignalled(t *testing.T) {
+	tests := []struct {
+		sig    syscall.Signal
+		want   int
+		hubDir bool // the hub directory is left only after SIGKILL
+	}{
+		{syscall.SIGTERM, 143, false},
+		{syscall.SIGINT, 130, false},
+		{syscall.SIGKILL, -1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			const n = 3
+			tmp := t.TempDir()
+			cmd := exec.Command(tprunBin, "--tp", strconv.Itoa(n), "--", "sh", "-c", `echo "pid $$"; exec sleep 30`)
+			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			var pids []int
+			sc := bufio.NewScanner(out)
+			for len(pids) < n && sc.Scan() {
+				var k, pid int
+				if _, err := fmt.Sscanf(sc.Text(), "[rank %d] pid %d", &k, &pid); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+			if len(pids) != n {
+				t.Fatalf("pids %v", pids)
+			}
+			// The pid is the rank's whether or not sh has exec'd sleep yet.
+			cmd.Process.Signal(tc.sig)
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			cmd.Wait()
+			if got := cmd.ProcessState.ExitCode(); got != tc.want {
+				t.Errorf("exit status %d, want %d; stderr:\n%s", got, tc.want, stderr.String())
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for _, pid := range pids {
+				for !gone(pid) {
+					if time.Now().After(deadline) {
+						t.Errorf("rank pid %d alive after tprun exited", pid)
+						syscall.Kill(pid, syscall.SIGKILL)
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if !tc.hubDir {
+				assertEmptyDir(t, tmp)
+			}
+		})
+	}
+}
+
+// gone reports whether pid is absent or a zombie.
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+func TestDefaultJob(t *testing.T) {
+	tmp := t.TempDir()
+	r := tprun(t, tmp, "--tp", "2")
+	if r.status != 0 {
+		t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.stdout, r.stderr)
+	}
+	for k := 0; k < 2; k++ {
+		if !strings.Contains(r.stdout, fmt.Sprintf("[rank %d] ", k)) {
+			t.Errorf("no output from rank %d:\n%s", k, r.stdout)
+		}
+	}
+	assertEmptyDir(t, tmp)
+}
