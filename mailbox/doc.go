@@ -1,0 +1,65 @@
+// Package mailbox implements the Lamport slot protocol that lets every rank
+// of a tensor-parallel group end a step holding the whole [M, hidden] output
+// block, and the backends that give every rank a view of every rank's
+// mailbox memory. This file set holds the protocol, the shared types and the
+// "host" backend (a memfd per rank, mapped by every rank process); the GPU
+// backends ("unicast", "multicast") live in other files of this package
+// behind the same Backend interface.
+//
+// # Memory layout
+//
+// A mailbox is Slots × Capacity × Hidden bf16 elements. Each slot starts on a
+// 64-byte boundary (Layout.SlotBytes is padded) so that a slot never shares a
+// cache line with its neighbour. Element e of a slot lives in 32-bit word
+// e/2, in the low half when e is even and in the high half when e is odd
+// (little-endian memory order, the same order a GPU kernel storing bf16
+// pairs produces). Rank r's slice for row m is the elements
+// m*Hidden + r*Shard .. m*Hidden + r*Shard + Shard-1; Shard must be even so
+// that no word holds elements of two ranks: two writers never touch the
+// same word.
+//
+// # The protocol
+//
+// Every word starts as the sentinel 0x80000000 (+0 in the low element, -0 in
+// the high element). A writer sanitizes every word it stores, turning each
+// -0 half (0x8000) into +0 (0x0000), so it can never store the sentinel:
+// "word == sentinel" reliably means "not written yet". Every store and load
+// of a shared word is a single 32-bit atomic, so a reader sees either the
+// sentinel or the writer's complete word, never half of one.
+//
+// Step t uses slot t mod Slots. On every rank a step is: Write(t) stores the
+// rank's slice into slot t of every rank's mailbox; Receive(t) polls the
+// local slot until no word of the first M*Hidden elements is the sentinel,
+// copies them out and stores the sentinel back into them ("re-arms"). Once a
+// word is not the sentinel it stays final until this rank re-arms it, so the
+// poll copies each word as soon as it has arrived and never looks back.
+//
+// # Why two slots suffice
+//
+// Rank p writes step t+1 into slot (t+1) mod S of rank q. With S = 2 that is
+// the slot q used for step t-1; the write is harmless only if q has already
+// copied and re-armed step t-1. It has: p issues Write(t+1) only after its
+// own Receive(t) finished; that needed q's step-t slice, and q issued
+// Write(t) only after its Receive(t-1) had copied and re-armed slot
+// (t-1) mod S. Each link in that chain is an atomic store observed by an
+// atomic load, so in Go's memory model (and on the hardware: x86 TSO, arm64
+// release/acquire atomics) the re-arm happens before p's step-t+1 stores.
+// With one slot the chain breaks: p could overwrite slot 0 with step t+1
+// while q is still copying step t, so fewer than two slots are rejected.
+// A third slot (the default) gives a backend room to defer the re-arm by a
+// step, e.g. into the next kernel launch.
+//
+// The Host enforces the order that argument relies on: steps start at 0 and
+// go up by one, Write(t) must precede Receive(t), and Write(t+1) is refused
+// until Receive(t) has succeeded. All ranks must pass the same m for a step.
+// A Receive that failed (deadline, cancellation, Close) leaves the slot
+// half-filled, so the Host refuses further steps (ErrBroken).
+//
+// # What this package must not do
+//
+// It does not compute (the kernel package does), does not talk to the hub
+// itself (it is handed an Exchanger), never creates the multicast backend
+// when MulticastBlockedBy reports a blocking variable, and never panics or
+// exits on bad input from a peer: a peer's malformed or mismatching
+// description becomes an error that names the peer's rank.
+package mailbox

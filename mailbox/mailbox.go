@@ -1,0 +1,192 @@
+package mailbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Exchanger is what the mailbox needs from the rank group: who we are, and
+// collectives to agree on the layout and to pass memory handles around.
+// *tp.Group satisfies it.
+type Exchanger interface {
+	Rank() int
+	Size() int
+	Barrier(ctx context.Context) error
+	AllGather(ctx context.Context, b []byte) ([][]byte, error)
+	// AllGatherFDs: every rank contributes one descriptor; the result holds
+	// one new descriptor per rank (own included), owned by the caller.
+	AllGatherFDs(ctx context.Context, fd int) ([]int, error)
+	BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, error)
+}
+
+// Backend is one way of giving every rank a view of every rank's mailbox.
+// The host backend implements it together with Stepper; the GPU backends
+// implement it and hand their slot addresses to the kernels instead.
+type Backend interface {
+	// Name is "host", "unicast" or "multicast".
+	Name() string
+	// Layout is the geometry every rank agreed on.
+	Layout() Layout
+	// Close releases the memory and descriptors; idempotent.
+	Close() error
+}
+
+// Stepper is the protocol driven from the CPU: the host backend's writer
+// and receiver. See the package documentation for the order of calls.
+type Stepper interface {
+	// Write stores this rank's slice (m rows of Shard bf16, row-major) into
+	// slot step%Slots of every rank's mailbox, sanitized.
+	Write(ctx context.Context, step uint64, m int, slice []uint16) error
+	// Receive waits until every rank's slice of the step arrived in the
+	// local slot, copies the first m*Hidden elements into out and re-arms
+	// the slot. Past the deadline it returns a *TimeoutError.
+	Receive(ctx context.Context, step uint64, m int, out []uint16) error
+}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultSlots    = 3
+	DefaultDeadline = 10 * time.Second
+)
+
+// slotAlign is the byte alignment of every slot: one cache line, so two
+// slots never share one.
+const slotAlign = 64
+
+// maxRegionBytes bounds one rank's mailbox. The real shapes need well under
+// a megabyte; the bound turns an absurd Config into an error instead of an
+// overflowing size or an allocation that takes the machine down.
+const maxRegionBytes = 1 << 30
+
+// Config describes a mailbox. Rank and group size come from the Exchanger.
+type Config struct {
+	Hidden   int           // elements per row (hidden_dim); Hidden/Size must be even
+	Capacity int           // rows per slot, the largest M a step may use
+	Slots    int           // 0 means DefaultSlots; fewer than 2 is rejected
+	Deadline time.Duration // how long a Receive waits; 0 means DefaultDeadline
+}
+
+// WithDefaults returns c with zero fields replaced by their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Slots == 0 {
+		c.Slots = DefaultSlots
+	}
+	if c.Deadline == 0 {
+		c.Deadline = DefaultDeadline
+	}
+	return c
+}
+
+// Layout is the agreed geometry of every rank's mailbox.
+type Layout struct {
+	Hidden    int // elements per row
+	Capacity  int // rows per slot
+	Slots     int // slots per mailbox, at least 2
+	Size      int // ranks in the group
+	Shard     int // Hidden / Size, even
+	SlotBytes int // bytes per slot, Capacity*Hidden*2 rounded up to 64
+	Bytes     int // bytes per mailbox, Slots*SlotBytes
+}
+
+// NewLayout validates cfg for a group of size ranks. Zero Slots means
+// DefaultSlots. Errors wrap ErrConfig and name the value and the rule.
+func NewLayout(cfg Config, size int) (Layout, error) {
+	l, err := newLayout(cfg, size)
+	if err != nil {
+		return Layout{}, fmt.Errorf("mailbox: %w", err)
+	}
+	return l, nil
+}
+
+func newLayout(cfg Config, size int) (Layout, error) {
+	cfg = cfg.WithDefaults()
+	bad := func(format string, args ...any) (Layout, error) {
+		return Layout{}, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+	}
+	switch {
+	case cfg.Slots < 2:
+		return bad("slots = %d, need at least 2: step t+1 reuses a slot only after every rank has re-armed it at step t-1, which needs a second slot", cfg.Slots)
+	case cfg.Deadline < 0:
+		return bad("deadline = %v, must not be negative", cfg.Deadline)
+	case size < 1:
+		return bad("group size = %d, must be at least 1", size)
+	case cfg.Hidden < 1:
+		return bad("hidden = %d, must be positive", cfg.Hidden)
+	case cfg.Capacity < 1:
+		return bad("capacity = %d, must be at least 1 (the largest M)", cfg.Capacity)
+	case cfg.Hidden%size != 0:
+		return bad("hidden = %d is not divisible by the group size %d", cfg.Hidden, size)
+	case (cfg.Hidden/size)%2 != 0:
+		return bad("shard = hidden/size = %d/%d = %d is odd; it must be even so that no 32-bit word holds elements of two ranks", cfg.Hidden, size, cfg.Hidden/size)
+	}
+	// Check the size before multiplying so that nothing overflows.
+	if cfg.Capacity > maxRegionBytes/2/cfg.Hidden || cfg.Slots > maxRegionBytes/(2*cfg.Hidden*cfg.Capacity+slotAlign) {
+		return bad("slots × capacity × hidden = %d × %d × %d bf16 exceeds the %d-byte limit", cfg.Slots, cfg.Capacity, cfg.Hidden, maxRegionBytes)
+	}
+	slotBytes := (cfg.Capacity*cfg.Hidden*2 + slotAlign - 1) / slotAlign * slotAlign
+	return Layout{
+		Hidden:    cfg.Hidden,
+		Capacity:  cfg.Capacity,
+		Slots:     cfg.Slots,
+		Size:      size,
+		Shard:     cfg.Hidden / size,
+		SlotBytes: slotBytes,
+		Bytes:     cfg.Slots * slotBytes,
+	}, nil
+}
+
+// Slot is the slot that step uses.
+func (l Layout) Slot(step uint64) int { return int(step % uint64(l.Slots)) }
+
+// SlotOffset is the byte offset of step's slot in a mailbox.
+func (l Layout) SlotOffset(step uint64) int { return l.Slot(step) * l.SlotBytes }
+
+// Element is the index, within a slot, of rank's element n of row m.
+func (l Layout) Element(m, rank, n int) int { return m*l.Hidden + rank*l.Shard + n }
+
+// Errors for errors.Is.
+var (
+	// ErrConfig: an invalid Config, or ranks that disagree about it.
+	ErrConfig = errors.New("invalid configuration")
+	// ErrTimeout: a Receive ran past its deadline (see *TimeoutError).
+	ErrTimeout = errors.New("receive deadline exceeded")
+	// ErrClosed: the mailbox was closed.
+	ErrClosed = errors.New("mailbox closed")
+	// ErrBroken: an earlier Receive failed, so the slots no longer follow
+	// the protocol and the mailbox refuses further steps.
+	ErrBroken = errors.New("mailbox unusable after a failed receive")
+	// ErrStepOrder: Write and Receive were not called in protocol order.
+	ErrStepOrder = errors.New("steps out of order")
+	// ErrArgument: a bad m or buffer length.
+	ErrArgument = errors.New("invalid argument")
+	// ErrPeer: a peer failed during setup or sent a bad description.
+	ErrPeer = errors.New("peer failed")
+)
+
+// TimeoutError reports a Receive that ran past its deadline.
+type TimeoutError struct {
+	Rank    int           // the receiving rank
+	Step    uint64        // the step being received
+	Slot    int           // step % slots
+	Missing []int         // ranks with at least one word still the sentinel, ascending
+	Waited  time.Duration // how long the Receive waited
+}
+
+func (e *TimeoutError) Error() string {
+	ranks := make([]string, len(e.Missing))
+	for i, r := range e.Missing {
+		ranks[i] = fmt.Sprint(r)
+	}
+	who := "rank"
+	if len(ranks) != 1 {
+		who = "ranks"
+	}
+	return fmt.Sprintf("mailbox: rank %d, step %d (slot %d): no slice from %s %s after %v",
+		e.Rank, e.Step, e.Slot, who, strings.Join(ranks, ", "), e.Waited.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrTimeout) true.
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
