@@ -25,10 +25,9 @@ func (e *noDriverError) Is(target error) bool { return target == ErrNoDriver }
 func (e *noDriverError) Unwrap() error        { return e.ret }
 
 // Preflight checks the GPUs the job described by opts will use and decides
-// the mailbox backend. lib must not be initialized by the caller's code path
-// in a way that Shutdown here would undo: Preflight calls lib.Init and, when
-// Init succeeded, lib.Shutdown before it returns (NVML counts references, so
-// a caller that holds its own Init is not disturbed).
+// the mailbox backend. It calls lib.Init first and, when Init succeeded,
+// lib.Shutdown before it returns; NVML counts Init calls, so a caller that
+// holds its own Init keeps its session.
 //
 // Results:
 //   - (report, nil): the job may run; report.Verdict.Backend says how.

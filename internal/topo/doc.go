@@ -13,7 +13,8 @@
 //     clique, is a Hopper or newer chip (multicast objects need compute
 //     capability 9.0; CUDA's CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, checked
 //     by the mailbox when it creates the object, is the final word), holds
-//     exactly one rank, and no safety variable forbids multicast;
+//     exactly one rank, and no safety variable forbids multicast (the rule
+//     is mailbox.MulticastBlockedBy, the same the mailbox enforces);
 //   - unicast when P2P read and write work between every pair;
 //   - otherwise the job is refused, naming the offending pair and why.
 //

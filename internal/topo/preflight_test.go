@@ -504,6 +504,7 @@ func TestEverySafetyVariableBlocksMulticast(t *testing.T) {
 		{"NVSHMEM_DISABLE_NVLS", "1"},
 		{"TPRUN_MULTICAST", "0"},
 		{"TPRUN_MULTICAST", " 0 "},
+		{"NCCL_NVLS_ENABLE", "false"}, // read the way the mailbox reads it
 	} {
 		t.Run(kv[0]+"="+kv[1], func(t *testing.T) {
 			lib, _ := hgxNode(t, 8).lib()

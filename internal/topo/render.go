@@ -102,7 +102,7 @@ func (r *Report) WriteText(w io.Writer) error {
 				continue
 			}
 			la, lb := pairLabels(r, p)
-			fmt.Fprintf(&b, "  %s ↔ %s: P2P read %s; P2P write %s; path %s\n", la, lb, p.Read.Status, p.Write.Status, p.Path)
+			fmt.Fprintf(&b, "  %s ↔ %s, through %s:\n      P2P read:  %s\n      P2P write: %s\n", la, lb, p.Path, p.Read.Status, p.Write.Status)
 		}
 		switch {
 		case fine == 1 && len(r.Pairs) == 1:

@@ -5,29 +5,9 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-)
 
-// multicastBlockedBy returns "NAME=value" for the first variable of the
-// multicast safety rule (DESIGN.md) that getenv reports as set, or "".
-// While any of them is set the multicast backend must not be created, even
-// when asked for, and auto picks unicast.
-//
-// The mailbox package owns the rule at creation time; this copy lets the
-// preflight explain the choice without importing the mailbox (and its CUDA
-// binding) into the launcher. Keep the two lists identical.
-func multicastBlockedBy(getenv func(string) string) string {
-	for _, v := range [...]struct{ name, value string }{
-		{"NCCL_NVLS_ENABLE", "0"},
-		{"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
-		{"NVSHMEM_DISABLE_NVLS", "1"},
-		{"TPRUN_MULTICAST", "0"},
-	} {
-		if strings.TrimSpace(getenv(v.name)) == v.value {
-			return v.name + "=" + v.value
-		}
-	}
-	return ""
-}
+	"github.com/tprun/tprun/mailbox"
+)
 
 // judge fills r.Verdict from the facts collect gathered. It is pure: no
 // NVML, the environment only through lookup.
@@ -58,8 +38,12 @@ func judge(r *Report, opts Options, lookup func(string) (string, bool)) {
 		}
 	}
 
+	// The mailbox owns the safety rule (and enforces it again when it
+	// creates the backend); asking it keeps the two from drifting apart.
 	getenv := func(k string) string { s, _ := lookup(k); return s }
-	v.SafetyVariable = multicastBlockedBy(getenv)
+	if name, blocked := mailbox.MulticastBlockedBy(getenv); blocked {
+		v.SafetyVariable = name + "=" + strings.TrimSpace(getenv(name))
+	}
 	v.MulticastBlockers = multicastBlockers(r, v.SafetyVariable)
 
 	if opts.Strict {

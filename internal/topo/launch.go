@@ -1,0 +1,52 @@
+package topo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// PreflightNotice is the check as the launcher runs it before starting GPU
+// ranks: Preflight, turned into the one line the launcher prints
+// ("tprun: <notice>") or the error that stops the launch.
+//
+//   - usable: the report's Summary, nil;
+//   - no driver: a notice that the job continues on the CPU, nil; or, when
+//     requireGPU (the job was told to use CUDA), an error with ErrNoDriver;
+//   - refused or NVML failure: "", the error, with a hint to run
+//     `tprun topo` for the full report.
+func PreflightNotice(ctx context.Context, lib nvml.Interface, opts Options, requireGPU bool) (string, error) {
+	r, err := Preflight(ctx, lib, opts)
+	switch {
+	case errors.Is(err, ErrNoDriver) && requireGPU:
+		return "", fmt.Errorf("%w, and the job needs a GPU", err)
+	case errors.Is(err, ErrNoDriver):
+		return err.Error() + "; continuing on the CPU", nil
+	case err != nil:
+		return "", fmt.Errorf("%w (tprun topo shows the full report; --skip-topology-check starts anyway)", err)
+	}
+	return r.Summary(), nil
+}
+
+// EnvLookup returns a LookupEnv over an environment list in os.Environ
+// form (the one the ranks will get); the last entry for a name wins, as
+// in exec. A nil list means the process's own environment.
+func EnvLookup(environ []string) func(string) (string, bool) {
+	if environ == nil {
+		return os.LookupEnv
+	}
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
