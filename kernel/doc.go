@@ -1,0 +1,25 @@
+// Package kernel holds the numerics of tprun's fused up-projection: the bf16
+// type and its roundings, the shape and layout rules every backend obeys,
+// the float64 reference (the yardstick every result is checked against, with
+// a tolerance derived from the roundings the operation is allowed to make),
+// and the CPU implementation the host backend runs.
+//
+// The operation, for every m < M and n < shard (DESIGN.md "The operation"):
+//
+//	S        = sum_k f32(latent[m,k]) * f32(weight[n,k])   (fp32 accumulation)
+//	out[m,n] = bf16( f32(bf16(S)) + f32(shared[m,n]) )     (round to nearest even)
+//
+// with negative zero stored as +0 so that a written word is never the
+// mailbox sentinel.
+//
+// The CUDA sources, the embedded compiled kernels and their launch
+// configurations live in this package too, in their own files; the files
+// documented here are pure Go and must stay so: no cgo, no device calls, no
+// package state. Everything validates its shape and buffer lengths and
+// returns an error wrapping ErrShape instead of panicking, because shapes
+// come from command-line flags and other ranks.
+//
+// What this package must not do: talk to other ranks, know about mailbox
+// slots or the Lamport protocol (it only promises that it never produces the
+// sentinel word), or pick a backend.
+package kernel
