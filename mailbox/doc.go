@@ -55,6 +55,17 @@
 // A Receive that failed (deadline, cancellation, Close) leaves the slot
 // half-filled, so the Host refuses further steps (ErrBroken).
 //
+// # Backends
+//
+// Backend (Name, Layout, Close) is what every backend provides; Stepper
+// (Write, Receive) is the CPU-driven half that the host backend provides.
+// The GPU backends store from their kernels instead and expose slot
+// addresses for them. Kind, ParseKind, MulticastBlockedBy and
+// CheckMulticastAllowed are the pure selection logic: the multicast backend
+// calls CheckMulticastAllowed before it creates anything, even when asked
+// for explicitly. Data crosses this package as raw bf16 bits ([]uint16), so
+// it does not depend on the kernel package's types.
+//
 // # What this package must not do
 //
 // It does not compute (the kernel package does), does not talk to the hub

@@ -52,7 +52,7 @@ var ErrMulticastDisabled = errors.New("multicast disabled by the environment")
 // MulticastDisabledError names the variable that forbids multicast.
 type MulticastDisabledError struct {
 	Variable string // e.g. "NCCL_NVLS_ENABLE"
-	Value    string // its value as found
+	Value    string // its value, surrounding space trimmed
 }
 
 func (e *MulticastDisabledError) Error() string {
@@ -104,7 +104,7 @@ func CheckMulticastAllowed(getenv func(string) string) error {
 	if !blocked {
 		return nil
 	}
-	return &MulticastDisabledError{Variable: name, Value: getenv(name)}
+	return &MulticastDisabledError{Variable: name, Value: strings.TrimSpace(getenv(name))}
 }
 
 // envBool reads a switch: ok is false for unset or unreadable values.

@@ -119,7 +119,7 @@ func yield(n int) {
 
 const osYieldEvery = 8
 
-// errDeadline is receiveSlot's internal "deadline passed"; the caller turns
+// deadlineError is receiveSlot's internal "deadline passed"; the caller turns
 // it into a *TimeoutError with the missing ranks.
 type deadlineError struct{ waited time.Duration }
 
