@@ -1,0 +1,247 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// frameConn reads and writes frames on a Unix stream connection, with the
+// descriptors that travel beside them. It is not safe for concurrent reads
+// or concurrent writes; a read and a write may run at the same time.
+type frameConn struct {
+	c *net.UnixConn
+
+	buf  []byte // buf[r:w] is read but not yet decoded
+	r, w int
+	fdq  []int // descriptors received and not yet claimed by a frame
+	oob  []byte
+}
+
+const readChunk = 64 << 10
+
+func newFrameConn(c *net.UnixConn) *frameConn {
+	return &frameConn{
+		c:   c,
+		buf: make([]byte, readChunk),
+		oob: make([]byte, unix.CmsgSpace(MaxFDs*4)),
+	}
+}
+
+// readMessage reads one frame and returns its message and the descriptors
+// it announced. The caller owns those descriptors. Any error leaves the
+// connection unusable.
+func (fc *frameConn) readMessage() (message, []int, error) {
+	if err := fc.fill(headerLen); err != nil {
+		return nil, nil, err
+	}
+	t, n, err := parseHeader(fc.buf[fc.r : fc.r+headerLen])
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := fc.fill(headerLen + n); err != nil {
+		return nil, nil, err
+	}
+	m, err := decodePayload(t, fc.buf[fc.r+headerLen:fc.r+headerLen+n])
+	fc.r += headerLen + n
+	if err != nil {
+		return nil, nil, err
+	}
+	k := m.fdCount()
+	if k > len(fc.fdq) {
+		return nil, nil, fmt.Errorf("%w: %s frame announces %d descriptors, %d arrived", ErrProtocol, t, k, len(fc.fdq))
+	}
+	fds := append([]int(nil), fc.fdq[:k]...)
+	fc.fdq = fc.fdq[k:]
+	// With nothing buffered, any descriptor still queued came with bytes
+	// that are already consumed: the peer sent descriptors no frame claims.
+	if fc.r == fc.w && len(fc.fdq) > 0 {
+		closeFDs(fds)
+		return nil, nil, fmt.Errorf("%w: %d descriptors arrived that no frame announced", ErrProtocol, len(fc.fdq))
+	}
+	return m, fds, nil
+}
+
+// fill reads until at least n bytes are buffered.
+func (fc *frameConn) fill(n int) error {
+	if fc.w-fc.r >= n {
+		return nil
+	}
+	if fc.r > 0 {
+		fc.w = copy(fc.buf, fc.buf[fc.r:fc.w])
+		fc.r = 0
+	}
+	if n > len(fc.buf) {
+		nb := make([]byte, max(n, 2*len(fc.buf)))
+		copy(nb, fc.buf[:fc.w])
+		fc.buf = nb
+	}
+	for fc.w < n {
+		got, oobn, flags, _, err := fc.c.ReadMsgUnix(fc.buf[fc.w:], fc.oob)
+		if oobn > 0 {
+			if perr := fc.takeRights(fc.oob[:oobn]); perr != nil && err == nil {
+				err = perr
+			}
+		}
+		if err == nil && flags&unix.MSG_CTRUNC != 0 {
+			err = fmt.Errorf("%w: descriptors were truncated (more than %d in one message)", ErrProtocol, MaxFDs)
+		}
+		fc.w += got
+		if got == 0 && err == nil {
+			err = io.EOF
+		}
+		if errors.Is(err, io.EOF) && fc.w > 0 {
+			return fmt.Errorf("%w: connection closed inside a frame (%d of %d bytes)", ErrProtocol, fc.w, n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeRights queues the descriptors in a control message. Go's
+// ReadMsgUnix passes MSG_CMSG_CLOEXEC on Linux, so they arrive
+// close-on-exec.
+func (fc *frameConn) takeRights(oob []byte) error {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return fmt.Errorf("%w: control message: %w", ErrProtocol, err)
+	}
+	var bad error
+	for i := range msgs {
+		fds, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			bad = fmt.Errorf("%w: control message: %w", ErrProtocol, err)
+			continue
+		}
+		fc.fdq = append(fc.fdq, fds...)
+	}
+	if len(fc.fdq) > 2*MaxFDs {
+		return fmt.Errorf("%w: %d unclaimed descriptors", ErrProtocol, len(fc.fdq))
+	}
+	return bad
+}
+
+// writeMessage writes m with fds attached to its first byte. The caller
+// keeps ownership of fds (the kernel duplicates them into the peer).
+func (fc *frameConn) writeMessage(m message, fds []int) error {
+	b, err := encodeFrame(m)
+	if err != nil {
+		return err
+	}
+	return fc.writeFrame(b, fds)
+}
+
+func (fc *frameConn) writeFrame(b []byte, fds []int) error {
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	n, _, err := fc.c.WriteMsgUnix(b, oob, nil)
+	if err != nil {
+		return err
+	}
+	// A stream socket may take part of a large frame; the descriptors went
+	// with the first part, the rest follows as plain bytes.
+	if n < len(b) {
+		_, err = fc.c.Write(b[n:])
+	}
+	return err
+}
+
+// releaseFDs closes every descriptor no frame claimed. Only the reading
+// goroutine may call it, after its last read.
+func (fc *frameConn) releaseFDs() {
+	closeFDs(fc.fdq)
+	fc.fdq = nil
+}
+
+// longAgo is a deadline in the past: it makes blocked I/O return at once.
+var longAgo = time.Unix(1, 0)
+
+// interruptOn makes blocking I/O through set (SetReadDeadline,
+// SetWriteDeadline or SetDeadline) fail once ctx is done. The returned
+// release undoes it and reports whether ctx fired; it waits for a firing
+// in progress, so no stale deadline is left behind.
+func interruptOn(ctx context.Context, set func(time.Time) error) (release func() (fired bool)) {
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = set(longAgo)
+		close(done)
+	})
+	return func() bool {
+		if stop() {
+			return false
+		}
+		<-done
+		_ = set(time.Time{})
+		return true
+	}
+}
+
+// peerCred returns the credentials of the process at the other end
+// (SO_PEERCRED): its pid, uid and gid when it connected.
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, os.NewSyscallError("getsockopt SO_PEERCRED", cerr)
+	}
+	return cred, nil
+}
+
+// dupFD returns a close-on-exec duplicate of fd.
+func dupFD(fd int) (int, error) {
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+	}
+	return nfd, nil
+}
+
+// dupFDs duplicates every fd, or none: on error the copies made so far are
+// closed.
+func dupFDs(fds []int) ([]int, error) {
+	out := make([]int, 0, len(fds))
+	for _, fd := range fds {
+		nfd, err := dupFD(fd)
+		if err != nil {
+			closeFDs(out)
+			return nil, err
+		}
+		out = append(out, nfd)
+	}
+	return out, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		// Nothing useful can be done about a failed close of a descriptor
+		// we are discarding.
+		_ = unix.Close(fd)
+	}
+}
+
+// isRetryableDial reports whether a Dial error means the hub is not there
+// yet (no socket file, or nobody listening on it).
+func isRetryableDial(err error) bool {
+	// EAGAIN: a non-blocking connect to a listener whose backlog is full.
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EAGAIN)
+}

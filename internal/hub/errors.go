@@ -1,0 +1,101 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sentinels for errors.Is. Every error that ends the job (a rank failed,
+// left, was aborted, the rendezvous timed out, the hub went away) matches
+// ErrAborted, so a rank can tell "the job is over" from its own bugs with
+// one check.
+var (
+	// ErrAborted: the job failed; the concrete error says why and names the
+	// rank when one is to blame.
+	ErrAborted = errors.New("hub: job aborted")
+	// ErrRendezvous: not every rank said hello in time (also ErrAborted).
+	ErrRendezvous = errors.New("hub: rendezvous failed")
+	// ErrRefused: the hub refused this connection (wrong token, rank out of
+	// range, duplicate rank, world size mismatch, foreign uid).
+	ErrRefused = errors.New("hub: connection refused")
+	// ErrHubLost: the connection to the hub broke (also ErrAborted).
+	ErrHubLost = errors.New("hub: connection to hub lost")
+	// ErrClosed: the Client or Server was closed.
+	ErrClosed = errors.New("hub: closed")
+	// ErrProtocol: bytes on the socket that are not a valid frame.
+	ErrProtocol = errors.New("hub: protocol error")
+	// ErrTooLarge: a blob or descriptor list does not fit in one frame.
+	ErrTooLarge = errors.New("hub: message too large")
+)
+
+// RankError is the job failure caused by one rank: it died (its connection
+// dropped), left before a collective it had to join, sent a malformed or
+// mismatched request, or was aborted by the launcher or by itself.
+type RankError struct {
+	Rank   int
+	Reason string
+}
+
+func (e *RankError) Error() string {
+	return fmt.Sprintf("hub: job aborted: rank %d: %s", e.Rank, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrAborted) true.
+func (e *RankError) Is(target error) bool { return target == ErrAborted }
+
+// RendezvousError: the rendezvous did not complete within the timeout.
+type RendezvousError struct {
+	Missing []int // ranks that never said hello
+	After   time.Duration
+}
+
+func (e *RendezvousError) Error() string {
+	return fmt.Sprintf("hub: rendezvous timed out after %v: %s never connected", e.After, rankList(e.Missing))
+}
+
+// Is makes errors.Is true for both ErrRendezvous and ErrAborted.
+func (e *RendezvousError) Is(target error) bool {
+	return target == ErrRendezvous || target == ErrAborted
+}
+
+// JobError is a job failure no single rank is to blame for (the hub ran out
+// of descriptors, or was shut down while ranks still waited).
+type JobError struct{ Reason string }
+
+func (e *JobError) Error() string   { return "hub: job aborted: " + e.Reason }
+func (e *JobError) Is(t error) bool { return t == ErrAborted }
+
+// RefusedError is what Dial returns when the hub refused the hello.
+type RefusedError struct {
+	Path   string
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("hub: refused by hub at %s: %s", e.Path, e.Reason)
+}
+func (e *RefusedError) Is(t error) bool { return t == ErrRefused }
+
+// lostError wraps the I/O error that broke the connection to the hub.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string { return fmt.Sprintf("%v: %v", ErrHubLost, e.err) }
+func (e *lostError) Unwrap() error { return e.err }
+func (e *lostError) Is(t error) bool {
+	return t == ErrHubLost || t == ErrAborted
+}
+
+// rankList formats ranks as "ranks 2,3" or "rank 2".
+func rankList(ranks []int) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = strconv.Itoa(r)
+	}
+	if len(ranks) == 1 {
+		return "rank " + s[0]
+	}
+	return "ranks " + strings.Join(s, ",")
+}

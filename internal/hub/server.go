@@ -1,0 +1,876 @@
+package hub
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Hello is what a rank says when it connects.
+type Hello struct {
+	Rank, WorldSize, LocalRank, PID int
+	Hostname, Device                string
+	Token                           string // job token; checked by the server, never sent to peers
+}
+
+// ServerConfig configures Listen.
+type ServerConfig struct {
+	WorldSize int
+	Token     string
+	// Path of the socket. Empty: Listen makes a fresh 0700 directory under
+	// os.TempDir() and puts the socket in it; Close removes both. Given:
+	// its parent is created 0700 when missing, a stale socket file (nobody
+	// listening) is replaced, and Close removes only the socket.
+	Path              string
+	RendezvousTimeout time.Duration                    // 0 means 60 s
+	Logf              func(format string, args ...any) // refusals are logged here; nil = silent
+}
+
+const (
+	defaultRendezvousTimeout = 60 * time.Second
+	// defaultHelloTimeout bounds how long a connection may sit without
+	// saying hello, so a stray connection cannot hold a goroutine forever.
+	defaultHelloTimeout = 10 * time.Second
+	// maxSocketPath is sun_path's size less the terminating NUL.
+	maxSocketPath = 107
+)
+
+// Server is the hub of one job. Listen, then Serve (usually in a
+// goroutine), then Close.
+type Server struct {
+	cfg          ServerConfig
+	ln           *net.UnixListener
+	path         string
+	dir          string // directory Listen made; "" when cfg.Path was given
+	uid          int    // the uid every peer must have (tests change it)
+	started      time.Time
+	helloTimeout time.Duration
+
+	mu       sync.Mutex
+	conns    map[*peer]struct{} // every open connection, admitted or not
+	ranks    []*peer            // index = rank; nil until its hello was accepted
+	hellos   []Hello
+	joined   int
+	welcomed bool
+	failure  error    // the first job failure, nil while the job is healthy
+	failWire *failMsg // failure as sent to clients
+	pending  map[uint64]*collective
+	nextSeq  []uint64 // per rank: the sequence number its next call must carry
+	left     []bool   // per rank: said bye
+	lastSeq  []uint64 // per rank that left: its last sequence number
+	closing  bool
+	served   bool
+
+	welcome   chan struct{} // closed when every rank said hello
+	failed    chan struct{} // closed on the first job failure
+	stop      chan struct{} // closed by shutdown
+	serveDone chan struct{} // closed when Serve returns
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// collective is one call (one sequence number) while ranks arrive.
+type collective struct {
+	seq     uint64
+	kind    opKind
+	root    int
+	first   int // rank that arrived first, named in mismatch errors
+	arrived int
+	here    []bool
+	data    [][]byte
+	fds     [][]int
+}
+
+func (c *collective) release() {
+	for _, f := range c.fds {
+		closeFDs(f)
+	}
+	c.fds = nil
+}
+
+// Listen creates the socket. The rendezvous clock starts here.
+func Listen(cfg ServerConfig) (*Server, error) {
+	if cfg.WorldSize < 1 || cfg.WorldSize > MaxWorldSize {
+		return nil, fmt.Errorf("hub: world size %d out of range [1,%d]", cfg.WorldSize, MaxWorldSize)
+	}
+	if cfg.Token == "" {
+		return nil, errors.New("hub: empty job token")
+	}
+	if cfg.RendezvousTimeout <= 0 {
+		cfg.RendezvousTimeout = defaultRendezvousTimeout
+	}
+	s := &Server{
+		cfg:          cfg,
+		uid:          os.Getuid(),
+		helloTimeout: defaultHelloTimeout,
+		conns:        make(map[*peer]struct{}),
+		ranks:        make([]*peer, cfg.WorldSize),
+		hellos:       make([]Hello, cfg.WorldSize),
+		pending:      make(map[uint64]*collective),
+		nextSeq:      make([]uint64, cfg.WorldSize),
+		left:         make([]bool, cfg.WorldSize),
+		lastSeq:      make([]uint64, cfg.WorldSize),
+		welcome:      make(chan struct{}),
+		failed:       make(chan struct{}),
+		stop:         make(chan struct{}),
+		serveDone:    make(chan struct{}),
+	}
+	for r := range s.nextSeq {
+		s.nextSeq[r] = 1
+	}
+	if cfg.Path == "" {
+		dir, err := os.MkdirTemp("", "tprun-hub-")
+		if err != nil {
+			return nil, fmt.Errorf("hub: making socket directory: %w", err)
+		}
+		// MkdirTemp already uses 0700; say so rather than trust it.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("hub: %w", err)
+		}
+		s.dir, s.path = dir, filepath.Join(dir, "hub.sock")
+	} else {
+		s.path = cfg.Path
+		if err := prepareSocketPath(s.path); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.listen(); err != nil {
+		if s.dir != "" {
+			_ = os.RemoveAll(s.dir)
+		}
+		return nil, err
+	}
+	s.started = time.Now()
+	return s, nil
+}
+
+func (s *Server) listen() error {
+	if len(s.path) > maxSocketPath {
+		return fmt.Errorf("hub: socket path %q is %d bytes, the limit is %d", s.path, len(s.path), maxSocketPath)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	// Close removes the file itself, after the connections are gone.
+	ln.SetUnlinkOnClose(false)
+	// The 0700 directory is the real fence; this narrows the umask's
+	// choice for sockets in a directory we did not make.
+	if err := os.Chmod(s.path, 0o600); err != nil {
+		_ = ln.Close()
+		_ = os.Remove(s.path)
+		return fmt.Errorf("hub: %w", err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// prepareSocketPath makes path's directory (0700) if missing and removes a
+// stale socket there, but never one that somebody still listens on.
+func prepareSocketPath(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("hub: making socket directory: %w", err)
+	}
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return fmt.Errorf("hub: %s exists and is not a socket", path)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		_ = c.Close()
+		return fmt.Errorf("hub: %s: another hub is listening there", path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("hub: probing stale socket: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("hub: removing stale socket: %w", err)
+	}
+	return nil
+}
+
+// Path is the socket's path (TPRUN_HUB for the ranks).
+func (s *Server) Path() string { return s.path }
+
+// Err returns the job's failure (a *RankError, *RendezvousError or
+// *JobError), or nil while the job is healthy.
+func (s *Server) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failure
+}
+
+// Failed is closed when the job fails; Err then says why.
+func (s *Server) Failed() <-chan struct{} { return s.failed }
+
+// Serve accepts connections until ctx is done or Close is called (it then
+// returns nil once every connection is closed), or until accepting fails.
+// A job failure does not end Serve: ranks that connect later are told the
+// failure instead of hanging. Serve may be called once.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.served {
+		s.mu.Unlock()
+		return errors.New("hub: Serve called twice")
+	}
+	s.served = true
+	s.mu.Unlock()
+	defer close(s.serveDone)
+
+	stopWatch := context.AfterFunc(ctx, s.shutdown)
+	defer stopWatch()
+
+	s.wg.Add(1)
+	go s.watchRendezvous()
+
+	var err error
+	for {
+		c, aerr := s.ln.AcceptUnix()
+		if aerr != nil {
+			if s.isClosing() {
+				break
+			}
+			if errors.Is(aerr, syscall.EMFILE) || errors.Is(aerr, syscall.ENFILE) || errors.Is(aerr, syscall.ECONNABORTED) {
+				// Out of descriptors for a moment; connections wait in the
+				// backlog meanwhile.
+				s.logf("hub: accept: %v; retrying", aerr)
+				select {
+				case <-time.After(50 * time.Millisecond):
+				case <-s.stop:
+				}
+				continue
+			}
+			err = fmt.Errorf("hub: accept on %s: %w", s.path, aerr)
+			s.shutdown()
+			break
+		}
+		p := &peer{s: s, fc: newFrameConn(c), rank: -1, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		s.conns[p] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.handle(p)
+	}
+	s.wg.Wait()
+	return err
+}
+
+// Abort fails every pending and future call of every client with a
+// *RankError naming rank (the launcher calls it when a rank process dies).
+// Only the first failure of a job counts.
+func (s *Server) Abort(rank int, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failLocked(&RankError{Rank: rank, Reason: reason})
+}
+
+// Drain waits until every frame queued for a client has been handed to
+// the kernel (or that client is gone). A rank that hosts the hub drains
+// before Close, so its peers get their last results even if it exits first.
+func (s *Server) Drain(ctx context.Context) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s.idle() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("hub: draining: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.ranks {
+		if p != nil && !p.idle() {
+			return false
+		}
+	}
+	return true
+}
+
+// Close stops serving, closes every connection and removes the socket and
+// the directory Listen made. It is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.shutdown()
+		s.mu.Lock()
+		served := s.served
+		s.mu.Unlock()
+		if served {
+			<-s.serveDone
+		}
+		s.wg.Wait()
+		s.mu.Lock()
+		for seq, c := range s.pending {
+			c.release()
+			delete(s.pending, seq)
+		}
+		s.mu.Unlock()
+		var errs []error
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("hub: %w", err))
+		}
+		if s.dir != "" {
+			if err := os.RemoveAll(s.dir); err != nil {
+				errs = append(errs, fmt.Errorf("hub: %w", err))
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+func (s *Server) shutdown() {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	s.closing = true
+	close(s.stop)
+	conns := make([]*peer, 0, len(s.conns))
+	for p := range s.conns {
+		conns = append(conns, p)
+	}
+	s.mu.Unlock()
+	_ = s.ln.Close()
+	for _, p := range conns {
+		p.close()
+	}
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf(format, args...)
+	}
+}
+
+func (s *Server) watchRendezvous() {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Until(s.started.Add(s.cfg.RendezvousTimeout)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.welcome:
+		return
+	case <-s.failed:
+		return
+	case <-s.stop:
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.welcomed {
+		return
+	}
+	var missing []int
+	for r, p := range s.ranks {
+		if p == nil {
+			missing = append(missing, r)
+		}
+	}
+	s.failLocked(&RendezvousError{Missing: missing, After: s.cfg.RendezvousTimeout})
+}
+
+// handle is the reading goroutine of one connection.
+func (s *Server) handle(p *peer) {
+	defer s.wg.Done()
+	defer func() {
+		p.close()
+		p.fc.releaseFDs()
+		s.mu.Lock()
+		delete(s.conns, p)
+		s.mu.Unlock()
+	}()
+
+	cred, err := peerCred(p.fc.c)
+	if err != nil {
+		s.logf("hub: refused a connection: %v", err)
+		return
+	}
+	p.pid = int(cred.Pid)
+	if int(cred.Uid) != s.uid {
+		s.refuse(p, fmt.Sprintf("peer uid %d is not the hub's uid %d", cred.Uid, s.uid))
+		return
+	}
+	_ = p.fc.c.SetReadDeadline(time.Now().Add(s.helloTimeout))
+	m, fds, err := p.fc.readMessage()
+	closeFDs(fds)
+	if err != nil {
+		if !s.isClosing() {
+			s.refuse(p, fmt.Sprintf("no valid hello: %v", err))
+		}
+		return
+	}
+	h, ok := m.(*helloMsg)
+	if !ok {
+		s.refuse(p, fmt.Sprintf("expected a hello frame, got %s", m.typ()))
+		return
+	}
+	_ = p.fc.c.SetReadDeadline(time.Time{})
+	stay, reply := s.admit(p, h.h)
+	if !stay {
+		p.sendNow(reply)
+		return
+	}
+	s.readLoop(p)
+}
+
+// refuse tells a connection why it is turned away, logs it, and leaves the
+// closing to handle.
+func (s *Server) refuse(p *peer, reason string) {
+	s.logf("hub: refused connection from pid %d: %s", p.pid, reason)
+	p.sendNow(&failMsg{code: failRefused, rank: -1, reason: reason})
+}
+
+// admit checks a hello and registers the rank. It reports whether the
+// connection stays, and if not, what to tell it.
+func (s *Server) admit(p *peer, h Hello) (bool, message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var reason string
+	switch n := s.cfg.WorldSize; {
+	case s.closing:
+		reason = "the hub is shutting down"
+	case subtle.ConstantTimeCompare([]byte(h.Token), []byte(s.cfg.Token)) != 1:
+		reason = fmt.Sprintf("wrong job token from rank %d", h.Rank)
+	case h.WorldSize != n:
+		reason = fmt.Sprintf("rank %d says world size %d, the job has %d", h.Rank, h.WorldSize, n)
+	case h.Rank < 0 || h.Rank >= n:
+		reason = fmt.Sprintf("rank %d out of range [0,%d)", h.Rank, n)
+	case s.ranks[h.Rank] != nil:
+		reason = fmt.Sprintf("rank %d is already connected (pid %d)", h.Rank, s.ranks[h.Rank].pid)
+	}
+	if reason != "" {
+		s.logf("hub: refused connection from pid %d: %s", p.pid, reason)
+		return false, &failMsg{code: failRefused, rank: -1, reason: reason}
+	}
+	if s.failure != nil {
+		// A latecomer to a failed job learns why instead of waiting.
+		return false, s.failWire
+	}
+	h.Token = ""
+	p.rank = h.Rank
+	s.ranks[h.Rank] = p
+	s.hellos[h.Rank] = h
+	s.joined++
+	s.wg.Add(1)
+	go p.writeLoop()
+	if s.joined == s.cfg.WorldSize {
+		s.welcomed = true
+		close(s.welcome)
+		w := &welcomeMsg{peers: slices.Clone(s.hellos)}
+		for _, q := range s.ranks {
+			q.enqueue(w, nil)
+		}
+	}
+	return true, nil
+}
+
+func (s *Server) readLoop(p *peer) {
+	for {
+		m, fds, err := p.fc.readMessage()
+		if err != nil {
+			s.lost(p.rank, err)
+			return
+		}
+		switch m := m.(type) {
+		case *opMsg:
+			s.op(p.rank, m, fds)
+		case *abortMsg:
+			closeFDs(fds)
+			s.Abort(p.rank, "aborted: "+m.reason)
+		case *byeMsg:
+			closeFDs(fds)
+			s.leave(p.rank)
+		default:
+			closeFDs(fds)
+			s.mu.Lock()
+			s.failLocked(&RankError{Rank: p.rank, Reason: fmt.Sprintf("sent an unexpected %s frame", m.typ())})
+			s.mu.Unlock()
+			return
+		}
+	}
+}
+
+// lost handles the end of a rank's connection.
+func (s *Server) lost(rank int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.left[rank] {
+		return
+	}
+	var reason string
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+		reason = "connection lost (the process exited or was killed)"
+	case errors.Is(err, ErrProtocol):
+		reason = fmt.Sprintf("sent a malformed frame: %v", err)
+	default:
+		reason = fmt.Sprintf("connection lost: %v", err)
+	}
+	s.failLocked(&RankError{Rank: rank, Reason: reason})
+}
+
+// leave records a clean goodbye. A rank may leave once its part is done;
+// only a collective it will now never join fails the job.
+func (s *Server) leave(rank int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.left[rank] {
+		return
+	}
+	s.left[rank] = true
+	s.lastSeq[rank] = s.nextSeq[rank] - 1
+	for _, c := range s.pending {
+		if c.seq > s.lastSeq[rank] {
+			s.failLocked(s.leftError(rank, c.first, c.kind, c.seq))
+			return
+		}
+	}
+}
+
+func (s *Server) leftError(gone, waiter int, kind opKind, seq uint64) error {
+	return &RankError{Rank: gone, Reason: fmt.Sprintf(
+		"closed its connection after collective #%d while rank %d waits in %s #%d",
+		s.lastSeq[gone], waiter, kind, seq)}
+}
+
+// op records one rank's arrival at a collective and completes it when it
+// is the last.
+func (s *Server) op(rank int, m *opMsg, fds []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fail := func(reason string, args ...any) {
+		closeFDs(fds)
+		s.failLocked(&RankError{Rank: rank, Reason: fmt.Sprintf(reason, args...)})
+	}
+	if s.failure != nil || s.closing {
+		// The client learns the failure from the fail frame already queued.
+		closeFDs(fds)
+		return
+	}
+	switch {
+	case !s.welcomed:
+		fail("sent %s before the rendezvous completed", m.kind)
+		return
+	case s.left[rank]:
+		fail("sent %s after closing", m.kind)
+		return
+	case m.seq != s.nextSeq[rank]:
+		fail("sent %s as collective #%d, expected #%d", m.kind, m.seq, s.nextSeq[rank])
+		return
+	}
+	s.nextSeq[rank]++
+	if !m.kind.hasRoot() {
+		m.root = 0
+	}
+	if reason := s.checkOp(rank, m, len(fds)); reason != "" {
+		fail("%s #%d: %s", m.kind, m.seq, reason)
+		return
+	}
+	for q, gone := range s.left {
+		if gone && s.lastSeq[q] < m.seq {
+			closeFDs(fds)
+			s.failLocked(s.leftError(q, rank, m.kind, m.seq))
+			return
+		}
+	}
+	c := s.pending[m.seq]
+	if c == nil {
+		n := s.cfg.WorldSize
+		c = &collective{seq: m.seq, kind: m.kind, root: m.root, first: rank,
+			here: make([]bool, n), data: make([][]byte, n), fds: make([][]int, n)}
+		s.pending[m.seq] = c
+	} else if c.kind != m.kind || c.root != m.root {
+		fail("called %s as collective #%d while rank %d called %s", describe(m.kind, m.root), m.seq, c.first, describe(c.kind, c.root))
+		return
+	}
+	c.here[rank] = true
+	c.data[rank] = m.data
+	c.fds[rank] = fds
+	c.arrived++
+	if c.arrived == s.cfg.WorldSize {
+		delete(s.pending, c.seq)
+		s.completeLocked(c)
+	}
+}
+
+func describe(k opKind, root int) string {
+	if k.hasRoot() {
+		return fmt.Sprintf("%s(root %d)", k, root)
+	}
+	return k.String()
+}
+
+// checkOp validates a call's arguments; it returns why it is invalid, or "".
+func (s *Server) checkOp(rank int, m *opMsg, nfds int) string {
+	n := s.cfg.WorldSize
+	if m.kind.hasRoot() && (m.root < 0 || m.root >= n) {
+		return fmt.Sprintf("root %d out of range [0,%d)", m.root, n)
+	}
+	wantFDs, dataOK := 0, len(m.data) == 0
+	switch m.kind {
+	case opAllGather:
+		dataOK = len(m.data) <= MaxBlob(n)
+	case opBroadcast:
+		dataOK = len(m.data) == 0 || (rank == m.root && len(m.data) <= MaxBlob(1))
+	case opAllGatherFDs:
+		wantFDs = 1
+	case opBroadcastFDs:
+		if rank == m.root {
+			wantFDs = nfds
+		}
+	}
+	if nfds != wantFDs {
+		return fmt.Sprintf("sent %d descriptors, expected %d", nfds, wantFDs)
+	}
+	if !dataOK {
+		return fmt.Sprintf("sent %d bytes of data, which this call does not take", len(m.data))
+	}
+	return ""
+}
+
+// completeLocked sends a finished collective's result to every rank.
+func (s *Server) completeLocked(c *collective) {
+	defer c.release()
+	res := &resultMsg{seq: c.seq, kind: c.kind}
+	var fds []int
+	switch c.kind {
+	case opAllGather:
+		res.blobs = c.data
+	case opBroadcast:
+		res.blobs = [][]byte{c.data[c.root]}
+	case opAllGatherFDs:
+		for _, f := range c.fds {
+			fds = append(fds, f...)
+		}
+	case opBroadcastFDs:
+		fds = c.fds[c.root]
+	}
+	res.nfds = len(fds)
+	b, err := encodeFrame(res)
+	if err != nil {
+		s.failLocked(&JobError{Reason: fmt.Sprintf("%s #%d: %v", c.kind, c.seq, err)})
+		return
+	}
+	for r, p := range s.ranks {
+		if s.left[r] {
+			continue
+		}
+		// Each connection's writer owns (and closes) its own copies.
+		dups, err := dupFDs(fds)
+		if err != nil {
+			s.failLocked(&JobError{Reason: fmt.Sprintf("%s #%d: duplicating descriptors for rank %d: %v", c.kind, c.seq, r, err)})
+			return
+		}
+		p.enqueueFrame(b, dups)
+	}
+}
+
+// failLocked records the job's first failure and tells every rank.
+func (s *Server) failLocked(err error) {
+	if s.failure != nil {
+		return
+	}
+	s.failure = err
+	s.failWire = wireFailure(err)
+	close(s.failed)
+	s.logf("%v", err)
+	for _, p := range s.ranks {
+		if p != nil {
+			p.enqueue(s.failWire, nil)
+		}
+	}
+	for seq, c := range s.pending {
+		c.release()
+		delete(s.pending, seq)
+	}
+}
+
+func wireFailure(err error) *failMsg {
+	var re *RankError
+	var rv *RendezvousError
+	var je *JobError
+	switch {
+	case errors.As(err, &re):
+		return &failMsg{code: failRank, rank: re.Rank, reason: re.Reason}
+	case errors.As(err, &rv):
+		return &failMsg{code: failRendezvous, rank: -1, missing: rv.Missing, after: rv.After}
+	case errors.As(err, &je):
+		return &failMsg{code: failJob, rank: -1, reason: je.Reason}
+	}
+	return &failMsg{code: failJob, rank: -1, reason: err.Error()}
+}
+
+// err turns a fail frame back into the typed error it came from.
+func (m *failMsg) err(path string) error {
+	switch m.code {
+	case failRefused:
+		return &RefusedError{Path: path, Reason: m.reason}
+	case failRank:
+		return &RankError{Rank: m.rank, Reason: m.reason}
+	case failRendezvous:
+		return &RendezvousError{Missing: m.missing, After: m.after}
+	}
+	return &JobError{Reason: m.reason}
+}
+
+// MaxBlob is the largest blob one rank may contribute to an all-gather in
+// a job of n ranks, so that the result fits in one frame.
+func MaxBlob(n int) int {
+	if n < 1 {
+		n = 1
+	}
+	return (MaxFrame-64)/n - 4
+}
+
+// peer is one connection on the server side: a reading goroutine (handle)
+// and, once admitted, a writing goroutine with an unbounded queue, so that
+// a slow reader never blocks the hub.
+type peer struct {
+	s    *Server
+	fc   *frameConn
+	rank int // -1 until admitted; set under s.mu
+	pid  int
+
+	mu      sync.Mutex
+	out     []outFrame
+	writing bool
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+}
+
+type outFrame struct {
+	b   []byte
+	fds []int // owned by the queue
+}
+
+func (p *peer) enqueue(m message, fds []int) {
+	b, err := encodeFrame(m)
+	if err != nil {
+		closeFDs(fds)
+		p.s.logf("hub: rank %d: %v", p.rank, err)
+		return
+	}
+	p.enqueueFrame(b, fds)
+}
+
+func (p *peer) enqueueFrame(b []byte, fds []int) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		closeFDs(fds)
+		return
+	}
+	p.out = append(p.out, outFrame{b: b, fds: fds})
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *peer) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed || (len(p.out) == 0 && !p.writing)
+}
+
+func (p *peer) writeLoop() {
+	defer p.s.wg.Done()
+	for {
+		select {
+		case <-p.wake:
+		case <-p.done:
+			return
+		}
+		for {
+			p.mu.Lock()
+			if p.closed || len(p.out) == 0 {
+				p.writing = false
+				p.mu.Unlock()
+				break
+			}
+			f := p.out[0]
+			p.out[0] = outFrame{}
+			p.out = p.out[1:]
+			p.writing = true
+			p.mu.Unlock()
+			err := p.fc.writeFrame(f.b, f.fds)
+			closeFDs(f.fds)
+			if err != nil {
+				// The reading side sees the broken connection and reports it.
+				p.close()
+				p.mu.Lock()
+				p.writing = false
+				p.mu.Unlock()
+				return
+			}
+		}
+	}
+}
+
+// sendNow writes one frame from the reading goroutine, before a writer
+// exists (refusals), with a short deadline.
+func (p *peer) sendNow(m message) {
+	_ = p.fc.c.SetWriteDeadline(time.Now().Add(time.Second))
+	// The connection is closed right after; the peer may already be gone.
+	_ = p.fc.writeMessage(m, nil)
+}
+
+func (p *peer) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	q := p.out
+	p.out = nil
+	p.mu.Unlock()
+	close(p.done)
+	_ = p.fc.c.Close()
+	for _, f := range q {
+		closeFDs(f.fds)
+	}
+}
