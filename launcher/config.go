@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tprun/tprun/internal/hub"
 )
 
 // Defaults used when the matching Config field is zero.
@@ -114,6 +116,8 @@ type Config struct {
 	// listen opens the rendezvous hub; nil means the real internal/hub.
 	// Tests replace it to watch Abort calls.
 	listen listenFunc
+	// path is Command[0] resolved through PATH by validate.
+	path string
 }
 
 // Validate reports the first bad setting as a *ConfigError (errors.Is
@@ -127,8 +131,8 @@ func (c Config) Validate() error {
 // validate checks the settings that need no side effects and fills in
 // defaults. It returns the normalized copy.
 func (c Config) validate() (Config, error) {
-	if c.WorldSize < 1 {
-		return c, &ConfigError{Field: "--tp", Value: strconv.Itoa(c.WorldSize), Rule: "must be at least 1"}
+	if c.WorldSize < 1 || c.WorldSize > hub.MaxWorldSize {
+		return c, &ConfigError{Field: "--tp", Value: strconv.Itoa(c.WorldSize), Rule: fmt.Sprintf("must be in 1..%d", hub.MaxWorldSize)}
 	}
 	if len(c.Devices) > 0 {
 		if err := checkDevices(c.Devices, c.WorldSize); err != nil {
@@ -171,7 +175,7 @@ func (c Config) validate() (Config, error) {
 	if err != nil {
 		return c, &ConfigError{Field: "command", Value: c.Command[0], Rule: "not found or not executable", Err: unwrapExecErr(err)}
 	}
-	c.Command[0] = path
+	c.path = path
 	return c, nil
 }
 

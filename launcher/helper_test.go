@@ -3,6 +3,7 @@ package launcher
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/internal/hub"
 )
 
 // The test binary doubles as the rank program (go-plugin's
@@ -61,6 +64,8 @@ func helperMain(args []string) int {
 		return helperJob(rank)
 	case "launch":
 		return helperLaunch(args[1:])
+	case "hub":
+		return helperHub(rank)
 	}
 	fmt.Fprintf(os.Stderr, "helper: unknown mode %q\n", args[0])
 	return 99
@@ -166,6 +171,69 @@ func helperLaunch(args []string) int {
 		return 2
 	}
 	return res.ExitStatus
+}
+
+// helperHub is a rank that uses the hub the way tp.Join does: hello,
+// barrier, all-gather of its pid (checked against the hellos). Then, with
+// HELPER_VICTIM=V: rank V prints "killed-at <unix ns>" and SIGKILLs itself,
+// and every other rank, blocked in a barrier V never joins, prints
+// "barrier-failed <unix ns> rank <R named by the error>" and exits 3.
+// HELPER_IGNORE_TERM=1 keeps them alive through the launcher's SIGTERM so
+// that the hub's abort is what ends their call.
+func helperHub(rank int) int {
+	if os.Getenv("HELPER_IGNORE_TERM") == "1" {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	n, _ := strconv.Atoi(os.Getenv("TPRUN_WORLD_SIZE"))
+	local, _ := strconv.Atoi(os.Getenv("TPRUN_LOCAL_RANK"))
+	host, _ := os.Hostname()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := hub.Dial(ctx, os.Getenv("TPRUN_HUB"), hub.Hello{
+		Rank: rank, WorldSize: n, LocalRank: local, PID: os.Getpid(),
+		Hostname: host, Token: os.Getenv("TPRUN_JOB_TOKEN"),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dial:", err)
+		return 10
+	}
+	defer c.Close()
+	if err := c.Barrier(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "barrier:", err)
+		return 11
+	}
+	all, err := c.AllGather(ctx, []byte(strconv.Itoa(os.Getpid())))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "allgather:", err)
+		return 12
+	}
+	peers := c.Peers()
+	for r, b := range all {
+		if string(b) != strconv.Itoa(peers[r].PID) {
+			fmt.Fprintf(os.Stderr, "rank %d sent pid %s, said hello as %d\n", r, b, peers[r].PID)
+			return 13
+		}
+	}
+	fmt.Printf("gathered %d pids\n", len(all))
+	victim, err := strconv.Atoi(os.Getenv("HELPER_VICTIM"))
+	if err != nil {
+		return 0
+	}
+	if rank == victim {
+		time.Sleep(300 * time.Millisecond) // let the others block
+		fmt.Printf("killed-at %d\n", time.Now().UnixNano())
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Minute)
+	}
+	err = c.Barrier(ctx)
+	now := time.Now().UnixNano()
+	var re *hub.RankError
+	if !errors.As(err, &re) || !errors.Is(err, hub.ErrAborted) {
+		fmt.Fprintf(os.Stderr, "barrier without rank %d: %v\n", victim, err)
+		return 14
+	}
+	fmt.Printf("barrier-failed %d rank %d\n", now, re.Rank)
+	return 3
 }
 
 // splitRankLines groups "[rank K] text" lines by K; other lines go to -1.

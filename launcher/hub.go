@@ -2,17 +2,46 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/tprun/tprun/internal/hub"
 )
 
 // hubServer is what the launcher needs from the rendezvous hub: where its
 // socket is, a loop to run, a way to fail every rank's pending calls when a
-// rank dies, and cleanup. *hub.Server has it.
+// rank dies, and cleanup.
 type hubServer interface {
 	Path() string
 	Serve(ctx context.Context) error
 	Abort(rank int, reason string)
 	Close() error
+}
+
+var _ hubServer = (*hub.Server)(nil)
+
+// hubVerdict is optional: a hub that knows the job's first failure. When a
+// rank dies, the hub may notice its dropped connection, fail its peers and
+// see one of them exit before the launcher reaps the dead rank; the hub's
+// verdict then says who really failed first.
+type hubVerdict interface {
+	Err() error
+}
+
+var _ hubVerdict = (*hub.Server)(nil)
+
+// hubBlame returns the rank the hub holds responsible for the job's
+// failure, or -1.
+func hubBlame(s hubServer) int {
+	v, ok := s.(hubVerdict)
+	if !ok {
+		return -1
+	}
+	var re *hub.RankError
+	if errors.As(v.Err(), &re) {
+		return re.Rank
+	}
+	return -1
 }
 
 // hubConfig is the part of hub.ServerConfig the launcher decides.
@@ -24,3 +53,18 @@ type hubConfig struct {
 }
 
 type listenFunc func(hubConfig) (hubServer, error)
+
+// listenHub opens the real hub in a fresh private directory under
+// os.TempDir(); its Close removes the directory.
+func listenHub(c hubConfig) (hubServer, error) {
+	s, err := hub.Listen(hub.ServerConfig{
+		WorldSize:         c.WorldSize,
+		Token:             c.Token,
+		RendezvousTimeout: c.RendezvousTimeout,
+		Logf:              c.Logf,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/internal/hub"
 )
 
 // lockedBuffer is a bytes.Buffer safe to read while Run writes to it.
@@ -92,6 +94,18 @@ func waitGone(t *testing.T, pids []int, within time.Duration) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+}
+
+// shortTempDir is a TMPDIR for a launcher under test: t.TempDir's long
+// names would push the hub's socket path past sun_path's 107 bytes.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 func waitReady(t *testing.T, dir string, n int) {
@@ -330,7 +344,7 @@ func TestRunExitStatus(t *testing.T) {
 				}
 				return
 			}
-			wantAbort := fmt.Sprintf("%d: rank %d %s", tc.wantFirst, tc.wantFirst, tc.wantHow)
+			wantAbort := fmt.Sprintf("%d: %s", tc.wantFirst, tc.wantHow)
 			if a := rec.Aborts(); len(a) == 0 || a[0] != wantAbort {
 				t.Errorf("hub aborts %q, want first %q", a, wantAbort)
 			}
@@ -350,8 +364,8 @@ func TestRunExitStatus(t *testing.T) {
 			}
 			for r, rr := range res.Ranks {
 				if r == tc.wantFirst {
-					if rr.Stopped || rr.Status.String() != tc.wantHow {
-						t.Errorf("failing rank %d: stopped %v status %s", r, rr.Stopped, rr.Status)
+					if rr.Status.String() != tc.wantHow {
+						t.Errorf("failing rank %d: status %s", r, rr.Status)
 					}
 					continue
 				}
@@ -455,6 +469,7 @@ func TestRunBadConfig(t *testing.T) {
 	}{
 		{desc: "--tp 0", cfg: Config{WorldSize: 0}, field: "--tp"},
 		{desc: "--tp -3", cfg: Config{WorldSize: -3}, field: "--tp"},
+		{desc: "--tp above what the hub takes", cfg: Config{WorldSize: hub.MaxWorldSize + 1}, field: "--tp"},
 		{desc: "--tp above the number of devices", cfg: Config{WorldSize: 3, Devices: []string{"0", "1"}}, field: "--tp"},
 		{desc: "device not an index", cfg: Config{WorldSize: 2, Devices: []string{"0", "gpu1"}}, field: "--devices"},
 		{desc: "negative device", cfg: Config{WorldSize: 1, Devices: []string{"-1"}}, field: "--devices"},
@@ -552,7 +567,7 @@ func TestRunPreflight(t *testing.T) {
 // once every rank printed its pid.
 func launcherProcess(t *testing.T, n int, extraEnv ...string) (cmd *exec.Cmd, pids []int, tmp string, rest *bufio.Scanner) {
 	t.Helper()
-	tmp = t.TempDir()
+	tmp = shortTempDir(t)
 	syncDir := t.TempDir()
 	cmd = exec.Command(os.Args[0], "launch", strconv.Itoa(n))
 	cmd.Env = helperEnviron(append([]string{"TMPDIR=" + tmp, "HELPER_SYNC_DIR=" + syncDir}, extraEnv...)...)
@@ -626,6 +641,137 @@ func TestLauncherSignalled(t *testing.T) {
 			}
 			if tc.hubGone && len(entries) != 0 {
 				t.Errorf("left behind in TMPDIR: %v", entries)
+			}
+		})
+	}
+}
+
+// TestRunHub: ranks find each other through the hub the launcher hosts.
+func TestRunHub(t *testing.T) {
+	for _, n := range []int{1, 2, 8} {
+		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
+			var stdout, stderr lockedBuffer
+			res, err := Run(context.Background(), Config{
+				WorldSize: n, Command: helperCommand("hub"), Env: helperEnviron(),
+				Stdout: &stdout, Stderr: &stderr,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitStatus != 0 {
+				t.Fatalf("status %d\n%s", res.ExitStatus, stderr.String())
+			}
+			lines := splitRankLines(t, stdout.String())
+			for r := 0; r < n; r++ {
+				if want := fmt.Sprintf("gathered %d pids", n); len(lines[r]) != 1 || lines[r][0] != want {
+					t.Errorf("rank %d printed %q, want %q", r, lines[r], want)
+				}
+			}
+		})
+	}
+}
+
+// TestRankKilledInBarrier: a rank SIGKILLed while its peers wait in a
+// barrier makes every peer's call fail, naming it, within 2 s, and the job
+// ends within grace + 2 s with 137.
+func TestRankKilledInBarrier(t *testing.T) {
+	const n, victim, grace = 4, 2, 3 * time.Second
+	var stdout, stderr lockedBuffer
+	res, err := Run(context.Background(), Config{
+		WorldSize: n, Command: helperCommand("hub"),
+		Env:   helperEnviron("HELPER_VICTIM="+strconv.Itoa(victim), "HELPER_IGNORE_TERM=1"),
+		Grace: grace, Stdout: &stdout, Stderr: &stderr,
+	})
+	end := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus != 137 || res.FirstFailed != victim {
+		t.Fatalf("status %d first %d, want 137 %d\n%s", res.ExitStatus, res.FirstFailed, victim, stderr.String())
+	}
+	lines := splitRankLines(t, stdout.String())
+	var killedAt int64
+	for _, l := range lines[victim] {
+		fmt.Sscanf(l, "killed-at %d", &killedAt)
+	}
+	if killedAt == 0 {
+		t.Fatalf("victim printed %q", lines[victim])
+	}
+	kill := time.Unix(0, killedAt)
+	for r := 0; r < n; r++ {
+		if r == victim {
+			continue
+		}
+		var at int64
+		named := -1
+		for _, l := range lines[r] {
+			fmt.Sscanf(l, "barrier-failed %d rank %d", &at, &named)
+		}
+		if at == 0 || named != victim {
+			t.Errorf("rank %d printed %q; want its barrier to fail naming rank %d", r, lines[r], victim)
+			continue
+		}
+		if d := time.Unix(0, at).Sub(kill); d > 2*time.Second {
+			t.Errorf("rank %d's barrier failed %s after the kill", r, d)
+		}
+		if st := res.Ranks[r].Status; st.Code != 3 || res.Ranks[r].Killed {
+			t.Errorf("rank %d ended %s (killed %v); want its own exit 3 after the hub's error", r, st, res.Ranks[r].Killed)
+		}
+	}
+	if d := end.Sub(kill); d > grace+2*time.Second {
+		t.Errorf("Run returned %s after the kill", d)
+	}
+}
+
+// blamingHub is the real hub whose verdict names a fixed rank.
+type blamingHub struct {
+	hubServer
+	rank int
+}
+
+func (h *blamingHub) Err() error { return &hub.RankError{Rank: h.rank, Reason: "connection lost"} }
+
+// TestHubBlame: the rank the hub saw fail first is reported, even when a
+// peer that failed because of it was reaped first; unless that rank then
+// exits cleanly.
+func TestHubBlame(t *testing.T) {
+	tests := []struct {
+		desc       string
+		blamed     int
+		env        []string
+		wantFirst  int
+		wantStatus int
+	}{
+		{desc: "hub names a rank that dies later", blamed: 2, wantFirst: 2, wantStatus: 143},
+		{desc: "hub names a rank that exits 0", blamed: 0, env: []string{"HELPER_IGNORE_TERM=1", "HELPER_SLEEP=200ms"},
+			wantFirst: 1, wantStatus: 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			syncDir := t.TempDir()
+			var stderr lockedBuffer
+			res, err := Run(context.Background(), Config{
+				WorldSize: 3, Command: helperCommand("job"),
+				Env:    helperEnviron(append([]string{"HELPER_SYNC_DIR=" + syncDir, "HELPER_FAIL_RANK=1", "HELPER_FAIL_CODE=3"}, tc.env...)...),
+				Stdout: io.Discard, Stderr: &stderr,
+				listen: func(c hubConfig) (hubServer, error) {
+					s, err := listenHub(c)
+					if err != nil {
+						return nil, err
+					}
+					return &blamingHub{hubServer: s, rank: tc.blamed}, nil
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.FirstFailed != tc.wantFirst || res.ExitStatus != tc.wantStatus {
+				t.Fatalf("first %d status %d, want %d %d\n%s", res.FirstFailed, res.ExitStatus, tc.wantFirst, tc.wantStatus, stderr.String())
+			}
+			report := res.Report()
+			if want := fmt.Sprintf("tprun: rank %d failed first: ", tc.wantFirst); !strings.Contains(report, want) ||
+				strings.Contains(report, fmt.Sprintf("rank %d (", tc.wantFirst)) {
+				t.Errorf("report:\n%s", report)
 			}
 		})
 	}

@@ -44,8 +44,8 @@ func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer) {
 	}
 }
 
-// printf writes one message of tprun's own to stderr under the same lock.
-func (o *output) printf(w io.Writer, s string) {
+// writeString writes tprun's own messages under the same lock.
+func (o *output) writeString(w io.Writer, s string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	_, _ = io.WriteString(w, s)

@@ -31,7 +31,9 @@ func (r *Result) Report() string {
 	}
 	var stopped []string
 	for _, rr := range r.Ranks {
-		if !rr.Stopped {
+		// The first failing rank may have been signalled too, when the hub
+		// named it before it was reaped; it is reported above.
+		if !rr.Stopped || rr.Rank == r.FirstFailed {
 			continue
 		}
 		stopped = append(stopped, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
@@ -45,6 +47,6 @@ func (r *Result) Report() string {
 
 func (j *job) report(res *Result) {
 	if s := res.Report(); s != "" {
-		j.out.printf(j.cfg.Stderr, s)
+		j.out.writeString(j.cfg.Stderr, s)
 	}
 }

@@ -67,11 +67,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Preflight != nil && !cfg.SkipTopologyCheck {
 		notice, err := cfg.Preflight(ctx, cfg)
 		if notice != "" {
-			out.printf(cfg.Stderr, "tprun: "+notice+"\n")
+			out.writeString(cfg.Stderr, "tprun: "+notice+"\n")
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrPreflight, err)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	token, err := newToken()
 	if err != nil {
@@ -82,7 +85,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Token:             token,
 		RendezvousTimeout: cfg.RendezvousTimeout,
 		Logf: func(format string, args ...any) {
-			out.printf(cfg.Stderr, "tprun: hub: "+fmt.Sprintf(format, args...)+"\n")
+			// The hub's messages name the hub themselves.
+			out.writeString(cfg.Stderr, "tprun: "+fmt.Sprintf(format, args...)+"\n")
 		},
 	})
 	if err != nil {
@@ -94,17 +98,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(hubCtx) }()
 
-	j := &job{cfg: cfg, out: out, srv: srv, first: -1, serveErr: serveErr}
+	j := &job{cfg: cfg, out: out, srv: srv, first: -1, firstSeen: -1, serveErr: serveErr}
 	res, runErr := j.run(ctx, token, logs)
 
 	stopHub()
 	if !j.serveDone {
 		if err := <-serveErr; err != nil && !errors.Is(err, context.Canceled) {
-			out.printf(cfg.Stderr, fmt.Sprintf("tprun: hub: %v\n", err))
+			out.writeString(cfg.Stderr, fmt.Sprintf("tprun: hub: %v\n", err))
 		}
 	}
 	if err := srv.Close(); err != nil {
-		out.printf(cfg.Stderr, fmt.Sprintf("tprun: closing hub: %v\n", err))
+		out.writeString(cfg.Stderr, fmt.Sprintf("tprun: closing hub: %v\n", err))
 	}
 	return res, runErr
 }
@@ -156,20 +160,21 @@ type job struct {
 	stopReason string
 	stopStatus int // exit status when no rank failed first
 	first      int // first failing rank, or -1
+	firstSeen  int // first rank reaped with a failure; first unless the hub knew better
 
 	serveErr  <-chan error // the hub's Serve result; nil once received
 	serveDone bool         // serveErr was received by supervise
 }
 
 func (j *job) printf(format string, args ...any) {
-	j.out.printf(j.cfg.Stderr, "tprun: "+fmt.Sprintf(format, args...)+"\n")
+	j.out.writeString(j.cfg.Stderr, "tprun: "+fmt.Sprintf(format, args...)+"\n")
 }
 
 func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, error) {
 	sp := newSpawner()
 	defer sp.close()
 	done := make(chan *child, j.cfg.WorldSize)
-	path := j.cfg.Command[0]
+	path := j.cfg.path
 	for r := 0; r < j.cfg.WorldSize; r++ {
 		env := rankEnv(j.cfg.Env, r, j.cfg.WorldSize, j.srv.Path(), token, j.cfg.Devices)
 		var log io.Writer
@@ -235,9 +240,9 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 			if c.status.Failed() {
 				// Peers blocked in hub calls must not wait for a rank that
 				// will never answer.
-				j.srv.Abort(c.rank, fmt.Sprintf("rank %d %s", c.rank, c.status))
+				j.srv.Abort(c.rank, c.status.String())
 				if !j.stopping {
-					j.first = c.rank
+					j.first, j.firstSeen = j.blame(c), c.rank
 					startStop(fmt.Sprintf("rank %d %s", c.rank, c.status), c.status.ExitStatus())
 				}
 			}
@@ -284,12 +289,31 @@ func (j *job) stop(reason string, status int) bool {
 	}
 	j.stopping, j.stopReason, j.stopStatus = true, reason, status
 	for _, c := range j.children {
+		// The blamed rank too: the hub may blame a rank that is still
+		// alive (one that aborted the job itself).
 		if !c.exited {
 			c.stopped = true
 			c.signalGroup(syscall.SIGTERM)
 		}
 	}
 	return true
+}
+
+// blame picks the first failing rank when c is the first rank reaped with
+// a failure. The hub can know better: it sees a rank's connection drop the
+// moment the rank dies, fails its peers' calls, and one of those peers may
+// exit and be reaped before the dead rank is. So when the hub names
+// another rank that has not exited cleanly, that rank is the one to blame;
+// result checks, once everything is reaped, that it really failed.
+func (j *job) blame(c *child) int {
+	r := hubBlame(j.srv)
+	if r < 0 || r >= len(j.children) || r == c.rank {
+		return c.rank
+	}
+	if p := j.children[r]; p.exited && !p.status.Failed() {
+		return c.rank
+	}
+	return r
 }
 
 func (j *job) killAll() {
@@ -310,6 +334,12 @@ func (j *job) result() *Result {
 			Stopped:  c.stopped, Killed: c.killed,
 			Tail: c.tail.get(),
 		})
+	}
+	if j.first >= 0 && !j.children[j.first].status.Failed() {
+		// The hub blamed a rank that then exited cleanly (it left the
+		// job early): the rank seen failing first is the answer.
+		j.first = j.firstSeen
+		res.FirstFailed = j.first
 	}
 	switch {
 	case j.first >= 0:
