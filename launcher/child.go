@@ -140,9 +140,21 @@ type child struct {
 	killed  bool // sent SIGKILL by tprun
 }
 
-// startChild starts rank's process through sp and its two output pumps.
-// The pumps belong to the child's waiter, which waits for both.
-func startChild(sp *spawner, rank int, path string, argv, env []string, dir string, out *output, stdout, stderr io.Writer, log io.Writer) (*child, error) {
+// childSpec is what startChild needs to know about one rank.
+type childSpec struct {
+	rank           int
+	path           string   // resolved executable
+	argv, env      []string // argv[0] as the user wrote it
+	dir            string
+	out            *output
+	stdout, stderr io.Writer // tprun's
+	log            io.Writer // the rank's log file, or nil
+}
+
+// startChild starts the rank's process through sp and its two output
+// pumps. The pumps belong to the child's waiter, which waits for both.
+func startChild(sp *spawner, spec childSpec) (*child, error) {
+	rank := spec.rank
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: stdout pipe: %w", rank, err)
@@ -154,10 +166,10 @@ func startChild(sp *spawner, rank int, path string, argv, env []string, dir stri
 		return nil, fmt.Errorf("rank %d: stderr pipe: %w", rank, err)
 	}
 	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   argv,
-		Env:    env,
-		Dir:    dir,
+		Path:   spec.path,
+		Args:   spec.argv,
+		Env:    spec.env,
+		Dir:    spec.dir,
 		Stdout: outW,
 		Stderr: errW,
 		// Own process group: a terminal's Ctrl-C reaches only tprun, which
@@ -172,7 +184,7 @@ func startChild(sp *spawner, rank int, path string, argv, env []string, dir stri
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return nil, fmt.Errorf("rank %d: start %s: %w", rank, path, err)
+		return nil, fmt.Errorf("rank %d: start %s: %w", rank, spec.path, err)
 	}
 	c := &child{
 		rank:    rank,
@@ -185,8 +197,8 @@ func startChild(sp *spawner, rank int, path string, argv, env []string, dir stri
 		pumped:  make(chan struct{}, 2),
 	}
 	prefix := rankPrefix(rank)
-	po := &pump{out: out, w: stdout, prefix: prefix, log: log}
-	pe := &pump{out: out, w: stderr, prefix: prefix, log: log, tail: c.tail}
+	po := &pump{out: spec.out, w: spec.stdout, prefix: prefix, log: spec.log}
+	pe := &pump{out: spec.out, w: spec.stderr, prefix: prefix, log: spec.log, tail: c.tail}
 	go func() { po.run(outR); c.pumped <- struct{}{} }()
 	go func() { pe.run(errR); c.pumped <- struct{}{} }()
 	return c, nil

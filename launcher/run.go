@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -174,14 +173,16 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 	sp := newSpawner()
 	defer sp.close()
 	done := make(chan *child, j.cfg.WorldSize)
-	path := j.cfg.path
 	for r := 0; r < j.cfg.WorldSize; r++ {
-		env := rankEnv(j.cfg.Env, r, j.cfg.WorldSize, j.srv.Path(), token, j.cfg.Devices)
-		var log io.Writer
-		if logs != nil {
-			log = logs[r]
+		spec := childSpec{
+			rank: r, path: j.cfg.path, argv: j.cfg.Command,
+			env: rankEnv(j.cfg.Env, r, j.cfg.WorldSize, j.srv.Path(), token, j.cfg.Devices),
+			dir: j.cfg.Dir, out: j.out, stdout: j.cfg.Stdout, stderr: j.cfg.Stderr,
 		}
-		c, err := startChild(sp, r, path, j.cfg.Command, env, j.cfg.Dir, j.out, j.cfg.Stdout, j.cfg.Stderr, log)
+		if logs != nil {
+			spec.log = logs[r]
+		}
+		c, err := startChild(sp, spec)
 		if err != nil {
 			// Nothing useful can run with a rank missing: kill what started.
 			j.stopping, j.stopReason = true, "a rank failed to start"
