@@ -34,6 +34,10 @@ type Client struct {
 	closeErr   error
 }
 
+// byeWait bounds how long Close waits for the hub to acknowledge the
+// goodbye by closing its end.
+const byeWait = time.Second
+
 type delivery struct {
 	res *resultMsg
 	fds []int
@@ -272,11 +276,24 @@ func (c *Client) Close() error {
 		c.setErr(fmt.Errorf("hub: rank %d: %w", c.Rank(), ErrClosed))
 		// A write in flight means the hub is not reading; then skip the
 		// goodbye rather than wait for it.
+		said := false
 		if c.wmu.TryLock() {
 			_ = c.fc.c.SetWriteDeadline(time.Now().Add(time.Second))
 			// Best effort: the hub may already be gone.
-			_ = c.fc.writeMessage(&byeMsg{}, nil)
+			said = c.fc.writeMessage(&byeMsg{}, nil) == nil
 			c.wmu.Unlock()
+		}
+		if said {
+			// The hub closes its end once it has seen the goodbye: after
+			// that, whatever leaving means for the others (a peer still
+			// waiting for this rank fails) is settled, which the rank that
+			// hosts the hub relies on before it shuts the hub down.
+			t := time.NewTimer(byeWait)
+			select {
+			case <-c.readerDone:
+			case <-t.C:
+			}
+			t.Stop()
 		}
 		c.closeErr = c.fc.c.Close()
 		<-c.readerDone
@@ -323,7 +340,7 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 	wrap := func(err error) error { return fmt.Errorf("%s #%d on rank %d: %w", kind, seq, c.Rank(), err) }
 
 	if err := c.send(ctx, &opMsg{seq: seq, kind: kind, root: root, data: data, nfds: len(fds)}, fds); err != nil {
-		c.forget(seq)
+		c.forget(seq, ch)
 		if ctx.Err() != nil {
 			// Part of the frame may be on the wire: the stream is unusable.
 			c.broken(fmt.Errorf("a call was interrupted while sending: %w", ctx.Err()))
@@ -342,7 +359,7 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 	}
 	// A result that arrived together with the failure or cancellation
 	// still counts: the call did complete.
-	if d, ok := c.forget(seq); ok {
+	if d, ok := c.forget(seq, ch); ok {
 		return c.check(kind, seq, d, wrap)
 	}
 	if cause == nil {
@@ -361,10 +378,10 @@ func (c *Client) check(kind opKind, seq uint64, d delivery, wrap func(error) err
 	return d.res, d.fds, nil
 }
 
-// forget removes a waiter and returns a result already delivered to it.
-func (c *Client) forget(seq uint64) (delivery, bool) {
+// forget removes the waiter ch for seq and returns a result already
+// delivered to it.
+func (c *Client) forget(seq uint64, ch chan delivery) (delivery, bool) {
 	c.mu.Lock()
-	ch := c.waiters[seq]
 	delete(c.waiters, seq)
 	c.mu.Unlock()
 	// deliver sends while holding c.mu, so after the delete above any

@@ -974,3 +974,26 @@ func TestTooLarge(t *testing.T) {
 	// Nothing was sent: the job is still fine.
 	onEvery(t, clients, func(r int, c *Client) error { return c.Barrier(context.Background()) })
 }
+
+// TestResultBeforeHubCloses: a result that arrives just before the hub
+// closes the connection still completes the call.
+func TestResultBeforeHubCloses(t *testing.T) {
+	for i := range 40 {
+		h := startHub(t, ServerConfig{WorldSize: 2}, nil)
+		clients := dialAll(t, h)
+		done := make(chan error, 1)
+		go func() { done <- clients[0].Barrier(context.Background()) }()
+		if err := clients[1].Barrier(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: rank 0's barrier: %v", i, err)
+		}
+	}
+}

@@ -413,8 +413,15 @@ func (s *Server) watchRendezvous() {
 // handle is the reading goroutine of one connection.
 func (s *Server) handle(p *peer) {
 	defer s.wg.Done()
+	left := false
 	defer func() {
-		p.close()
+		if left {
+			// Results still queued for a rank that said goodbye go out
+			// before its connection closes.
+			p.closeWhenIdle()
+		} else {
+			p.close()
+		}
 		p.fc.releaseFDs()
 		s.mu.Lock()
 		delete(s.conns, p)
@@ -451,7 +458,7 @@ func (s *Server) handle(p *peer) {
 		p.sendNow(reply)
 		return
 	}
-	s.readLoop(p)
+	left = s.readLoop(p)
 }
 
 // refuse tells a connection why it is turned away, logs it, and leaves the
@@ -505,12 +512,14 @@ func (s *Server) admit(p *peer, h Hello) (bool, message) {
 	return true, nil
 }
 
-func (s *Server) readLoop(p *peer) {
+// readLoop serves an admitted rank until it leaves (true) or its
+// connection ends (false).
+func (s *Server) readLoop(p *peer) bool {
 	for {
 		m, fds, err := p.fc.readMessage()
 		if err != nil {
 			s.lost(p.rank, err)
-			return
+			return false
 		}
 		switch m := m.(type) {
 		case *opMsg:
@@ -519,14 +528,17 @@ func (s *Server) readLoop(p *peer) {
 			closeFDs(fds)
 			s.Abort(p.rank, "aborted: "+m.reason)
 		case *byeMsg:
+			// Nothing may follow a goodbye; the client waits for the
+			// connection to close, which tells it the hub has seen it go.
 			closeFDs(fds)
 			s.leave(p.rank)
+			return true
 		default:
 			closeFDs(fds)
 			s.mu.Lock()
 			s.failLocked(&RankError{Rank: p.rank, Reason: fmt.Sprintf("sent an unexpected %s frame", m.typ())})
 			s.mu.Unlock()
-			return
+			return false
 		}
 	}
 }
@@ -772,12 +784,13 @@ type peer struct {
 	rank int // -1 until admitted; set under s.mu
 	pid  int
 
-	mu      sync.Mutex
-	out     []outFrame
-	writing bool
-	closed  bool
-	wake    chan struct{}
-	done    chan struct{}
+	mu        sync.Mutex
+	out       []outFrame
+	writing   bool
+	finishing bool // close once the queue is empty
+	closed    bool
+	wake      chan struct{}
+	done      chan struct{}
 }
 
 type outFrame struct {
@@ -828,7 +841,12 @@ func (p *peer) writeLoop() {
 			p.mu.Lock()
 			if p.closed || len(p.out) == 0 {
 				p.writing = false
+				finishing := p.finishing
 				p.mu.Unlock()
+				if finishing {
+					p.close()
+					return
+				}
 				break
 			}
 			f := p.out[0]
@@ -856,6 +874,22 @@ func (p *peer) sendNow(m message) {
 	_ = p.fc.c.SetWriteDeadline(time.Now().Add(time.Second))
 	// The connection is closed right after; the peer may already be gone.
 	_ = p.fc.writeMessage(m, nil)
+}
+
+// closeWhenIdle closes the connection once its queue is written.
+func (p *peer) closeWhenIdle() {
+	p.mu.Lock()
+	p.finishing = true
+	idle := len(p.out) == 0 && !p.writing
+	p.mu.Unlock()
+	if idle {
+		p.close()
+		return
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (p *peer) close() {
