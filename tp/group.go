@@ -1,0 +1,136 @@
+package tp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tprun/tprun/internal/hub"
+)
+
+// Group is this rank's view of the job: who it is, and the collectives it
+// shares with the other ranks. Every rank must make the same calls in the
+// same order; a rank that dies, leaves early or calls something else makes
+// the others' calls fail with a *hub.RankError naming it
+// (errors.Is(err, hub.ErrAborted)).
+type Group struct {
+	c *hub.Client
+	l launch
+
+	// Set on rank 0 when it hosts the hub (no tprun launcher).
+	srv       *hub.Server
+	stopServe context.CancelFunc
+	served    chan error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// drainTimeout bounds how long the hub's host waits, when it closes, for
+// its peers' last results to leave.
+const drainTimeout = 5 * time.Second
+
+// Rank is this rank's index in the job, 0..Size()-1.
+func (g *Group) Rank() int { return g.l.rank }
+
+// Size is the number of ranks in the job.
+func (g *Group) Size() int { return g.l.size }
+
+// LocalRank is this rank's index among the ranks on this node.
+func (g *Group) LocalRank() int { return g.l.localRank }
+
+// LocalSize is the number of ranks on this node.
+func (g *Group) LocalSize() int { return g.l.localSize }
+
+// Device is the device this rank should use: TPRUN_DEVICES[local rank], or
+// the local rank.
+func (g *Group) Device() int { return g.l.device() }
+
+// Launcher names what started the ranks: "tprun", "srun", "mpirun" or
+// "torchrun".
+func (g *Group) Launcher() string { return g.l.launcher }
+
+// Peers returns every rank's hello (pid, hostname, device); index = rank.
+func (g *Group) Peers() []hub.Hello { return g.c.Peers() }
+
+// Barrier returns when every rank has called it.
+func (g *Group) Barrier(ctx context.Context) error {
+	return g.wrap(g.c.Barrier(ctx))
+}
+
+// AllGather returns every rank's b; index = rank. Each rank may contribute
+// at most hub.MaxBlob(Size()) bytes.
+func (g *Group) AllGather(ctx context.Context, b []byte) ([][]byte, error) {
+	out, err := g.c.AllGather(ctx, b)
+	return out, g.wrap(err)
+}
+
+// AllGatherFDs: every rank contributes one descriptor; the result holds one
+// new close-on-exec descriptor per rank (own included), owned by the caller.
+func (g *Group) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
+	out, err := g.c.AllGatherFDs(ctx, fd)
+	return out, g.wrap(err)
+}
+
+// Broadcast returns root's b on every rank; the other ranks' b is ignored.
+func (g *Group) Broadcast(ctx context.Context, root int, b []byte) ([]byte, error) {
+	out, err := g.c.Broadcast(ctx, root, b)
+	return out, g.wrap(err)
+}
+
+// BroadcastFDs: root contributes fds, every rank (root too) gets new
+// close-on-exec copies, owned by the caller. The other ranks' fds are
+// ignored.
+func (g *Group) BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, error) {
+	out, err := g.c.BroadcastFDs(ctx, root, fds)
+	return out, g.wrap(err)
+}
+
+// Abort fails the job for every rank with an error naming this rank.
+func (g *Group) Abort(reason string) error { return g.c.Abort(reason) }
+
+// Close leaves the job. Call it after this rank's last collective; a peer
+// still waiting for this rank then fails, naming it. On the rank that
+// hosts the hub, Close first lets the peers' last results go out, then
+// stops the hub and removes its socket.
+func (g *Group) Close() error {
+	g.closeOnce.Do(func() {
+		var errs []error
+		if err := g.c.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		errs = append(errs, g.stopHub())
+		g.closeErr = errors.Join(errs...)
+	})
+	return g.closeErr
+}
+
+// stopHub stops the hub this rank hosts, if any, and waits for it. It
+// first lets the frames queued for the peers (their last results, or the
+// job's failure) go out.
+func (g *Group) stopHub() error {
+	if g.srv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	// A peer that stopped reading is not worth waiting for longer: what
+	// it was sent is lost either way.
+	_ = g.srv.Drain(ctx)
+	cancel()
+	g.stopServe()
+	serveErr := <-g.served
+	return errors.Join(serveErr, g.srv.Close())
+}
+
+// wrap names rank 0 when the hub it hosts went away: without the launcher,
+// a lost hub means rank 0 died or left.
+func (g *Group) wrap(err error) error { return blameHost(g.l, g.srv != nil, err) }
+
+func blameHost(l launch, host bool, err error) error {
+	if err == nil || host || l.launcher == LauncherTprun || !errors.Is(err, hub.ErrHubLost) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", &hub.RankError{Rank: 0, Reason: "it hosts the hub and went away"}, err)
+}
