@@ -87,7 +87,6 @@ type collective struct {
 	root    int
 	first   int // rank that arrived first, named in mismatch errors
 	arrived int
-	here    []bool
 	data    [][]byte
 	fds     [][]int
 }
@@ -630,13 +629,12 @@ func (s *Server) op(rank int, m *opMsg, fds []int) {
 	if c == nil {
 		n := s.cfg.WorldSize
 		c = &collective{seq: m.seq, kind: m.kind, root: m.root, first: rank,
-			here: make([]bool, n), data: make([][]byte, n), fds: make([][]int, n)}
+			data: make([][]byte, n), fds: make([][]int, n)}
 		s.pending[m.seq] = c
 	} else if c.kind != m.kind || c.root != m.root {
 		fail("called %s as collective #%d while rank %d called %s", describe(m.kind, m.root), m.seq, c.first, describe(c.kind, c.root))
 		return
 	}
-	c.here[rank] = true
 	c.data[rank] = m.data
 	c.fds[rank] = fds
 	c.arrived++
