@@ -1,0 +1,354 @@
+package job
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tprun/tprun/kernel"
+	"github.com/tprun/tprun/mailbox"
+	"github.com/tprun/tprun/tp"
+)
+
+// ErrCheck is matched when a received block was wrong or the ranks did not
+// all receive the same blocks.
+var ErrCheck = errors.New("job: check failed")
+
+// CPUNotice is the line rank 0 prints when --backend auto falls back to
+// the CPU.
+const CPUNotice = "no usable GPU: running the CPU backend (a functional path, not the product's speed)"
+
+// group is what the job needs from *tp.Group: the collectives the mailbox
+// uses, and all-gather for the results.
+type group interface {
+	mailbox.Exchanger
+}
+
+var _ group = (*tp.Group)(nil)
+
+// runHooks are the process-level actions a test replaces.
+type runHooks struct {
+	// die ends this rank abruptly for --inject-fault. It returns only if
+	// it could not, or, in tests, to stand for a rank that vanished.
+	die func() error
+}
+
+// Run runs the default job on this rank of g (issue 3, DESIGN.md "The
+// operation"): every rank draws the same seeded inputs, runs cfg.Iters
+// steps of the fused up-projection for each M of cfg.M, checks every
+// received [M, hidden] block against a float64 reference of the whole
+// block, and compares per-step hashes of the blocks across ranks through
+// the group. Rank 0 prints the results table on stdout; every rank prints
+// its own wrong values. A wrong value or a block that differs between ranks
+// makes Run return an error matching ErrCheck; a bad combination of flags
+// is refused before any work with a one-line *FlagError.
+//
+// --inject-fault RANK:STEP counts steps from 0 across the whole run (M by
+// M, in the order of --m). At that step the rank kills itself with SIGKILL
+// before it sends its slice: a crash, with no cleanup and no goodbye to the
+// hub, is what the fault is meant to look like. That is the one place this
+// package ends the process, on request of a hidden test flag.
+func Run(ctx context.Context, g *tp.Group, cfg *Config, stdout io.Writer) error {
+	return run(ctx, g, cfg, stdout, runHooks{die: killSelf})
+}
+
+// killSelf sends SIGKILL to this process. The kernel delivers a signal sent
+// to oneself before kill returns, so the error return is only a belt.
+func killSelf() error {
+	if err := unix.Kill(os.Getpid(), unix.SIGKILL); err != nil {
+		return fmt.Errorf("job: injected fault: SIGKILL to self: %w", err)
+	}
+	time.Sleep(time.Second)
+	return errors.New("job: injected fault: still alive a second after SIGKILL to self")
+}
+
+// plan is a checked Config for a group size.
+type plan struct {
+	cfg      *Config
+	size     int
+	shape    kernel.Shape // M = the largest M of cfg.M
+	backend  string       // "cpu"
+	mailbox  mailbox.Kind
+	notice   string // printed by rank 0 when the backend was picked for the user
+	rows     int    // rows of the latent and shared pools
+	steps    int    // steps in the whole run
+	latScale float32
+	wScale   float32
+}
+
+// CheckShape reports, as a one-line *FlagError, the first rule of the
+// kernel that the job flags break for worldSize ranks (M, hidden_dim,
+// latent_dim, shard alignment), or nil. The launcher may call it before it
+// starts any rank; Run checks it again.
+func CheckShape(cfg *Config, worldSize int) error {
+	// The largest M stands for all, unless one is out of range.
+	s := kernel.Shape{M: 1, Hidden: cfg.Hidden, Latent: cfg.Latent, TP: worldSize}
+	for _, m := range cfg.M {
+		if m < 1 || m > kernel.MaxM {
+			s.M = m
+			break
+		}
+		s.M = max(s.M, m)
+	}
+	err := s.Validate()
+	if err == nil {
+		return nil
+	}
+	var se *kernel.ShapeError
+	if !errors.As(err, &se) {
+		return fmt.Errorf("job: %s: %s", s, oneLine(err))
+	}
+	flag, value := "hidden", strconv.Itoa(cfg.Hidden)
+	switch se.Field {
+	case "M":
+		flag, value = "m", mList(cfg.M).String()
+	case "latent_dim":
+		flag, value = "latent", strconv.Itoa(cfg.Latent)
+	case "tp":
+		flag, value = "tp", strconv.Itoa(worldSize)
+	}
+	return &FlagError{Flag: flag, Value: value, Rule: fmt.Sprintf("%s = %d: %s", se.Field, se.Value, se.Rule)}
+}
+
+// oneLine joins the lines of a multi-error (errors.Join) with "; ".
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+func newPlan(cfg *Config, size int) (*plan, error) {
+	if err := cfg.Validate(size); err != nil {
+		return nil, err
+	}
+	if len(cfg.M) == 0 {
+		return nil, &FlagError{Flag: "m", Value: "", Rule: "needs at least one M"}
+	}
+	if err := CheckShape(cfg, size); err != nil {
+		return nil, err
+	}
+	p := &plan{cfg: cfg, size: size, steps: len(cfg.M) * cfg.Iters}
+	p.shape = kernel.Shape{M: slices.Max(cfg.M), Hidden: cfg.Hidden, Latent: cfg.Latent, TP: size}
+	// Twice the largest M: consecutive steps then use different rows, so a
+	// stale slot read cannot pass for the right answer.
+	p.rows = 2 * p.shape.M
+	p.latScale = 1
+	p.wScale = float32(1 / math.Sqrt(float64(cfg.Latent))) // keeps S about N(0, 1)
+
+	switch cfg.Backend {
+	case "cpu":
+		p.backend = "cpu"
+	case "auto":
+		// No GPU engine exists yet, so auto is always the CPU.
+		p.backend, p.notice = "cpu", CPUNotice
+	case "cuda":
+		return nil, fmt.Errorf("job: %w: --backend cuda: this build has no CUDA engine yet; use --backend cpu", tp.ErrBackendUnavailable)
+	default:
+		return nil, &FlagError{Flag: "backend", Value: cfg.Backend, Rule: "want one of auto, cpu, cuda"}
+	}
+	switch cfg.Mailbox {
+	case "auto", "host":
+		p.mailbox = mailbox.KindHost
+	default:
+		return nil, &FlagError{Flag: "mailbox", Value: cfg.Mailbox, Rule: "the CPU backend runs only the host mailbox (use --mailbox host or auto)"}
+	}
+	if f := cfg.Fault; f != nil && f.Step >= p.steps {
+		return nil, &FlagError{Flag: "inject-fault", Value: f.String(),
+			Rule: fmt.Sprintf("step must be below the %d steps of this run (%d M values x %d iters)", p.steps, len(cfg.M), cfg.Iters)}
+	}
+	return p, nil
+}
+
+// inputs are this rank's operands and the yardstick of the whole block for
+// every row of the pools.
+type inputs struct {
+	latent []kernel.BF16 // [rows, latent]
+	shared []kernel.BF16 // [rows, hidden], the full tensor
+	weight []kernel.BF16 // [shard, latent], this rank's rows
+	ideal  []float64     // [rows, hidden]
+	tol    []float64     // [rows, hidden]
+}
+
+// Streams of the seeded generators, so that the tensors never share draws.
+const (
+	streamLatent = 1
+	streamShared = 2
+	streamWeight = 3
+)
+
+// subSeed derives the seed of one generator from the job's seed, the
+// tensor and an index (the weight row), so that any rank can draw any row
+// of the weight alone and get what every other rank gets.
+func subSeed(seed int64, stream, index uint64) uint64 {
+	x := splitmix(uint64(seed) ^ splitmix(stream))
+	return splitmix(x ^ splitmix(index+0x632BE59BD9B4E019))
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
+	x = (x ^ x>>27) * 0x94D049BB133111EB
+	return x ^ x>>31
+}
+
+// fillWeight draws rows first.. of the full [hidden, latent] weight into
+// dst, one generator per row.
+func (p *plan) fillWeight(dst []kernel.BF16, first int) {
+	K := p.cfg.Latent
+	for i := range len(dst) / K {
+		kernel.FillRandom(kernel.NewRand(subSeed(p.cfg.Seed, streamWeight, uint64(first+i))), dst[i*K:(i+1)*K], p.wScale)
+	}
+}
+
+// newInputs draws the pools and this rank's weight shard, and builds the
+// yardstick of the whole block shard by shard, regenerating each peer's
+// weight rows instead of holding the full weight.
+func (p *plan) newInputs(rank int) (*inputs, error) {
+	H, K, shard := p.cfg.Hidden, p.cfg.Latent, p.shape.Shard()
+	in := &inputs{
+		latent: make([]kernel.BF16, p.rows*K),
+		shared: make([]kernel.BF16, p.rows*H),
+		weight: make([]kernel.BF16, shard*K),
+		ideal:  make([]float64, p.rows*H),
+		tol:    make([]float64, p.rows*H),
+	}
+	kernel.FillRandom(kernel.NewRand(subSeed(p.cfg.Seed, streamLatent, 0)), in.latent, p.latScale)
+	kernel.FillRandom(kernel.NewRand(subSeed(p.cfg.Seed, streamShared, 0)), in.shared, 1)
+	p.fillWeight(in.weight, rank*shard)
+	peer := make([]kernel.BF16, shard*K)
+	for q := range p.size {
+		w := in.weight
+		if q != rank {
+			p.fillWeight(peer, q*shard)
+			w = peer
+		}
+		for r0 := 0; r0 < p.rows; r0 += kernel.MaxM {
+			s := p.shape
+			s.M = min(kernel.MaxM, p.rows-r0)
+			e, err := kernel.Expect(s, in.latent[r0*K:], w, in.shared[r0*H+q*shard:], H)
+			if err != nil {
+				return nil, fmt.Errorf("job: reference for rank %d's columns, rows %d..%d: %w", q, r0, r0+s.M-1, err)
+			}
+			for m := range s.M {
+				copy(in.ideal[(r0+m)*H+q*shard:][:shard], e.Ideal[m*shard:][:shard])
+				copy(in.tol[(r0+m)*H+q*shard:][:shard], e.Tol[m*shard:][:shard])
+			}
+		}
+	}
+	return in, nil
+}
+
+// offset is the first pool row step t uses with m rows: consecutive steps
+// use different rows (rows >= 2m, so there are at least two offsets).
+func (p *plan) offset(t, m int) int { return t % (p.rows - m + 1) }
+
+// expected is the yardstick for m rows from row o, as a TP=1 Expected of
+// the whole block.
+func (in *inputs) expected(p *plan, o, m int) *kernel.Expected {
+	H := p.cfg.Hidden
+	return &kernel.Expected{
+		Shape: kernel.Shape{M: m, Hidden: H, Latent: p.cfg.Latent, TP: 1},
+		Ideal: in.ideal[o*H : (o+m)*H],
+		Tol:   in.tol[o*H : (o+m)*H],
+	}
+}
+
+func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runHooks) (err error) {
+	rank, size := g.Rank(), g.Size()
+	p, err := newPlan(cfg, size)
+	if err != nil {
+		return err
+	}
+	out := &printer{w: stdout, on: rank == 0}
+	if p.notice != "" {
+		out.printf("%s\n", p.notice)
+	}
+	out.header(p)
+
+	start := time.Now()
+	in, err := p.newInputs(rank)
+	if err != nil {
+		return err
+	}
+	out.printf("# inputs (seed %d) and the float64 reference ready in %.2fs\n", cfg.Seed, time.Since(start).Seconds())
+
+	up, err := tp.NewUpProjection(ctx, g, cfg.Hidden, cfg.Latent, p.shape.M,
+		tp.WithBackend(p.mailbox), tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline))
+	if err != nil {
+		return fmt.Errorf("job: rank %d: %w", rank, err)
+	}
+	defer func() {
+		if cerr := up.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	mbName := up.Backend()
+	out.columns()
+
+	var failures []string
+	t := 0 // step of the whole run
+	block := make([]kernel.BF16, p.shape.M*cfg.Hidden)
+	hashBuf := make([]byte, 0, 2*len(block))
+	for _, m := range cfg.M {
+		res := mResult{times: make([]time.Duration, 0, cfg.Iters), hashes: make([]uint64, 0, cfg.Iters)}
+		for range cfg.Iters {
+			if f := cfg.Fault; f != nil && f.Rank == rank && f.Step == t {
+				fmt.Fprintf(stdout, "rank %d: injected fault at step %d (--inject-fault %v): dying now\n", rank, t, f)
+				return hooks.die()
+			}
+			o := p.offset(t, m)
+			stepIn := tp.UpInputs{M: m, Latent: in.latent[o*cfg.Latent : (o+m)*cfg.Latent], Weight: in.weight,
+				Shared: in.shared[o*cfg.Hidden+rank*p.shape.Shard():], SharedStride: cfg.Hidden}
+			got := block[:m*cfg.Hidden]
+			for i := range got {
+				got[i] = kernel.QuietNaN // an element the step failed to fill is wrong
+			}
+			t0 := time.Now()
+			if err := up.Step(ctx, stepIn, got); err != nil {
+				return fmt.Errorf("job: rank %d: M=%d, step %d of the run: %w", rank, m, t, err)
+			}
+			res.times = append(res.times, time.Since(t0))
+			c, err := in.expected(p, o, m).Check(got, cfg.Hidden)
+			if err != nil {
+				return fmt.Errorf("job: rank %d: checking step %d: %w", rank, t, err)
+			}
+			res.add(c, t)
+			hashBuf = hashBuf[:0]
+			for _, v := range got {
+				hashBuf = binary.LittleEndian.AppendUint16(hashBuf, uint16(v))
+			}
+			sum := sha256.Sum256(hashBuf)
+			res.hashes = append(res.hashes, binary.LittleEndian.Uint64(sum[:8]))
+			t++
+		}
+		if res.wrong > 0 {
+			fmt.Fprintf(stdout, "rank %d: M=%d: %d of %d values wrong; first at step %d, row %d, column %d: %v\n",
+				rank, m, res.wrong, res.checked, res.firstStep, res.first.M, res.first.N, res.first)
+		}
+		all, err := gatherResults(ctx, g, &res)
+		if err != nil {
+			return fmt.Errorf("job: rank %d: gathering the results of M=%d: %w", rank, m, err)
+		}
+		row := summarize(p, m, mbName, all)
+		out.row(row)
+		if row.wrong > 0 {
+			failures = append(failures, fmt.Sprintf("M=%d: %d wrong values (ranks %s)", m, row.wrong, intList(row.wrongRanks)))
+		}
+		if row.differ != "" {
+			failures = append(failures, fmt.Sprintf("M=%d: %s", m, row.differ))
+		}
+	}
+	if len(failures) > 0 {
+		out.printf("# FAILED: %s\n", strings.Join(failures, "; "))
+		return fmt.Errorf("job: rank %d: %w: %s", rank, ErrCheck, strings.Join(failures, "; "))
+	}
+	out.printf("# every block within tolerance and identical on all %d ranks (%d steps in %.2fs)\n", size, t, time.Since(start).Seconds())
+	return nil
+}
