@@ -66,6 +66,15 @@
 // for explicitly. Data crosses this package as raw bf16 bits ([]uint16), so
 // it does not depend on the kernel package's types.
 //
+// The GPU backends (unicast.go, multicast.go) set up CUDA VMM memory through
+// a small consumer-side driver interface (VMM, MulticastVMM) and hand the
+// kernels device pointers: NewUnicast maps every rank's cuMemCreate'd
+// mailbox into every rank (Peers, Local), NewMulticast binds every rank's
+// memory to one NVLink multicast object (MulticastPtr, Local). Both agree on
+// FABRIC or POSIX FD handles, turn any rank's setup failure into an error on
+// every rank, and release everything on Close and on every error path;
+// Resolve picks the backend for --mailbox auto|multicast|unicast|host.
+//
 // # What this package must not do
 //
 // It does not compute (the kernel package does), does not talk to the hub
