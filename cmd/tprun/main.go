@@ -138,6 +138,9 @@ func launch(args []string, stdout, stderr io.Writer) int {
 		if err := jc.Validate(lf.tp); err != nil {
 			return usageError(stderr, err.Error())
 		}
+		if err := job.CheckShape(jc, lf.tp); err != nil {
+			return usageError(stderr, err.Error())
+		}
 		cfg.Preflight = preflight(jc)
 	}
 	if cfg.Grace == 0 {

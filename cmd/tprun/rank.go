@@ -33,7 +33,9 @@ func runRank(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := job.Main(ctx, cfg, stdout); err != nil {
-		fmt.Fprintf(stderr, "tprun: %v\n", err)
+		// The launcher prefixes the line with the rank; the error names
+		// the job's operation itself.
+		fmt.Fprintln(stderr, err)
 		return exitInternal
 	}
 	return 0

@@ -4,14 +4,24 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/tprun/tprun/tp"
 )
 
-// Main runs the default job in one rank process and returns its error; the
-// caller turns a non-nil error into a non-zero exit status.
-//
-// TEMPORARY until package tp lands: it only reports the rank's environment.
-func Main(ctx context.Context, cfg *Config, stdout io.Writer) error {
-	_, err := fmt.Fprintf(stdout, "rank %s of %s pid %d\n", os.Getenv("TPRUN_RANK"), os.Getenv("TPRUN_WORLD_SIZE"), os.Getpid())
-	return err
+// Main runs the default job in one rank process (what `tprun __rank`
+// calls): it joins the job the environment describes and runs Run on it.
+// It returns the job's error; the caller turns a non-nil error into a
+// non-zero exit status.
+func Main(ctx context.Context, cfg *Config, stdout io.Writer) (err error) {
+	g, err := tp.Join(ctx)
+	if err != nil {
+		return fmt.Errorf("job: join: %w", err)
+	}
+	defer func() {
+		// A failed job's error says more than the goodbye that follows it.
+		if cerr := g.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("job: rank %d: leaving the group: %w", g.Rank(), cerr)
+		}
+	}()
+	return Run(ctx, g, cfg, stdout)
 }
