@@ -108,6 +108,7 @@ func TestBadInput(t *testing.T) {
 		{"M out of range", []string{"--m", "1,16"}, "M 16 is outside 1..8"},
 		{"one slot", []string{"--slots", "1"}, "must be at least 2"},
 		{"tp not dividing hidden", []string{"--tp", "3"}, "must be divisible by --tp 3"},
+		{"latent not aligned", []string{"--tp", "2", "--latent", "3583"}, "must be a multiple of 8"},
 		{"inject-fault rank outside the job", []string{"--tp", "2", "--inject-fault", "2:5"}, "rank must be below --tp 2"},
 		{"job flag with a command", append([]string{"--iters", "5"}, touch...), "job flags apply only to the default job"},
 		{"command without --", []string{"--tp", "2", "sh", "-c", "true"}, `unexpected argument "sh"`},
