@@ -8,5 +8,7 @@
 //
 // What this package must not do: import the launcher, call os.Exit, or
 // print anywhere but the writer it is given (the launcher prefixes and
-// collects each rank's output).
+// collects each rank's output). The one deliberate exception is the hidden
+// --inject-fault flag, whose whole point is that the rank dies abruptly: the
+// rank sends itself SIGKILL at the chosen step, as a crashed rank would.
 package job

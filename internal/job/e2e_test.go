@@ -1,8 +1,3 @@
-//go:build e2e
-
-// The end-to-end tests need job.Main to call Run; until it does they are
-// behind the e2e build tag (go test -tags e2e ./internal/job).
-
 package job
 
 import (
