@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tprun/tprun/internal/cuda"
 	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/mailbox"
 )
@@ -21,14 +22,20 @@ var ErrBackendUnavailable = errors.New("tp: backend not available")
 type UpOption func(*upConfig)
 
 type upConfig struct {
-	backend  mailbox.Kind
-	slots    int
-	deadline time.Duration
+	backend   mailbox.Kind
+	slots     int
+	deadline  time.Duration
+	device    int          // CUDA device ordinal (WithDevice)
+	deviceSet bool         // WithDevice was given
+	drv       *cuda.Driver // WithCUDADriver; nil: the op opens its own
 }
 
 // WithBackend picks the mailbox backend (DESIGN.md "The mailbox"). The
-// default, mailbox.KindAuto, is the host backend in this build: the GPU
-// backends come with the CUDA engine.
+// default, mailbox.KindAuto, resolves collectively from every rank's
+// device (ResolveMailbox): multicast where allowed and supported, else
+// unicast, both on the CUDA engine; the host backend where some rank has
+// no usable GPU. Unicast and multicast asked for by name run on the CUDA
+// engine or fail with ErrBackendUnavailable.
 func WithBackend(k mailbox.Kind) UpOption { return func(c *upConfig) { c.backend = k } }
 
 // WithSlots sets the number of mailbox slots (at least 2; 0 means
@@ -66,9 +73,10 @@ type UpInputs struct {
 // Step must not be called concurrently with itself; Close may be called
 // from any goroutine, and a Step waiting at that moment fails.
 type UpProjection struct {
-	rank  int
-	shape kernel.Shape // M is the capacity (maxM)
-	eng   upEngine
+	rank   int
+	shape  kernel.Shape // M is the capacity (maxM)
+	eng    upEngine
+	reason string // why this backend
 
 	mu   sync.Mutex // serializes Step: the engine's scratch and the step count
 	next uint64     // the step the next Step call runs
@@ -78,10 +86,10 @@ type UpProjection struct {
 }
 
 // upEngine is one way of running a step. The host engine computes on the
-// CPU and stores through the host mailbox. A CUDA engine (tp/upproj_cuda.go)
-// will hold its operands in device memory and launch kernels that store
-// into the GPU mailbox; it serves hostStep by staging host operands, and
-// adds its own device-memory entry point beside Step.
+// CPU and stores through the host mailbox. The CUDA engine
+// (tp/upproj_cuda.go) holds its operands in device memory and launches
+// kernels that store into the GPU mailbox; it serves hostStep by staging
+// host operands, and adds StepDevice and Capture beside Step.
 type upEngine interface {
 	// name is the mailbox backend's name ("host", "unicast", "multicast").
 	name() string
@@ -112,34 +120,58 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 		return nil, fmt.Errorf("tp: rank %d: up-projection: %w: slots %d, deadline %v (want slots >= 2 or 0 for the default, deadline >= 0)",
 			rank, mailbox.ErrConfig, cfg.slots, cfg.deadline)
 	}
-	eng, err := newEngine(ctx, ex, s, cfg)
+	if !cfg.deviceSet {
+		if d, ok := ex.(interface{ Device() int }); ok {
+			cfg.device = d.Device()
+		}
+	}
+	eng, reason, err := newEngine(ctx, ex, s, cfg, realEngineDeps())
 	if err != nil {
 		return nil, fmt.Errorf("tp: rank %d: up-projection (%v): %w", rank, s, err)
 	}
-	return &UpProjection{rank: rank, shape: s, eng: eng}, nil
+	return &UpProjection{rank: rank, shape: s, eng: eng, reason: reason}, nil
 }
 
-// NewUpProjection is NewUpProjection on this group.
+// NewUpProjection is NewUpProjection on this group, on the group's device.
 func (g *Group) NewUpProjection(ctx context.Context, hidden, latent, maxM int, opts ...UpOption) (*UpProjection, error) {
 	return NewUpProjection(ctx, g, hidden, latent, maxM, opts...)
 }
 
-// newEngine picks the engine for cfg.backend.
-func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig) (upEngine, error) {
-	switch cfg.backend {
-	case mailbox.KindAuto, mailbox.KindHost:
-		// Auto is the host backend until the CUDA engine exists: on a
-		// machine without it that is what auto would pick anyway.
-		return newHostEngine(ctx, ex, s, cfg)
-	case mailbox.KindMulticast:
-		// The safety rule comes first, so that a refusal names the
-		// variable even where the backend could never run.
-		if err := mailbox.CheckMulticastAllowed(os.Getenv); err != nil {
-			return nil, err
+// newEngine picks the engine for cfg.backend: the host engine for the
+// host mailbox, else the CUDA engine once ResolveMailbox (a collective)
+// has agreed on the GPU mailbox.
+func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig, deps engineDeps) (upEngine, string, error) {
+	if cfg.backend == mailbox.KindHost {
+		eng, err := newHostEngine(ctx, ex, s, cfg)
+		return eng, "host asked for", err
+	}
+	drv, closeDrv, noDrv := cfg.drv, func() error { return nil }, error(nil)
+	if drv == nil && (cfg.backend != mailbox.KindMulticast || mailbox.CheckMulticastAllowed(os.Getenv) == nil) {
+		if drv, noDrv = OpenGPU(); drv != nil {
+			closeDrv = drv.Close
 		}
 	}
-	return nil, fmt.Errorf("%w: the %v mailbox needs the CUDA engine, which this build does not have yet (use the host backend)",
-		ErrBackendUnavailable, cfg.backend)
+	kind, reason, err := ResolveMailbox(ctx, ex, cfg.backend, drv, noDrv, cfg.device)
+	if err == nil && kind == mailbox.KindHost {
+		err = closeDrv()
+		var eng upEngine
+		if err == nil {
+			eng, err = newHostEngine(ctx, ex, s, cfg)
+		}
+		return eng, reason, err
+	}
+	if err != nil {
+		return nil, "", errors.Join(err, closeDrv())
+	}
+	own := closeDrv
+	if cfg.drv != nil {
+		own = nil
+	}
+	eng, err := newCUDAEngine(ctx, ex, s, cfg, drv, own, cfg.device, kind, deps)
+	if err != nil {
+		return nil, "", err
+	}
+	return eng, reason, nil
 }
 
 // Rank is this rank.
@@ -150,6 +182,9 @@ func (u *UpProjection) Shape() kernel.Shape { return u.shape }
 
 // Backend names the mailbox backend: "host", "unicast" or "multicast".
 func (u *UpProjection) Backend() string { return u.eng.name() }
+
+// BackendReason says why this backend was picked, for a person to read.
+func (u *UpProjection) BackendReason() string { return u.reason }
 
 // Steps is the number of steps that have completed.
 func (u *UpProjection) Steps() uint64 {

@@ -1,0 +1,253 @@
+package tp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/mailbox"
+)
+
+// DevicePtr is a device address in the primary context of the rank's
+// device (the context the CUDA runtime and PyTorch share), e.g. a tensor's
+// data_ptr().
+type DevicePtr = cuda.DevicePtr
+
+// DeviceInputs are one step's operands in device memory, raw bf16,
+// row-major, every pointer 16-byte aligned (DESIGN.md "The operation").
+type DeviceInputs struct {
+	M int // rows this step, 1..the maxM given to NewUpProjection
+	// Latent is [M, latent_dim], row stride latent_dim, the same on every rank.
+	Latent DevicePtr
+	// Weight is [shard, latent_dim]: this rank's rows of the full weight.
+	Weight DevicePtr
+	// Shared holds element (m, n) of this rank's [M, shard] slice at
+	// element m*SharedStride + n; SharedStride is a multiple of 8 and at
+	// least shard (hidden_dim when Shared points at column rank*shard of
+	// the full [M, hidden_dim] tensor).
+	Shared       DevicePtr
+	SharedStride int
+}
+
+// DeviceStep is one step of a captured sequence: its operands and where
+// the whole [M, hidden_dim] block goes (16-byte aligned device memory).
+type DeviceStep struct {
+	In  DeviceInputs
+	Out DevicePtr
+}
+
+// WithDevice sets the CUDA device ordinal of this rank. The default is the
+// group's Device() when the Exchanger has that method (a *Group does),
+// else 0.
+func WithDevice(ordinal int) UpOption {
+	return func(c *upConfig) { c.device, c.deviceSet = ordinal, true }
+}
+
+// WithCUDADriver makes the op use drv (already opened and initialized)
+// instead of opening its own. The op does not close it; the caller closes
+// it after the op. Sharing one driver lets the caller allocate the device
+// operands in the same process-wide primary context.
+func WithCUDADriver(drv *cuda.Driver) UpOption {
+	return func(c *upConfig) { c.drv = drv }
+}
+
+// OpenGPU opens and initializes the CUDA driver and checks that it sees a
+// device: what "a GPU is usable here" means for the auto choices. The
+// caller closes the driver. The error wraps cuda.ErrNoDriver, cuda's
+// ErrNoDevice result, or ErrNoGPU.
+func OpenGPU() (*cuda.Driver, error) {
+	drv, err := cuda.Open()
+	if err != nil {
+		return nil, err
+	}
+	if err := drv.Init(); err != nil {
+		return nil, errors.Join(fmt.Errorf("cuInit: %w", err), drv.Close())
+	}
+	n, err := drv.DeviceCount()
+	if err == nil && n < 1 {
+		err = ErrNoGPU
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("counting devices: %w", err), drv.Close())
+	}
+	return drv, nil
+}
+
+// ErrNoGPU: the CUDA driver loads but reports no device.
+var ErrNoGPU = errors.New("tp: the CUDA driver sees no device")
+
+// gpuProbe is one rank's view of its device, all-gathered by
+// ResolveMailbox.
+type gpuProbe struct {
+	usable bool
+	why    string // when not usable
+	facts  mailbox.DeviceFacts
+	peers  uint64 // bit d: this rank's device can map device d's memory
+}
+
+const (
+	probeMagic   = 0x54504750 // "TPGP"
+	probeFixed   = 4 + 1 + 4 + 1 + 8
+	maxProbeText = 512
+)
+
+func (p gpuProbe) encode() []byte {
+	b := binary.LittleEndian.AppendUint32(nil, probeMagic)
+	var flags byte
+	for i, f := range []bool{p.usable, p.facts.VMM, p.facts.POSIXFD, p.facts.Fabric, p.facts.Multicast} {
+		if f {
+			flags |= 1 << i
+		}
+	}
+	b = append(b, flags)
+	b = binary.LittleEndian.AppendUint32(b, uint32(int32(p.facts.Device)))
+	b = append(b, 0) // reserved
+	b = binary.LittleEndian.AppendUint64(b, p.peers)
+	why := p.why
+	if len(why) > maxProbeText {
+		why = why[:maxProbeText]
+	}
+	return append(b, why...)
+}
+
+func decodeProbe(b []byte) (gpuProbe, error) {
+	if len(b) < probeFixed || binary.LittleEndian.Uint32(b) != probeMagic {
+		return gpuProbe{}, fmt.Errorf("GPU probe of %d bytes without its header", len(b))
+	}
+	if len(b) > probeFixed+maxProbeText {
+		return gpuProbe{}, fmt.Errorf("GPU probe of %d bytes, at most %d allowed", len(b), probeFixed+maxProbeText)
+	}
+	flags := b[4]
+	bit := func(i int) bool { return flags&(1<<i) != 0 }
+	p := gpuProbe{usable: bit(0), facts: mailbox.DeviceFacts{
+		Device: int(int32(binary.LittleEndian.Uint32(b[5:]))),
+		VMM:    bit(1), POSIXFD: bit(2), Fabric: bit(3), Multicast: bit(4),
+	}}
+	p.peers = binary.LittleEndian.Uint64(b[10:])
+	p.why = string(b[probeFixed:])
+	if p.usable && (p.facts.Device < 0 || p.facts.Device > 63) {
+		return gpuProbe{}, fmt.Errorf("GPU probe names device %d, want 0..63", p.facts.Device)
+	}
+	return p, nil
+}
+
+// probeGPU reads what Resolve needs about device ordinal on this rank.
+// drv nil means no driver here; noDrv says why.
+func probeGPU(drv *cuda.Driver, noDrv error, ordinal int) gpuProbe {
+	if drv == nil {
+		why := "no CUDA driver"
+		if noDrv != nil {
+			why = noDrv.Error()
+		}
+		return gpuProbe{why: why}
+	}
+	fail := func(err error) gpuProbe { return gpuProbe{why: fmt.Sprintf("device %d: %v", ordinal, err)} }
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return fail(err)
+	}
+	if ordinal < 0 || ordinal >= n || ordinal > 63 {
+		return fail(fmt.Errorf("no such device (the driver sees %d)", n))
+	}
+	dev, err := drv.DeviceGet(ordinal)
+	if err != nil {
+		return fail(err)
+	}
+	facts, err := mailbox.ProbeDevice(drv, dev)
+	if err != nil {
+		return fail(err)
+	}
+	facts.Device = ordinal
+	facts.Multicast = facts.Multicast && drv.HasMulticast()
+	p := gpuProbe{usable: true, facts: facts}
+	for d := range min(n, 64) {
+		if d == ordinal {
+			p.peers |= 1 << d
+			continue
+		}
+		other, err := drv.DeviceGet(d)
+		if err != nil {
+			return fail(err)
+		}
+		ok, err := drv.DeviceCanAccessPeer(dev, other)
+		if err != nil {
+			return fail(fmt.Errorf("peer access to device %d: %w", d, err))
+		}
+		if ok {
+			p.peers |= 1 << d
+		}
+	}
+	return p
+}
+
+// ResolveMailbox picks the mailbox backend for kind (mailbox.Resolve) from
+// every rank's device: a collective, so every rank gets the same answer.
+// drv is this rank's driver (nil where none could be opened; noDrv then
+// says why) and ordinal its device. A rank without a usable GPU makes the
+// group GPU-less: auto gives host, unicast and multicast are refused.
+// The reason is a line a person can read; errors wrap
+// ErrBackendUnavailable (and mailbox.ErrUnavailable or
+// mailbox.ErrMulticastDisabled, naming the variable).
+func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind, drv *cuda.Driver, noDrv error, ordinal int) (mailbox.Kind, string, error) {
+	if kind == mailbox.KindHost {
+		return mailbox.KindHost, "host asked for", nil
+	}
+	if kind == mailbox.KindMulticast {
+		// The safety rule comes first, so that a refusal names the
+		// variable even where the backend could never run.
+		if err := mailbox.CheckMulticastAllowed(os.Getenv); err != nil {
+			return mailbox.KindHost, "", fmt.Errorf("%w: %w", ErrBackendUnavailable, err)
+		}
+	}
+	all, err := ex.AllGather(ctx, probeGPU(drv, noDrv, ordinal).encode())
+	if err != nil {
+		return mailbox.KindHost, "", fmt.Errorf("tp: rank %d: all-gather of the GPU probes: %w", ex.Rank(), err)
+	}
+	if len(all) != ex.Size() {
+		return mailbox.KindHost, "", fmt.Errorf("tp: rank %d: GPU probe all-gather returned %d entries for %d ranks", ex.Rank(), len(all), ex.Size())
+	}
+	probes := make([]gpuProbe, len(all))
+	var noGPU []string
+	for r, b := range all {
+		p, err := decodeProbe(b)
+		if err != nil {
+			return mailbox.KindHost, "", fmt.Errorf("tp: rank %d: rank %d's %w", ex.Rank(), r, err)
+		}
+		probes[r] = p
+		if !p.usable {
+			noGPU = append(noGPU, fmt.Sprintf("rank %d: %s", r, p.why))
+		}
+	}
+	facts := mailbox.Facts{Getenv: os.Getenv, PeerAccess: true}
+	if len(noGPU) == 0 {
+		for r, p := range probes {
+			facts.Devices = append(facts.Devices, p.facts)
+			for q, o := range probes {
+				if q != r && o.facts.Device != p.facts.Device && p.peers&(1<<o.facts.Device) == 0 {
+					facts.PeerAccess = false
+				}
+			}
+		}
+	}
+	got, reason, err := mailbox.Resolve(kind, facts)
+	if err != nil {
+		if len(noGPU) > 0 {
+			err = fmt.Errorf("%w (%s)", err, strings.Join(noGPU, "; "))
+		}
+		return got, "", fmt.Errorf("%w: %w", ErrBackendUnavailable, err)
+	}
+	if len(noGPU) > 0 {
+		reason = fmt.Sprintf("%s (%s)", reason, strings.Join(noGPU, "; "))
+	}
+	return got, reason, nil
+}
+
+// loadStepKernels loads the embedded kernels into the current context.
+// PROVISIONAL until kernel/launch.go lands.
+func loadStepKernels(drv engineDriver) (stepKernels, error) {
+	return nil, fmt.Errorf("%w: this build has no embedded kernels yet", ErrBackendUnavailable)
+}

@@ -1,0 +1,943 @@
+package tp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/kernel"
+	"github.com/tprun/tprun/mailbox"
+)
+
+// The CUDA engine: the op's operands live in device memory, the skinny
+// kernel computes this rank's slice and stores it into the mailbox slot of
+// every rank (unicast: one store per peer mapping; multicast: one store
+// through the multicast address), and the receive kernel, chained after it
+// with programmatic dependent launch, polls the local slot, copies the
+// block out and re-arms the slot (DESIGN.md "The mailbox").
+//
+// Ordering across steps is the GPU's own: the next step's skinny kernel
+// waits (griddepcontrol.wait, after issuing its weight loads) until the
+// previous receive has finished, which is the rule the Lamport protocol
+// needs; a host-side step additionally synchronizes the stream.
+
+// engineDriver is the part of the CUDA driver the engine calls; the
+// methods have *cuda.Driver's signatures.
+type engineDriver interface {
+	mailbox.MulticastVMM
+	DeviceGet(ordinal int) (cuda.Device, error)
+	DevicePrimaryCtxRetain(dev cuda.Device) (cuda.Context, error)
+	DevicePrimaryCtxRelease(dev cuda.Device) error
+	BindContext(ctx cuda.Context) (unbind func(), err error)
+	StreamCreate(flags cuda.StreamFlags) (cuda.Stream, error)
+	StreamDestroy(s cuda.Stream) error
+	StreamSynchronize(s cuda.Stream) error
+	MemAlloc(size uint64) (cuda.DevicePtr, error)
+	MemFree(ptr cuda.DevicePtr) error
+	MemHostAlloc(size int, flags cuda.HostAllocFlags) ([]byte, error)
+	MemFreeHost(b []byte) error
+	MemHostGetDevicePointer(b []byte) (cuda.DevicePtr, error)
+	MemcpyHtoD(dst cuda.DevicePtr, src []byte) error
+	MemcpyDtoH(dst []byte, src cuda.DevicePtr) error
+	MemsetD32Async(ptr cuda.DevicePtr, v uint32, n uint64, s cuda.Stream) error
+	EventCreate(flags cuda.EventFlags) (cuda.Event, error)
+	EventDestroy(e cuda.Event) error
+	EventRecord(e cuda.Event, s cuda.Stream) error
+	EventSynchronize(e cuda.Event) error
+	EventElapsedTime(start, end cuda.Event) (time.Duration, error)
+	StreamBeginCapture(s cuda.Stream, mode cuda.CaptureMode) error
+	StreamEndCapture(s cuda.Stream) (cuda.Graph, error)
+	GraphInstantiate(g cuda.Graph, flags cuda.GraphInstantiateFlags) (cuda.GraphExec, error)
+	GraphUpload(e cuda.GraphExec, s cuda.Stream) error
+	GraphLaunch(e cuda.GraphExec, s cuda.Stream) error
+	GraphDestroy(g cuda.Graph) error
+	GraphExecDestroy(e cuda.GraphExec) error
+}
+
+var _ engineDriver = (*cuda.Driver)(nil)
+
+// skinnyLaunch is one launch of the skinny kernel.
+type skinnyLaunch struct {
+	shape                  kernel.Shape // M is this step's
+	rank                   int
+	latent, weight, shared cuda.DevicePtr
+	sharedStride           int              // elements
+	dst                    []cuda.DevicePtr // slot bases; the kernel adds m*hidden + rank*shard
+}
+
+// receiveLaunch is one launch of the receive kernel.
+type receiveLaunch struct {
+	slot, out, status cuda.DevicePtr
+	timeout           time.Duration
+	m, hidden, shard  int
+}
+
+// stepKernels is what the engine needs from the loaded kernels.
+type stepKernels interface {
+	launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) error
+	launchReceive(s cuda.Stream, a receiveLaunch) error
+	unload() error
+}
+
+// gpuMailbox is what the engine needs from mailbox.Unicast or
+// mailbox.Multicast.
+type gpuMailbox interface {
+	Name() string
+	Layout() mailbox.Layout
+	Local() cuda.DevicePtr
+	Close() error
+}
+
+var (
+	_ gpuMailbox = (*mailbox.Unicast)(nil)
+	_ gpuMailbox = (*mailbox.Multicast)(nil)
+)
+
+// engineDeps are the constructors the engine uses; tests replace them.
+type engineDeps struct {
+	loadKernels  func(drv engineDriver) (stepKernels, error)
+	newUnicast   func(ctx context.Context, ex mailbox.Exchanger, drv engineDriver, dev cuda.Device, cfg mailbox.Config) (gpuMailbox, []cuda.DevicePtr, error)
+	newMulticast func(ctx context.Context, ex mailbox.Exchanger, drv engineDriver, dev cuda.Device, cfg mailbox.Config) (gpuMailbox, []cuda.DevicePtr, error)
+}
+
+func realEngineDeps() engineDeps {
+	return engineDeps{
+		loadKernels: loadStepKernels,
+		newUnicast: func(ctx context.Context, ex mailbox.Exchanger, drv engineDriver, dev cuda.Device, cfg mailbox.Config) (gpuMailbox, []cuda.DevicePtr, error) {
+			u, err := mailbox.NewUnicast(ctx, ex, drv, dev, cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			return u, u.Peers(), nil
+		},
+		newMulticast: func(ctx context.Context, ex mailbox.Exchanger, drv engineDriver, dev cuda.Device, cfg mailbox.Config) (gpuMailbox, []cuda.DevicePtr, error) {
+			m, err := mailbox.NewMulticast(ctx, ex, drv, dev, cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			return m, []cuda.DevicePtr{m.MulticastPtr()}, nil
+		},
+	}
+}
+
+// Status words of the receive kernel (kernel/skinny.h): word 0 is 1 after
+// a timeout, word 1+r is 1 when rank r's slice never arrived.
+const (
+	statusWords = 1 + kernel.MaxTP
+	statusBytes = 4096 // one page of host-mapped memory
+)
+
+// replayChunk bounds how many graph replays are queued before the engine
+// waits and reads the status: a missing peer then costs at most a chunk's
+// worth of deadlines before the error comes back.
+const replayChunk = 32
+
+// cudaEngine runs steps on one device. Its mutex serializes the GPU work
+// and Close; a step holds it until its work has finished.
+type cudaEngine struct {
+	drv      engineDriver
+	closeDrv func() error // nil when the caller owns the driver
+	rank     int
+	ordinal  int
+	dev      cuda.Device
+	cuctx    cuda.Context
+	retained bool
+	stream   cuda.Stream // the steps
+	abortS   cuda.Stream // Close's and cancellation's slot fill
+	kern     stepKernels
+	mb       gpuMailbox
+	layout   mailbox.Layout
+	dsts     [][]cuda.DevicePtr // per slot: the skinny kernel's destinations
+	local    cuda.DevicePtr
+	deadline time.Duration
+	shape    kernel.Shape // M = capacity
+
+	status    []byte // host-mapped, statusBytes
+	statusDev cuda.DevicePtr
+
+	// Staging for hostStep, allocated on first use: latent, weight,
+	// shared (packed) and out, each 256-byte aligned in one allocation.
+	stage                               cuda.DevicePtr
+	stLatent, stWeight, stShared, stOut cuda.DevicePtr
+	sharedScratch                       []kernel.BF16
+	mu                                  sync.Mutex
+	closed                              bool
+	broken                              error // set by a failed wait; later steps fail
+	graphs                              map[*StepGraph]struct{}
+	closing, inflight                   atomic.Bool
+	abortOnce                           sync.Once
+	abortErr                            error
+}
+
+var _ upEngine = (*cudaEngine)(nil)
+
+// newCUDAEngine sets the engine up on device ordinal with the mailbox kind
+// (unicast or multicast). own says whether the engine closes drv. Local
+// setup comes first and every rank learns whether every other rank's
+// succeeded before the mailbox collective starts, so that one rank's
+// failure is an error on all of them rather than a hang. On error
+// everything made so far is released (and drv closed when own).
+func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig, drv engineDriver, closeDrv func() error,
+	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
+	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
+		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}}
+	if e.deadline == 0 {
+		e.deadline = mailbox.DefaultDeadline
+	}
+	var unbind func()
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.release(unbind))
+		} else if unbind != nil {
+			unbind()
+		}
+	}()
+	local := func() error {
+		dev, err := drv.DeviceGet(ordinal)
+		if err != nil {
+			return err
+		}
+		e.dev = dev
+		if e.cuctx, err = drv.DevicePrimaryCtxRetain(dev); err != nil {
+			return err
+		}
+		e.retained = true
+		if unbind, err = drv.BindContext(e.cuctx); err != nil {
+			return err
+		}
+		if e.stream, err = drv.StreamCreate(cuda.StreamNonBlocking); err != nil {
+			return fmt.Errorf("step stream: %w", err)
+		}
+		if e.abortS, err = drv.StreamCreate(cuda.StreamNonBlocking); err != nil {
+			return fmt.Errorf("abort stream: %w", err)
+		}
+		if e.kern, err = deps.loadKernels(drv); err != nil {
+			return fmt.Errorf("loading the kernels: %w", err)
+		}
+		if e.status, err = drv.MemHostAlloc(statusBytes, cuda.HostAllocDeviceMap|cuda.HostAllocPortable); err != nil {
+			return fmt.Errorf("receive status buffer: %w", err)
+		}
+		if e.statusDev, err = drv.MemHostGetDevicePointer(e.status); err != nil {
+			return fmt.Errorf("receive status buffer: %w", err)
+		}
+		return nil
+	}
+	if err := agree(ctx, ex, "CUDA engine setup", local()); err != nil {
+		return nil, fmt.Errorf("device %d: %w", ordinal, err)
+	}
+	mcfg := mailbox.Config{Hidden: s.Hidden, Capacity: s.M, Slots: cfg.slots, Deadline: e.deadline}
+	var bases []cuda.DevicePtr
+	switch kind {
+	case mailbox.KindUnicast:
+		e.mb, bases, err = deps.newUnicast(ctx, ex, drv, e.dev, mcfg)
+	case mailbox.KindMulticast:
+		e.mb, bases, err = deps.newMulticast(ctx, ex, drv, e.dev, mcfg)
+	default:
+		err = fmt.Errorf("%w: the CUDA engine runs the unicast or multicast mailbox, not %v", mailbox.ErrConfig, kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.layout = e.mb.Layout()
+	e.local = e.mb.Local()
+	if len(bases) == 0 || len(bases) > kernel.MaxTP || e.local == 0 {
+		return nil, fmt.Errorf("%s mailbox gave %d destinations and local slot %#x", e.mb.Name(), len(bases), uint64(e.local))
+	}
+	e.dsts = make([][]cuda.DevicePtr, e.layout.Slots)
+	for slot := range e.dsts {
+		off := cuda.DevicePtr(slot * e.layout.SlotBytes)
+		for _, b := range bases {
+			e.dsts[slot] = append(e.dsts[slot], b+off)
+		}
+	}
+	return e, nil
+}
+
+// agree all-gathers every rank's local result: it fails on every rank,
+// naming the failed ranks, when any rank failed.
+func agree(ctx context.Context, ex mailbox.Exchanger, what string, local error) error {
+	msg := []byte{0}
+	if local != nil {
+		msg = append([]byte{1}, local.Error()...)
+		if len(msg) > 1024 {
+			msg = msg[:1024]
+		}
+	}
+	all, err := ex.AllGather(ctx, msg)
+	if err != nil {
+		return errors.Join(local, fmt.Errorf("%s: all-gather of the outcome: %w", what, err))
+	}
+	if local != nil {
+		return fmt.Errorf("%s: %w", what, local)
+	}
+	var failed []string
+	for r, b := range all {
+		switch {
+		case len(b) == 0:
+			failed = append(failed, fmt.Sprintf("rank %d sent nothing", r))
+		case b[0] != 0:
+			failed = append(failed, fmt.Sprintf("rank %d: %s", r, b[1:]))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: %s failed on %s", mailbox.ErrPeer, what, strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// release frees whatever the engine holds, in the reverse order of setup,
+// and closes the driver when the engine owns it. unbind, when not nil, is
+// the caller's binding of the context; otherwise release binds it itself.
+func (e *cudaEngine) release(unbind func()) error {
+	var errs []error
+	note := func(what string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	if unbind == nil && e.retained {
+		var err error
+		unbind, err = e.drv.BindContext(e.cuctx)
+		note("binding the context", err)
+	}
+	if e.stream != 0 {
+		// Nothing may be running when memory goes away.
+		note("synchronizing the step stream", e.drv.StreamSynchronize(e.stream))
+	}
+	if e.abortS != 0 {
+		note("synchronizing the abort stream", e.drv.StreamSynchronize(e.abortS))
+	}
+	for g := range e.graphs {
+		note("destroying a step graph", g.destroy())
+	}
+	if e.mb != nil {
+		note("closing the mailbox", e.mb.Close())
+		e.mb = nil
+	}
+	if e.stage != 0 {
+		note("freeing the staging buffers", e.drv.MemFree(e.stage))
+		e.stage = 0
+	}
+	if e.status != nil {
+		note("freeing the status buffer", e.drv.MemFreeHost(e.status))
+		e.status = nil
+	}
+	if e.kern != nil {
+		note("unloading the kernels", e.kern.unload())
+		e.kern = nil
+	}
+	if e.abortS != 0 {
+		note("destroying the abort stream", e.drv.StreamDestroy(e.abortS))
+		e.abortS = 0
+	}
+	if e.stream != 0 {
+		note("destroying the step stream", e.drv.StreamDestroy(e.stream))
+		e.stream = 0
+	}
+	if unbind != nil {
+		unbind()
+	}
+	if e.retained {
+		note("releasing the primary context", e.drv.DevicePrimaryCtxRelease(e.dev))
+		e.retained = false
+	}
+	if e.closeDrv != nil {
+		note("closing the driver", e.closeDrv())
+		e.closeDrv = nil
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("releasing the CUDA engine on device %d: %w", e.ordinal, err)
+	}
+	return nil
+}
+
+func (e *cudaEngine) name() string { return e.mb.Name() }
+
+// close aborts a step in flight (its receive is made to finish by filling
+// the local slots), waits for it, and releases everything.
+func (e *cudaEngine) close() error {
+	e.closing.Store(true)
+	var abortErr error
+	if e.inflight.Load() {
+		abortErr = e.abort()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	return errors.Join(abortErr, e.release(nil))
+}
+
+// abort fills every slot of the local mailbox with zeros, on a stream of
+// its own: a receive polling it then finds no sentinel and finishes, so
+// that a step waiting for a peer ends now instead of at its deadline. The
+// block it copies is garbage, and the caller marks the engine broken or
+// closed. Only the first call does anything.
+func (e *cudaEngine) abort() error {
+	e.abortOnce.Do(func() {
+		unbind, err := e.drv.BindContext(e.cuctx)
+		if err != nil {
+			e.abortErr = fmt.Errorf("abort: %w", err)
+			return
+		}
+		defer unbind()
+		if err := e.drv.MemsetD32Async(e.local, 0, uint64(e.layout.Bytes/4), e.abortS); err != nil {
+			e.abortErr = fmt.Errorf("abort: filling the local slots: %w", err)
+		}
+	})
+	return e.abortErr
+}
+
+// usable reports why no step may start, or nil. Call with e.mu held.
+func (e *cudaEngine) usable() error {
+	switch {
+	case e.closed || e.closing.Load():
+		return mailbox.ErrClosed
+	case e.broken != nil:
+		return fmt.Errorf("%w (%v)", mailbox.ErrBroken, e.broken)
+	}
+	return nil
+}
+
+// begin starts GPU work: it checks the engine, binds the context and marks
+// the work in flight; the returned end undoes that. Call with e.mu held.
+func (e *cudaEngine) begin() (end func(), err error) {
+	if err := e.usable(); err != nil {
+		return nil, err
+	}
+	unbind, err := e.drv.BindContext(e.cuctx)
+	if err != nil {
+		return nil, err
+	}
+	e.inflight.Store(true)
+	end = func() {
+		e.inflight.Store(false)
+		unbind()
+	}
+	// Close sets closing before it looks at inflight, and we set inflight
+	// before we look at closing: one of the two sees the other.
+	if e.closing.Load() {
+		end()
+		return nil, mailbox.ErrClosed
+	}
+	return end, nil
+}
+
+// launch queues step t (skinny into every destination, then the receive
+// of the local slot) on the step stream.
+func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, pdl bool) error {
+	slot := e.layout.Slot(t)
+	err := e.kern.launchSkinny(e.stream, skinnyLaunch{shape: s, rank: e.rank, latent: in.Latent, weight: in.Weight,
+		shared: in.Shared, sharedStride: in.SharedStride, dst: e.dsts[slot]}, pdl)
+	if err != nil {
+		return fmt.Errorf("launching the skinny kernel: %w", err)
+	}
+	err = e.kern.launchReceive(e.stream, receiveLaunch{slot: e.local + cuda.DevicePtr(e.layout.SlotOffset(t)), out: out,
+		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard()})
+	if err != nil {
+		return fmt.Errorf("launching the receive kernel: %w", err)
+	}
+	return nil
+}
+
+// wait synchronizes the step stream. When ctx ends first it aborts the
+// receive (see abort). Afterwards it reads the receive status: a timeout
+// becomes a *mailbox.TimeoutError for step t (the first step of a batch).
+// Any failure leaves the engine broken. Call with e.mu held.
+func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) error {
+	var (
+		stop     chan struct{}
+		wg       sync.WaitGroup
+		canceled atomic.Bool
+	)
+	if done := ctx.Done(); done != nil {
+		stop = make(chan struct{})
+		wg.Go(func() {
+			select {
+			case <-done:
+				canceled.Store(true)
+				_ = e.abort() // its error surfaces from close
+			case <-stop:
+			}
+		})
+	}
+	err := e.drv.StreamSynchronize(e.stream)
+	if stop != nil {
+		close(stop)
+		wg.Wait()
+	}
+	switch {
+	case err != nil:
+		e.broken = fmt.Errorf("step %d: %w", t, err)
+		return fmt.Errorf("waiting for the step: %w", err)
+	case e.closing.Load():
+		return mailbox.ErrClosed
+	case canceled.Load():
+		e.broken = fmt.Errorf("step %d canceled: %w", t, ctx.Err())
+		return fmt.Errorf("step %d: %w", t, ctx.Err())
+	}
+	word := func(i int) uint32 { return binary.LittleEndian.Uint32(e.status[4*i:]) }
+	if word(0) == 0 {
+		return nil
+	}
+	te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.layout.Slot(t), Waited: time.Since(started)}
+	for r := range min(e.layout.Size, kernel.MaxTP) {
+		if word(1+r) != 0 {
+			te.Missing = append(te.Missing, r)
+		}
+	}
+	e.broken = te
+	return te
+}
+
+// clearStatus zeroes the receive status words; no kernel may be running.
+func (e *cudaEngine) clearStatus() { clear(e.status[:4*statusWords]) }
+
+// deviceStep runs step t with operands in device memory and waits for it.
+func (e *cudaEngine) deviceStep(ctx context.Context, t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.deviceStepLocked(ctx, t, s, in, out)
+}
+
+func (e *cudaEngine) deviceStepLocked(ctx context.Context, t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	end, err := e.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
+	e.clearStatus()
+	started := time.Now()
+	if err := e.launch(t, s, in, out, true); err != nil {
+		// Whatever was queued must finish before the op goes on; the
+		// slots may now be half-written, so the op is broken.
+		e.broken = err
+		return errors.Join(err, e.drv.StreamSynchronize(e.stream))
+	}
+	return e.wait(ctx, t, started)
+}
+
+// hostStep stages the host operands in device memory, runs the step and
+// copies the block back.
+func (e *cudaEngine) hostStep(ctx context.Context, t uint64, s kernel.Shape, in UpInputs, out []kernel.BF16) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	if err := e.stageInputs(s, in); err != nil {
+		return err
+	}
+	din := DeviceInputs{M: s.M, Latent: e.stLatent, Weight: e.stWeight, Shared: e.stShared, SharedStride: s.Shard()}
+	if err := e.deviceStepLocked(ctx, t, s, din, e.stOut); err != nil {
+		return err
+	}
+	unbind, err := e.drv.BindContext(e.cuctx)
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	if err := e.drv.MemcpyDtoH(cuda.AsBytes(out[:s.M*s.Hidden]), e.stOut); err != nil {
+		return fmt.Errorf("copying the block to the host: %w", err)
+	}
+	return nil
+}
+
+// stageInputs copies in to the staging buffers (allocating them on first
+// use). Call with e.mu held.
+func (e *cudaEngine) stageInputs(s kernel.Shape, in UpInputs) error {
+	unbind, err := e.drv.BindContext(e.cuctx)
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	c, shard := e.shape, e.shape.Shard()
+	if e.stage == 0 {
+		sizes := []int{c.M * c.Latent * 2, shard * c.Latent * 2, c.M * shard * 2, c.M * c.Hidden * 2}
+		offs := make([]int, len(sizes))
+		total := 0
+		for i, n := range sizes {
+			offs[i] = total
+			total += (n + 255) &^ 255
+		}
+		p, err := e.drv.MemAlloc(uint64(total))
+		if err != nil {
+			return fmt.Errorf("staging buffers (%d bytes): %w", total, err)
+		}
+		e.stage = p
+		e.stLatent, e.stWeight = p+cuda.DevicePtr(offs[0]), p+cuda.DevicePtr(offs[1])
+		e.stShared, e.stOut = p+cuda.DevicePtr(offs[2]), p+cuda.DevicePtr(offs[3])
+		e.sharedScratch = make([]kernel.BF16, c.M*shard)
+	}
+	n := s.Shard()
+	shared := e.sharedScratch[:s.M*n]
+	for m := range s.M {
+		copy(shared[m*n:(m+1)*n], in.Shared[m*in.SharedStride:])
+	}
+	for _, c := range []struct {
+		what string
+		dst  cuda.DevicePtr
+		src  []kernel.BF16
+	}{
+		{"latent", e.stLatent, in.Latent[:s.M*s.Latent]},
+		{"weight", e.stWeight, in.Weight[:n*s.Latent]},
+		{"shared", e.stShared, shared},
+	} {
+		if err := e.drv.MemcpyHtoD(c.dst, cuda.AsBytes(c.src)); err != nil {
+			return fmt.Errorf("copying the %s to the device: %w", c.what, err)
+		}
+	}
+	// A copy from pageable memory may return before its DMA has landed;
+	// it runs on the legacy stream, which the step stream does not wait
+	// for (it is non-blocking), so wait here.
+	if err := e.drv.StreamSynchronize(0); err != nil {
+		return fmt.Errorf("waiting for the copies to the device: %w", err)
+	}
+	return nil
+}
+
+// StepGraph is a captured sequence of steps of one UpProjection, replayed
+// as a CUDA graph. Each replay runs every captured step once, in order,
+// and advances the op's step count by Steps().
+//
+// The lockstep rule: every rank of the group must capture the same number
+// of steps with the same M values at the same point of its step sequence,
+// and replay its graph the same number of times, interleaved with the
+// same Step calls, in the same order. Steps() is a multiple of the slot
+// count, so a replay leaves every slot where it found it; a graph may be
+// replayed only while the op's step count is at the slot phase it was
+// captured at (Replay checks that).
+type StepGraph struct {
+	u      *UpProjection
+	e      *cudaEngine
+	exec   cuda.GraphExec
+	steps  int
+	phase  int // slot of the first captured step
+	closed bool
+	events []cuda.Event // for TimeReplays, made on first use
+}
+
+// deviceEngine is the part of the CUDA engine the UpProjection methods
+// reach.
+func (u *UpProjection) cudaEngine(op string) (*cudaEngine, error) {
+	e, ok := u.eng.(*cudaEngine)
+	if !ok {
+		return nil, fmt.Errorf("tp: rank %d: %s: %w: the %s backend runs on the host; device operands need the unicast or multicast backend",
+			u.rank, op, ErrBackendUnavailable, u.eng.name())
+	}
+	return e, nil
+}
+
+// Device is the CUDA device ordinal the op runs on, or -1 for the host
+// backend.
+func (u *UpProjection) Device() int {
+	if e, ok := u.eng.(*cudaEngine); ok {
+		return e.ordinal
+	}
+	return -1
+}
+
+// StepDevice runs one step with operands already in device memory (in the
+// primary context of Device()) and waits for it, leaving the whole
+// [M, hidden_dim] block, row-major, at out. Errors are those of Step; the
+// host backend refuses it with ErrBackendUnavailable.
+//
+// Cancelling ctx while the step waits for peers ends the wait at once and
+// leaves the op broken (later steps fail with mailbox.ErrBroken).
+func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out DevicePtr) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := u.shape
+	s.M = in.M
+	e, err := u.cudaEngine("device step")
+	if err == nil {
+		err = u.validateDevice(s, in, out)
+	}
+	if err == nil {
+		err = e.deviceStep(ctx, u.next, s, in, out)
+	}
+	if err != nil {
+		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
+	}
+	u.next++
+	return nil
+}
+
+// validateDevice checks a step's shape and device operands.
+func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out DevicePtr) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := s.ValidateCapacity(u.shape.M); err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range []struct {
+		name string
+		v    DevicePtr
+	}{{"Latent", in.Latent}, {"Weight", in.Weight}, {"Shared", in.Shared}, {"out", out}} {
+		if p.v == 0 || p.v%16 != 0 {
+			errs = append(errs, &kernel.ShapeError{Field: p.name, Value: int(p.v % 16), Rule: fmt.Sprintf("device address %#x must be non-zero and 16-byte aligned (value: address mod 16)", uint64(p.v))})
+		}
+	}
+	if in.SharedStride < s.Shard() || in.SharedStride%8 != 0 {
+		errs = append(errs, &kernel.ShapeError{Field: "SharedStride", Value: in.SharedStride,
+			Rule: fmt.Sprintf("must be a multiple of 8 and at least shard = %d", s.Shard())})
+	}
+	return errors.Join(errs...)
+}
+
+// ErrGraphPhase: a StepGraph was replayed at a step whose slot differs
+// from the one it was captured at.
+var ErrGraphPhase = errors.New("tp: step graph replayed out of slot phase")
+
+// Capture records steps as one CUDA graph without running them (see
+// StepGraph for the lockstep rule). len(steps) must be a positive multiple
+// of the mailbox slot count. The operands are baked into the graph: they
+// must stay allocated, and their contents at replay time are what is
+// computed. Close the graph (or the op) to free it.
+func (u *UpProjection) Capture(ctx context.Context, steps []DeviceStep) (*StepGraph, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	e, err := u.cudaEngine("capture")
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*StepGraph, error) {
+		return nil, fmt.Errorf("tp: rank %d: capturing %d steps from step %d: %w", u.rank, len(steps), u.next, err)
+	}
+	slots := e.layout.Slots
+	if len(steps) == 0 || len(steps)%slots != 0 {
+		return fail(fmt.Errorf("%w: %d steps is not a positive multiple of the %d mailbox slots", mailbox.ErrArgument, len(steps), slots))
+	}
+	shapes := make([]kernel.Shape, len(steps))
+	for i, st := range steps {
+		s := u.shape
+		s.M = st.In.M
+		if err := u.validateDevice(s, st.In, st.Out); err != nil {
+			return fail(fmt.Errorf("step %d of the graph: %w", i, err))
+		}
+		shapes[i] = s
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	g, err := e.capture(u.next, shapes, steps)
+	if err != nil {
+		return fail(err)
+	}
+	g.u = u
+	return g, nil
+}
+
+func (e *cudaEngine) capture(t0 uint64, shapes []kernel.Shape, steps []DeviceStep) (_ *StepGraph, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	end, err := e.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	// Thread-local mode: other goroutines (other ranks in tests, the
+	// caller's own copies) may use the driver meanwhile.
+	if err := e.drv.StreamBeginCapture(e.stream, cuda.CaptureModeThreadLocal); err != nil {
+		return nil, fmt.Errorf("begin capture: %w", err)
+	}
+	var lerr error
+	for i, st := range steps {
+		// The first kernel of a graph has no kernel before it to overlap.
+		if lerr = e.launch(t0+uint64(i), shapes[i], st.In, st.Out, i > 0); lerr != nil {
+			lerr = fmt.Errorf("step %d of the graph: %w", i, lerr)
+			break
+		}
+	}
+	graph, cerr := e.drv.StreamEndCapture(e.stream)
+	if lerr != nil || cerr != nil {
+		if cerr == nil && graph != 0 {
+			cerr = e.drv.GraphDestroy(graph)
+		}
+		return nil, errors.Join(lerr, cerr)
+	}
+	exec, err := e.drv.GraphInstantiate(graph, 0)
+	if derr := e.drv.GraphDestroy(graph); derr != nil {
+		err = errors.Join(err, derr)
+		if exec != 0 {
+			err = errors.Join(err, e.drv.GraphExecDestroy(exec))
+		}
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	if err := e.drv.GraphUpload(exec, e.stream); err != nil {
+		return nil, errors.Join(fmt.Errorf("upload: %w", err), e.drv.GraphExecDestroy(exec))
+	}
+	if err := e.drv.StreamSynchronize(e.stream); err != nil {
+		e.broken = err
+		return nil, errors.Join(fmt.Errorf("upload: %w", err), e.drv.GraphExecDestroy(exec))
+	}
+	g := &StepGraph{e: e, exec: exec, steps: len(steps), phase: e.layout.Slot(t0)}
+	e.graphs[g] = struct{}{}
+	return g, nil
+}
+
+// Steps is the number of steps one replay runs.
+func (g *StepGraph) Steps() int { return g.steps }
+
+// Replay runs the graph n times and waits for them; the op's step count
+// advances by n*Steps(). A peer's missing slice gives a
+// *mailbox.TimeoutError whose Step is the first step of the batch of
+// replays it happened in (replays are queued in batches of up to 32). As
+// with StepDevice, cancelling ctx aborts the wait and breaks the op.
+func (g *StepGraph) Replay(ctx context.Context, n int) error {
+	_, err := g.run(ctx, n, false)
+	return err
+}
+
+// TimeReplays is Replay with a pair of CUDA events around every replay; it
+// returns each replay's GPU time (divide by Steps() for the time per step).
+// Replays are queued back to back in batches of up to 32, so the first of
+// each batch also contains the wait for the slowest rank.
+func (g *StepGraph) TimeReplays(ctx context.Context, n int) ([]time.Duration, error) {
+	return g.run(ctx, n, true)
+}
+
+func (g *StepGraph) run(ctx context.Context, n int, timed bool) ([]time.Duration, error) {
+	u := g.u
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var times []time.Duration
+	err := func() error {
+		switch {
+		case n < 0:
+			return fmt.Errorf("%w: %d replays", mailbox.ErrArgument, n)
+		case g.closed:
+			return fmt.Errorf("%w: the step graph is closed", mailbox.ErrClosed)
+		case g.e.layout.Slot(u.next) != g.phase:
+			return fmt.Errorf("%w: captured at slot %d, the op's next step %d uses slot %d (every Step moves the phase by one)",
+				ErrGraphPhase, g.phase, u.next, g.e.layout.Slot(u.next))
+		}
+		for done := 0; done < n; {
+			k := min(replayChunk, n-done)
+			ts, err := g.e.replay(ctx, g, u.next, k, timed)
+			if err != nil {
+				return err
+			}
+			times = append(times, ts...)
+			u.next += uint64(k * g.steps)
+			done += k
+		}
+		return nil
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("tp: rank %d: replaying a %d-step graph at step %d: %w", u.rank, g.steps, u.next, err)
+	}
+	return times, nil
+}
+
+// replay queues k replays of g (step t first) and waits for them.
+func (e *cudaEngine) replay(ctx context.Context, g *StepGraph, t uint64, k int, timed bool) ([]time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	end, err := e.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	if timed && len(g.events) < k+1 {
+		for len(g.events) < replayChunk+1 {
+			ev, err := e.drv.EventCreate(cuda.EventDefault)
+			if err != nil {
+				return nil, fmt.Errorf("timing events: %w", err)
+			}
+			g.events = append(g.events, ev)
+		}
+	}
+	e.clearStatus()
+	started := time.Now()
+	for i := range k {
+		if timed {
+			if err := e.drv.EventRecord(g.events[i], e.stream); err != nil {
+				e.broken = err
+				return nil, errors.Join(err, e.drv.StreamSynchronize(e.stream))
+			}
+		}
+		if err := e.drv.GraphLaunch(g.exec, e.stream); err != nil {
+			e.broken = err
+			return nil, errors.Join(err, e.drv.StreamSynchronize(e.stream))
+		}
+	}
+	if timed {
+		if err := e.drv.EventRecord(g.events[k], e.stream); err != nil {
+			e.broken = err
+			return nil, errors.Join(err, e.drv.StreamSynchronize(e.stream))
+		}
+	}
+	if err := e.wait(ctx, t, started); err != nil {
+		return nil, err
+	}
+	if !timed {
+		return nil, nil
+	}
+	times := make([]time.Duration, k)
+	for i := range k {
+		d, err := e.drv.EventElapsedTime(g.events[i], g.events[i+1])
+		if err != nil {
+			return nil, fmt.Errorf("replay %d's time: %w", i, err)
+		}
+		times[i] = d
+	}
+	return times, nil
+}
+
+// Close frees the graph; it is idempotent. Closing the op frees its graphs
+// too.
+func (g *StepGraph) Close() error {
+	e := g.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	if e.closed {
+		g.closed = true
+		return nil
+	}
+	unbind, err := e.drv.BindContext(e.cuctx)
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	return g.destroy()
+}
+
+// destroy frees the graph's executable and events; e.mu is held and the
+// context bound.
+func (g *StepGraph) destroy() error {
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	delete(g.e.graphs, g)
+	var errs []error
+	for _, ev := range g.events {
+		errs = append(errs, g.e.drv.EventDestroy(ev))
+	}
+	g.events = nil
+	errs = append(errs, g.e.drv.GraphExecDestroy(g.exec))
+	return errors.Join(errs...)
+}

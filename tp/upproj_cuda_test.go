@@ -1,0 +1,927 @@
+package tp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/kernel"
+	"github.com/tprun/tprun/mailbox"
+)
+
+// The CUDA engine on the CPU: a fake GPU (one address space shared by
+// goroutine ranks, as one device shared by processes would be), fake
+// kernels that compute with kernel.CPU and store and poll words
+// atomically like the real ones, and a fake mailbox. Stream work runs when
+// it is queued (a stream is in order, and a rank's receive may block its
+// goroutine while it polls); work queued during a capture is recorded and
+// runs at each GraphLaunch. The real-GPU tests are at the end of the file.
+
+// fakeGPU is the device memory and the resource counts of all ranks.
+type fakeGPU struct {
+	mu     sync.Mutex
+	next   cuda.DevicePtr
+	mem    map[cuda.DevicePtr][]byte // base -> bytes
+	host   map[*byte]cuda.DevicePtr  // host-mapped allocations
+	live   map[string]int            // resource kind -> count
+	failAt map[int]int               // rank -> fallible call number that fails (1-based)
+	calls  map[int]int               // rank -> fallible calls made
+	// retired: closed mailboxes. Their memory stays, as a real imported
+	// allocation stays mapped in the peers that imported it.
+	retired map[cuda.DevicePtr]bool
+}
+
+func newFakeGPU() *fakeGPU {
+	return &fakeGPU{next: 1 << 32, mem: map[cuda.DevicePtr][]byte{}, host: map[*byte]cuda.DevicePtr{},
+		live: map[string]int{}, failAt: map[int]int{}, calls: map[int]int{}, retired: map[cuda.DevicePtr]bool{}}
+}
+
+var errInjected = errors.New("injected failure")
+
+// fail counts one fallible call of rank and fails the one asked for.
+func (g *fakeGPU) fail(rank int, op string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls[rank]++
+	if g.calls[rank] == g.failAt[rank] {
+		return fmt.Errorf("%s: %w (call %d of rank %d)", op, errInjected, g.calls[rank], rank)
+	}
+	return nil
+}
+
+func (g *fakeGPU) add(kind string, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.live[kind] += n
+}
+
+// leaks lists the resources still alive.
+func (g *fakeGPU) leaks() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var s []string
+	for k, n := range g.live {
+		if n != 0 {
+			s = append(s, fmt.Sprintf("%s=%d", k, n))
+		}
+	}
+	if n := len(g.mem) - len(g.retired); n != 0 {
+		s = append(s, fmt.Sprintf("memory regions=%d", n))
+	}
+	slices.Sort(s)
+	return strings.Join(s, ", ")
+}
+
+func (g *fakeGPU) alloc(b []byte) cuda.DevicePtr {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.next
+	g.next += cuda.DevicePtr((len(b) + 4095) &^ 4095)
+	g.next += 4096 // a gap, so that an overrun is not another buffer
+	g.mem[p] = b
+	return p
+}
+
+// bytes is the memory at p, n bytes long.
+func (g *fakeGPU) bytes(p cuda.DevicePtr, n int) ([]byte, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for base, b := range g.mem {
+		if p >= base && p < base+cuda.DevicePtr(len(b)) {
+			off := int(p - base)
+			if off+n > len(b) {
+				return nil, fmt.Errorf("fake GPU: access of %d bytes at %#x overruns its %d-byte allocation", n, uint64(p), len(b))
+			}
+			return b[off : off+n], nil
+		}
+	}
+	return nil, fmt.Errorf("fake GPU: %#x is not allocated (illegal address)", uint64(p))
+}
+
+func words(b []byte) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+}
+
+func bf16s(b []byte) []kernel.BF16 {
+	return unsafe.Slice((*kernel.BF16)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2)
+}
+
+// fakeDrv is one rank's driver.
+type fakeDrv struct {
+	mailbox.MulticastVMM // nil: the fake mailbox needs no VMM
+	gpu                  *fakeGPU
+	rank                 int
+	mu                   sync.Mutex
+	capturing            map[cuda.Stream]*[]func() error
+	graphs               map[uintptr][]func() error
+	streams              map[cuda.Stream]*fakeStream
+	nextID               uintptr
+}
+
+// fakeStream runs its work in order, each op on a goroutine that waits
+// for the one before; the first error is kept for the next synchronize.
+type fakeStream struct {
+	last chan struct{}
+	err  error
+}
+
+var _ engineDriver = (*fakeDrv)(nil)
+
+func newFakeDrv(g *fakeGPU, rank int) *fakeDrv {
+	return &fakeDrv{gpu: g, rank: rank, capturing: map[cuda.Stream]*[]func() error{},
+		graphs: map[uintptr][]func() error{}, streams: map[cuda.Stream]*fakeStream{}, nextID: 16}
+}
+
+func (d *fakeDrv) id() uintptr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nextID++
+	return d.nextID
+}
+
+// stream is s's state, made on first use (the legacy stream 0 included);
+// d.mu is held.
+func (d *fakeDrv) stream(s cuda.Stream) *fakeStream {
+	st := d.streams[s]
+	if st == nil {
+		st = &fakeStream{last: make(chan struct{})}
+		close(st.last)
+		d.streams[s] = st
+	}
+	return st
+}
+
+// enqueue queues op on s, or records it when s is capturing.
+func (d *fakeDrv) enqueue(s cuda.Stream, op func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if rec := d.capturing[s]; rec != nil {
+		*rec = append(*rec, op)
+		return nil
+	}
+	st := d.stream(s)
+	prev, done := st.last, make(chan struct{})
+	st.last = done
+	go func() {
+		<-prev
+		if err := op(); err != nil {
+			d.mu.Lock()
+			st.err = errors.Join(st.err, err)
+			d.mu.Unlock()
+		}
+		close(done)
+	}()
+	return nil
+}
+
+func (d *fakeDrv) DeviceGet(int) (cuda.Device, error) { return 0, d.gpu.fail(d.rank, "DeviceGet") }
+func (d *fakeDrv) DevicePrimaryCtxRetain(cuda.Device) (cuda.Context, error) {
+	if err := d.gpu.fail(d.rank, "DevicePrimaryCtxRetain"); err != nil {
+		return 0, err
+	}
+	d.gpu.add("context", 1)
+	return 1, nil
+}
+func (d *fakeDrv) DevicePrimaryCtxRelease(cuda.Device) error { d.gpu.add("context", -1); return nil }
+func (d *fakeDrv) BindContext(cuda.Context) (func(), error) {
+	if err := d.gpu.fail(d.rank, "BindContext"); err != nil {
+		return nil, err
+	}
+	return func() {}, nil
+}
+func (d *fakeDrv) StreamCreate(cuda.StreamFlags) (cuda.Stream, error) {
+	if err := d.gpu.fail(d.rank, "StreamCreate"); err != nil {
+		return 0, err
+	}
+	d.gpu.add("stream", 1)
+	return cuda.Stream(d.id()), nil
+}
+func (d *fakeDrv) StreamDestroy(s cuda.Stream) error {
+	if err := d.StreamSynchronize(s); err != nil {
+		return err
+	}
+	d.gpu.add("stream", -1)
+	return nil
+}
+func (d *fakeDrv) StreamSynchronize(s cuda.Stream) error {
+	d.mu.Lock()
+	st := d.stream(s)
+	last := st.last
+	d.mu.Unlock()
+	<-last
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := st.err
+	st.err = nil
+	return err
+}
+func (d *fakeDrv) MemAlloc(size uint64) (cuda.DevicePtr, error) {
+	if err := d.gpu.fail(d.rank, "MemAlloc"); err != nil {
+		return 0, err
+	}
+	return d.gpu.alloc(make([]byte, size)), nil
+}
+func (d *fakeDrv) MemFree(p cuda.DevicePtr) error {
+	d.gpu.mu.Lock()
+	defer d.gpu.mu.Unlock()
+	if _, ok := d.gpu.mem[p]; !ok {
+		return fmt.Errorf("fake GPU: free of %#x, not allocated", uint64(p))
+	}
+	delete(d.gpu.mem, p)
+	return nil
+}
+func (d *fakeDrv) MemHostAlloc(size int, _ cuda.HostAllocFlags) ([]byte, error) {
+	if err := d.gpu.fail(d.rank, "MemHostAlloc"); err != nil {
+		return nil, err
+	}
+	b := make([]byte, size)
+	p := d.gpu.alloc(b)
+	d.gpu.mu.Lock()
+	d.gpu.host[&b[0]] = p
+	d.gpu.mu.Unlock()
+	return b, nil
+}
+func (d *fakeDrv) MemFreeHost(b []byte) error {
+	d.gpu.mu.Lock()
+	p, ok := d.gpu.host[&b[0]]
+	delete(d.gpu.host, &b[0])
+	d.gpu.mu.Unlock()
+	if !ok {
+		return errors.New("fake GPU: MemFreeHost of memory it did not allocate")
+	}
+	return d.MemFree(p)
+}
+func (d *fakeDrv) MemHostGetDevicePointer(b []byte) (cuda.DevicePtr, error) {
+	if err := d.gpu.fail(d.rank, "MemHostGetDevicePointer"); err != nil {
+		return 0, err
+	}
+	d.gpu.mu.Lock()
+	defer d.gpu.mu.Unlock()
+	return d.gpu.host[&b[0]], nil
+}
+func (d *fakeDrv) MemcpyHtoD(dst cuda.DevicePtr, src []byte) error {
+	b, err := d.gpu.bytes(dst, len(src))
+	if err == nil {
+		copy(b, src)
+	}
+	return err
+}
+func (d *fakeDrv) MemcpyDtoH(dst []byte, src cuda.DevicePtr) error {
+	b, err := d.gpu.bytes(src, len(dst))
+	if err == nil {
+		copy(dst, b)
+	}
+	return err
+}
+func (d *fakeDrv) MemsetD32Async(p cuda.DevicePtr, v uint32, n uint64, s cuda.Stream) error {
+	return d.enqueue(s, func() error {
+		b, err := d.gpu.bytes(p, int(4*n))
+		if err != nil {
+			return err
+		}
+		for i := range words(b) {
+			atomic.StoreUint32(&words(b)[i], v)
+		}
+		return nil
+	})
+}
+func (d *fakeDrv) EventCreate(cuda.EventFlags) (cuda.Event, error) {
+	if err := d.gpu.fail(d.rank, "EventCreate"); err != nil {
+		return 0, err
+	}
+	d.gpu.add("event", 1)
+	return cuda.Event(d.id()), nil
+}
+func (d *fakeDrv) EventDestroy(cuda.Event) error             { d.gpu.add("event", -1); return nil }
+func (d *fakeDrv) EventRecord(cuda.Event, cuda.Stream) error { return nil }
+func (d *fakeDrv) EventSynchronize(cuda.Event) error         { return nil }
+func (d *fakeDrv) EventElapsedTime(_, _ cuda.Event) (time.Duration, error) {
+	return 7 * time.Microsecond, nil
+}
+func (d *fakeDrv) StreamBeginCapture(s cuda.Stream, _ cuda.CaptureMode) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.capturing[s] = &[]func() error{}
+	return nil
+}
+func (d *fakeDrv) StreamEndCapture(s cuda.Stream) (cuda.Graph, error) {
+	d.mu.Lock()
+	rec := d.capturing[s]
+	delete(d.capturing, s)
+	d.mu.Unlock()
+	if rec == nil {
+		return 0, errors.New("fake: end of a capture that did not begin")
+	}
+	id := d.id()
+	d.mu.Lock()
+	d.graphs[id] = *rec
+	d.mu.Unlock()
+	d.gpu.add("graph", 1)
+	return cuda.Graph(id), nil
+}
+func (d *fakeDrv) GraphInstantiate(g cuda.Graph, _ cuda.GraphInstantiateFlags) (cuda.GraphExec, error) {
+	if err := d.gpu.fail(d.rank, "GraphInstantiate"); err != nil {
+		return 0, err
+	}
+	id := d.id()
+	d.mu.Lock()
+	d.graphs[id] = d.graphs[uintptr(g)]
+	d.mu.Unlock()
+	d.gpu.add("graph exec", 1)
+	return cuda.GraphExec(id), nil
+}
+func (d *fakeDrv) GraphUpload(cuda.GraphExec, cuda.Stream) error { return nil }
+func (d *fakeDrv) GraphLaunch(e cuda.GraphExec, s cuda.Stream) error {
+	d.mu.Lock()
+	ops := d.graphs[uintptr(e)]
+	d.mu.Unlock()
+	for _, op := range ops {
+		if err := d.enqueue(s, op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (d *fakeDrv) GraphDestroy(cuda.Graph) error         { d.gpu.add("graph", -1); return nil }
+func (d *fakeDrv) GraphExecDestroy(cuda.GraphExec) error { d.gpu.add("graph exec", -1); return nil }
+
+// fakeKernels compute like the real kernels, from and into fake memory.
+type fakeKernels struct{ d *fakeDrv }
+
+func (k *fakeKernels) unload() error { k.d.gpu.add("module", -1); return nil }
+
+func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error {
+	return k.d.enqueue(s, func() error {
+		sh := a.shape
+		n, K := sh.Shard(), sh.Latent
+		lat, err1 := k.d.gpu.bytes(a.latent, 2*sh.M*K)
+		w, err2 := k.d.gpu.bytes(a.weight, 2*n*K)
+		shared, err3 := k.d.gpu.bytes(a.shared, 2*((sh.M-1)*a.sharedStride+n))
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return err
+		}
+		out := make([]kernel.BF16, sh.M*n)
+		if err := kernel.UpProjectCPU(sh, bf16s(lat), bf16s(w), bf16s(shared), a.sharedStride, out, n); err != nil {
+			return err
+		}
+		for _, dst := range a.dst {
+			for m := range sh.M {
+				b, err := k.d.gpu.bytes(dst+cuda.DevicePtr(2*(m*sh.Hidden+a.rank*n)), 2*n)
+				if err != nil {
+					return err
+				}
+				ws := words(b)
+				for i := range ws {
+					atomic.StoreUint32(&ws[i], kernel.PackWord(out[m*n+2*i], out[m*n+2*i+1]))
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func (k *fakeKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
+	return k.d.enqueue(s, func() error {
+		slot, err1 := k.d.gpu.bytes(a.slot, 2*a.m*a.hidden)
+		out, err2 := k.d.gpu.bytes(a.out, 2*a.m*a.hidden)
+		st, err3 := k.d.gpu.bytes(a.status, 4*statusWords)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return err
+		}
+		in, o, status := words(slot), words(out), words(st)
+		deadline := time.Now().Add(a.timeout)
+		for i := range in {
+			w := atomic.LoadUint32(&in[i])
+			for w == kernel.Sentinel && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Microsecond)
+				w = atomic.LoadUint32(&in[i])
+			}
+			if w == kernel.Sentinel {
+				atomic.StoreUint32(&status[0], 1)
+				atomic.StoreUint32(&status[1+(2*i%a.hidden)/a.shard], 1)
+				continue
+			}
+			o[i] = w
+			atomic.StoreUint32(&in[i], kernel.Sentinel)
+		}
+		return nil
+	})
+}
+
+// fakeDeps loads fake kernels and makes a fake unicast mailbox: every rank
+// allocates its slots, arms them, and the bases are all-gathered.
+func fakeDeps() engineDeps {
+	return engineDeps{
+		loadKernels: func(drv engineDriver) (stepKernels, error) {
+			d := drv.(*fakeDrv)
+			if err := d.gpu.fail(d.rank, "loadKernels"); err != nil {
+				return nil, err
+			}
+			d.gpu.add("module", 1)
+			return &fakeKernels{d: d}, nil
+		},
+		newUnicast: func(ctx context.Context, ex mailbox.Exchanger, drv engineDriver, _ cuda.Device, cfg mailbox.Config) (gpuMailbox, []cuda.DevicePtr, error) {
+			d := drv.(*fakeDrv)
+			l, err := mailbox.NewLayout(cfg, ex.Size())
+			if err != nil {
+				return nil, nil, err
+			}
+			mb := &fakeMailbox{d: d, layout: l}
+			if err = d.gpu.fail(d.rank, "mailbox"); err == nil {
+				mb.local = d.gpu.alloc(make([]byte, l.Bytes))
+				d.gpu.add("mailbox", 1)
+			}
+			if err == nil {
+				err = d.MemsetD32Async(mb.local, kernel.Sentinel, uint64(l.Bytes/4), 0)
+			}
+			if err == nil {
+				err = d.StreamSynchronize(0)
+			}
+			if err := agree(ctx, ex, "fake mailbox", err); err != nil {
+				return nil, nil, errors.Join(err, mb.Close())
+			}
+			all, err := ex.AllGather(ctx, binary.LittleEndian.AppendUint64(nil, uint64(mb.local)))
+			if err != nil {
+				return nil, nil, errors.Join(err, mb.Close())
+			}
+			bases := make([]cuda.DevicePtr, len(all))
+			for r, b := range all {
+				bases[r] = cuda.DevicePtr(binary.LittleEndian.Uint64(b))
+			}
+			return mb, bases, nil
+		},
+	}
+}
+
+type fakeMailbox struct {
+	d      *fakeDrv
+	layout mailbox.Layout
+	local  cuda.DevicePtr
+	once   sync.Once
+}
+
+func (m *fakeMailbox) Name() string           { return "unicast" }
+func (m *fakeMailbox) Layout() mailbox.Layout { return m.layout }
+func (m *fakeMailbox) Local() cuda.DevicePtr  { return m.local }
+func (m *fakeMailbox) Close() error {
+	var err error
+	m.once.Do(func() {
+		if m.local != 0 {
+			m.d.gpu.mu.Lock()
+			m.d.gpu.retired[m.local] = true
+			m.d.gpu.mu.Unlock()
+			m.d.gpu.add("mailbox", -1)
+		}
+	})
+	return err
+}
+
+// newFakeUp is NewUpProjection on the fake GPU.
+func newFakeUp(ctx context.Context, ex mailbox.Exchanger, gpu *fakeGPU, hidden, latent, maxM, slots int, deadline time.Duration) (*UpProjection, error) {
+	s := kernel.Shape{M: maxM, Hidden: hidden, Latent: latent, TP: ex.Size()}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	gpu.add("driver", 1)
+	closeDrv := func() error { gpu.add("driver", -1); return nil }
+	eng, err := newCUDAEngine(ctx, ex, s, upConfig{slots: slots, deadline: deadline}, newFakeDrv(gpu, ex.Rank()), closeDrv, 0, mailbox.KindUnicast, fakeDeps())
+	if err != nil {
+		return nil, err
+	}
+	return &UpProjection{rank: ex.Rank(), shape: s, eng: eng, reason: "fake"}, nil
+}
+
+// devBuf allocates fake device memory holding v.
+func devBuf(t testing.TB, g *fakeGPU, v []kernel.BF16) cuda.DevicePtr {
+	t.Helper()
+	b := make([]byte, 2*len(v)+64)
+	copy(b, cuda.AsBytes(v))
+	return g.alloc(b)
+}
+
+func TestCUDAEngineFakeSteps(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	tests := []struct {
+		desc               string
+		tp, hidden, latent int
+		maxM, slots        int
+		ms                 []int
+		device             bool // StepDevice instead of Step
+	}{
+		{desc: "one rank, host operands", tp: 1, hidden: 64, latent: 40, maxM: 3, ms: []int{1, 3, 2, 3}},
+		{desc: "two ranks, every M, host operands", tp: 2, hidden: 256, latent: 96, maxM: 8, ms: []int{8, 1, 2, 3, 4, 5, 6, 7, 8}},
+		{desc: "three ranks, two slots, device operands", tp: 3, hidden: 144, latent: 64, maxM: 4, slots: 2, ms: []int{4, 2, 4, 1, 3, 4}, device: true},
+		{desc: "four ranks, device operands", tp: 4, hidden: 512, latent: 128, maxM: 8, ms: []int{1, 2, 4, 8, 8, 8, 1}, device: true},
+	}
+	for i, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			gpu := newFakeGPU()
+			steps := newUpSteps(t, seed+uint64(i), tc.hidden, tc.latent, tc.ms)
+			shard := tc.hidden / tc.tp
+			got := make([][][]kernel.BF16, tc.tp)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) (err error) {
+				up, err := newFakeUp(ctx, ex, gpu, tc.hidden, tc.latent, tc.maxM, tc.slots, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, up.Close()) }()
+				if up.Backend() != "unicast" || up.Device() != 0 {
+					return fmt.Errorf("backend %q device %d", up.Backend(), up.Device())
+				}
+				for i, d := range steps {
+					w := d.weight[r*shard*tc.latent : (r+1)*shard*tc.latent]
+					out := make([]kernel.BF16, tc.maxM*tc.hidden+5)
+					for j := range out {
+						out[j] = poison
+					}
+					if tc.device {
+						o := devBuf(t, gpu, out)
+						in := DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, w),
+							Shared: devBuf(t, gpu, d.shared) + cuda.DevicePtr(2*r*shard), SharedStride: tc.hidden}
+						if err := up.StepDevice(ctx, in, o); err != nil {
+							return err
+						}
+						b, err := gpu.bytes(o, 2*len(out))
+						if err != nil {
+							return err
+						}
+						copy(out, bf16s(b))
+					} else {
+						in := UpInputs{M: d.m, Latent: d.latent, Weight: w, Shared: d.shared[r*shard:], SharedStride: tc.hidden}
+						if err := up.Step(ctx, in, out); err != nil {
+							return err
+						}
+					}
+					for j, v := range out[d.m*tc.hidden:] {
+						if v != poison {
+							return fmt.Errorf("step %d: out[%d] beyond the block was overwritten", i, d.m*tc.hidden+j)
+						}
+					}
+					got[r] = append(got[r], out[:d.m*tc.hidden])
+				}
+				if n := up.Steps(); n != uint64(len(steps)) {
+					return fmt.Errorf("Steps() = %d after %d steps", n, len(steps))
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			checkBlocks(t, steps, got, tc.hidden)
+		})
+	}
+}
+
+// checkBlocks checks every rank's block of every step against the
+// reference and rank 0's.
+func checkBlocks(t *testing.T, steps []upStepData, got [][][]kernel.BF16, hidden int) {
+	t.Helper()
+	for i, d := range steps {
+		res, err := d.want.Check(got[0][i], hidden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Wrong > 0 || res.Checked != d.m*hidden {
+			t.Errorf("step %d (M=%d): %d of %d wrong, first %v", i, d.m, res.Wrong, res.Checked, res.First)
+		}
+		for r := 1; r < len(got); r++ {
+			if !equalBlocks(got[0][i], got[r][i]) {
+				t.Errorf("step %d: rank %d's block differs from rank 0's", i, r)
+			}
+		}
+	}
+}
+
+// graphCase runs a captured graph of steps on every rank and returns each
+// rank's blocks of the last replay. fn may step or replay around it.
+func TestCUDAEngineFakeGraph(t *testing.T) {
+	const tp, hidden, latent, maxM, slots = 2, 128, 32, 4, 3
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	ms := []int{1, 4, 2, 3, 4, 1}
+	steps := newUpSteps(t, seed, hidden, latent, ms)
+	shard := hidden / tp
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make([][][]kernel.BF16, tp)
+	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		var ds []DeviceStep
+		var outs []cuda.DevicePtr
+		for _, d := range steps {
+			o := devBuf(t, gpu, make([]kernel.BF16, maxM*hidden))
+			outs = append(outs, o)
+			ds = append(ds, DeviceStep{Out: o, In: DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent),
+				Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
+				Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}})
+		}
+		if _, err := up.Capture(ctx, ds[:4]); !errors.Is(err, mailbox.ErrArgument) {
+			return fmt.Errorf("capture of 4 steps with 3 slots gave %v, want mailbox.ErrArgument", err)
+		}
+		g, err := up.Capture(ctx, ds)
+		if err != nil {
+			return err
+		}
+		if up.Steps() != 0 || g.Steps() != len(ds) {
+			return fmt.Errorf("after capture: Steps() = %d, graph steps %d", up.Steps(), g.Steps())
+		}
+		for rep := range 3 {
+			for _, o := range outs {
+				b, err := gpu.bytes(o, 2*maxM*hidden)
+				if err != nil {
+					return err
+				}
+				for i := range bf16s(b) {
+					bf16s(b)[i] = poison
+				}
+			}
+			var times []time.Duration
+			if rep == 1 {
+				times, err = g.TimeReplays(ctx, 1)
+			} else {
+				err = g.Replay(ctx, 1)
+			}
+			if err != nil {
+				return fmt.Errorf("replay %d: %w", rep, err)
+			}
+			if rep == 1 && len(times) != 1 {
+				return fmt.Errorf("TimeReplays(1) gave %d times", len(times))
+			}
+		}
+		if want := uint64(3 * len(ds)); up.Steps() != want {
+			return fmt.Errorf("Steps() = %d after 3 replays, want %d", up.Steps(), want)
+		}
+		for i, o := range outs {
+			b, err := gpu.bytes(o, 2*ms[i]*hidden)
+			if err != nil {
+				return err
+			}
+			got[r] = append(got[r], slices.Clone(bf16s(b)))
+		}
+		// One plain step moves the slot phase; the graph then refuses.
+		d := ds[0]
+		if err := up.StepDevice(ctx, d.In, d.Out); err != nil {
+			return err
+		}
+		if err := g.Replay(ctx, 1); !errors.Is(err, ErrGraphPhase) {
+			return fmt.Errorf("replay out of phase gave %v, want ErrGraphPhase", err)
+		}
+		if err := g.Close(); err != nil {
+			return err
+		}
+		if err := g.Replay(ctx, 1); !errors.Is(err, mailbox.ErrClosed) {
+			return fmt.Errorf("replay of a closed graph gave %v", err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	checkBlocks(t, steps, got, hidden)
+	if l := leaksBut(gpu, "memory regions"); l != "" {
+		t.Errorf("left alive: %s", l)
+	}
+}
+
+// leaksBut is gpu.leaks without the kinds the test itself made.
+func leaksBut(gpu *fakeGPU, skip string) string {
+	var out []string
+	for _, s := range strings.Split(gpu.leaks(), ", ") {
+		if s != "" && !strings.HasPrefix(s, skip) {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func TestCUDAEngineFakeDeadPeer(t *testing.T) {
+	const tp, hidden, latent, dead = 3, 48, 16, 2
+	const deadline = 200 * time.Millisecond
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
+	in := UpInputs{M: 2, Latent: make([]kernel.BF16, 2*latent), Weight: make([]kernel.BF16, hidden/tp*latent),
+		Shared: make([]kernel.BF16, 2*hidden), SharedStride: hidden}
+	kernel.FillRandom(rng, in.Latent, 1)
+	kernel.FillRandom(rng, in.Weight, 1)
+	kernel.FillRandom(rng, in.Shared, 1)
+	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, 2, 0, deadline)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		out := make([]kernel.BF16, 2*hidden)
+		if err := up.Step(ctx, in, out); err != nil {
+			return err
+		}
+		if r == dead {
+			return nil
+		}
+		start := time.Now()
+		err = up.Step(ctx, in, out)
+		waited := time.Since(start)
+		var te *mailbox.TimeoutError
+		switch {
+		case !errors.As(err, &te) || !errors.Is(err, mailbox.ErrTimeout):
+			return fmt.Errorf("rank %d: step 1 gave %v, want a *mailbox.TimeoutError", r, err)
+		case !slices.Equal(te.Missing, []int{dead}) || te.Step != 1 || te.Rank != r:
+			return fmt.Errorf("rank %d: %v names ranks %v at step %d, want [%d] at step 1", r, err, te.Missing, te.Step, dead)
+		case waited < deadline || waited > deadline+5*time.Second:
+			return fmt.Errorf("rank %d: gave up after %v with a deadline of %v", r, waited, deadline)
+		}
+		if err := up.Step(ctx, in, out); !errors.Is(err, mailbox.ErrBroken) {
+			return fmt.Errorf("rank %d: step after the timeout gave %v, want mailbox.ErrBroken", r, err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if l := gpu.leaks(); l != "" {
+		t.Errorf("left alive: %s", l)
+	}
+}
+
+// TestCUDAEngineFakeAbort: Close and cancellation end a step that waits
+// for a peer that never comes, long before the deadline.
+func TestCUDAEngineFakeAbort(t *testing.T) {
+	const hidden, latent = 32, 8
+	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
+	in := UpInputs{M: 1, Latent: make([]kernel.BF16, latent), Weight: make([]kernel.BF16, hidden/2*latent),
+		Shared: make([]kernel.BF16, hidden), SharedStride: hidden}
+	kernel.FillRandom(rng, in.Latent, 1)
+	kernel.FillRandom(rng, in.Weight, 1)
+	kernel.FillRandom(rng, in.Shared, 1)
+	for _, tc := range []struct {
+		desc   string
+		cancel bool // cancel the step's ctx instead of closing the op
+		want   error
+	}{
+		{"close", false, mailbox.ErrClosed},
+		{"cancel", true, context.Canceled},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			gpu := newFakeGPU()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
+				up, err := newFakeUp(ctx, ex, gpu, hidden, latent, 1, 0, time.Minute)
+				if err != nil {
+					return err
+				}
+				if r == 1 {
+					return up.Close() // never steps
+				}
+				stepCtx, stepCancel := context.WithCancel(ctx)
+				defer stepCancel()
+				done := make(chan error, 1)
+				go func() { done <- up.Step(stepCtx, in, make([]kernel.BF16, hidden)) }()
+				time.Sleep(50 * time.Millisecond)
+				if tc.cancel {
+					stepCancel()
+				} else if err := up.Close(); err != nil {
+					return err
+				}
+				select {
+				case err := <-done:
+					if !errors.Is(err, tc.want) {
+						return fmt.Errorf("step gave %v, want %v", err, tc.want)
+					}
+				case <-time.After(10 * time.Second):
+					return errors.New("step still waiting 10s later")
+				}
+				if tc.cancel {
+					if err := up.Step(ctx, in, make([]kernel.BF16, hidden)); !errors.Is(err, mailbox.ErrBroken) {
+						return fmt.Errorf("step after the cancellation gave %v, want mailbox.ErrBroken", err)
+					}
+				}
+				if err := up.Close(); err != nil {
+					return fmt.Errorf("Close: %w", err)
+				}
+				if err := up.Step(ctx, in, make([]kernel.BF16, hidden)); !errors.Is(err, mailbox.ErrClosed) {
+					return fmt.Errorf("step after Close gave %v", err)
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			if l := gpu.leaks(); l != "" {
+				t.Errorf("left alive: %s", l)
+			}
+		})
+	}
+}
+
+// TestCUDAEngineFakeSetupFailures fails every fallible call of the setup
+// in turn, on one rank: every rank must get an error (none hangs) and
+// nothing may be left allocated on any rank.
+func TestCUDAEngineFakeSetupFailures(t *testing.T) {
+	for _, victim := range []int{0, 1} {
+		for n := 1; ; n++ {
+			gpu := newFakeGPU()
+			gpu.failAt[victim] = n
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ups := make([]*UpProjection, 2)
+			errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) (err error) {
+				ups[r], err = newFakeUp(ctx, ex, gpu, 64, 16, 2, 0, time.Second)
+				return err
+			})
+			cancel()
+			if errs[0] == nil && errs[1] == nil {
+				// n is past the last fallible call: setup succeeded.
+				gpu.mu.Lock()
+				clear(gpu.failAt)
+				gpu.mu.Unlock()
+				for _, up := range ups {
+					if err := up.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if l := gpu.leaks(); l != "" {
+					t.Errorf("after a good setup and Close: left alive: %s", l)
+				}
+				if n < 8 {
+					t.Errorf("setup succeeded with call %d of rank %d failing: too few fallible calls seen", n, victim)
+				}
+				break
+			}
+			for r, err := range errs {
+				switch {
+				case err == nil:
+					t.Errorf("call %d of rank %d failing: rank %d has no error", n, victim, r)
+					_ = ups[r].Close()
+				case r == victim && !errors.Is(err, errInjected):
+					t.Errorf("call %d failing: the rank's own error %v does not wrap it", n, err)
+				case r != victim && !strings.Contains(err.Error(), fmt.Sprintf("rank %d", victim)):
+					t.Errorf("call %d of rank %d failing: rank %d's error %q does not name it", n, victim, r, err)
+				}
+			}
+			if l := gpu.leaks(); l != "" {
+				t.Errorf("call %d of rank %d failing: left alive: %s", n, victim, l)
+			}
+		}
+	}
+}
+
+func TestGPUProbeRoundTrip(t *testing.T) {
+	for _, p := range []gpuProbe{
+		{why: "no CUDA driver: libcuda.so.1: cannot open shared object file"},
+		{usable: true, facts: mailbox.DeviceFacts{Device: 7, VMM: true, POSIXFD: true, Fabric: false, Multicast: true}, peers: 0xF0F0},
+		{usable: true, facts: mailbox.DeviceFacts{Device: 0, VMM: true, Fabric: true}, peers: 1},
+	} {
+		got, err := decodeProbe(p.encode())
+		if err != nil || got != p {
+			t.Errorf("round trip of %+v gave %+v, %v", p, got, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, []byte("TPGP"), append(gpuProbe{}.encode(), make([]byte, 600)...)} {
+		if _, err := decodeProbe(bad); err == nil {
+			t.Errorf("decodeProbe(%d bytes) accepted", len(bad))
+		}
+	}
+}
+
+// TestResolveMailboxWithoutGPU: a rank without a driver makes auto the
+// host backend on every rank, and unicast an error naming why.
+func TestResolveMailboxWithoutGPU(t *testing.T) {
+	for _, v := range []string{"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TPRUN_MULTICAST"} {
+		t.Setenv(v, "")
+	}
+	noDrv := fmt.Errorf("probe: %w", cuda.ErrNoDriver)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
+		kind, reason, err := ResolveMailbox(ctx, ex, mailbox.KindAuto, nil, noDrv, 0)
+		if err != nil || kind != mailbox.KindHost || !strings.Contains(reason, "no GPU") || !strings.Contains(reason, "rank 1") {
+			return fmt.Errorf("auto: %v %q %v", kind, reason, err)
+		}
+		_, _, err = ResolveMailbox(ctx, ex, mailbox.KindUnicast, nil, noDrv, 0)
+		if !errors.Is(err, ErrBackendUnavailable) || !errors.Is(err, mailbox.ErrUnavailable) || !strings.Contains(err.Error(), "no CUDA driver") {
+			return fmt.Errorf("unicast: %v", err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
