@@ -1,0 +1,258 @@
+package kernel
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Launch geometry of the skinny kernel (kernel/skinny.h, docs/contracts.md
+// "kernel ABI"). Every combination of an entry point, 1..MaxWarps(entry)
+// warps and 1..MaxCluster CTAs per cluster runs correctly on every valid
+// shape (the GPU harness checks them all); the table only says which is
+// fastest.
+const (
+	// MaxCluster is the largest K split across the CTAs of a cluster (the
+	// portable cluster size).
+	MaxCluster = 8
+	// MaxStagedShared bounds the dynamic shared memory of the staged entry
+	// points; a shape that would need more gets the unstaged twin.
+	MaxStagedShared = 200 << 10
+	// DefaultSharedLimit is the dynamic shared memory a function gets
+	// without raising CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+	DefaultSharedLimit = 48 << 10
+)
+
+// LaunchConfig is everything a launcher needs besides the parameter block:
+// cuModuleGetFunction(Function), then cuLaunchKernelEx with grid (GridX,1,1),
+// block (BlockX,1,1), SharedBytes of dynamic shared memory, the cluster
+// dimension attribute (Cluster,1,1) and the programmatic stream
+// serialization attribute, and SkinnyParams.TileRows = TileRows. When
+// SharedBytes > DefaultSharedLimit, raise the function's
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to at least SharedBytes
+// once after loading.
+type LaunchConfig struct {
+	Function    string // "tprun_skinny_m<M><variant>"
+	TileRows    int    // output columns per CTA: 16 or 32
+	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8
+	Staged      bool   // latent K slice copied to shared memory ("_s" entry points)
+	Warps       int    // warps per CTA
+	Cluster     int    // CTAs per cluster; they split K
+	GridX       int    // ceil(shard/TileRows) * Cluster
+	BlockX      int    // 32 * Warps
+	SharedBytes int    // dynamic shared memory per CTA
+}
+
+// variant is one compiled entry point family.
+type variant struct {
+	suffix   string
+	tileRows int
+	depth    int
+	staged   bool
+	maxWarps int
+}
+
+var variants = [...]variant{
+	{"", 16, 4, false, 8},
+	{"_d8", 16, 8, false, 16},
+	{"_t32", 32, 4, false, 16},
+	{"_s8", 16, 8, true, 16},
+	{"_s32", 32, 4, true, 16},
+}
+
+func findVariant(tileRows, depth int, staged bool) (variant, bool) {
+	for _, v := range variants {
+		if v.tileRows == tileRows && v.depth == depth && v.staged == staged {
+			return v, true
+		}
+	}
+	return variant{}, false
+}
+
+// SkinnySharedBytes is the dynamic shared memory of one CTA (skinny.h).
+func SkinnySharedBytes(m, latent, tileRows, warps, cluster int, staged bool) int {
+	b := (warps + cluster) * 8 * (tileRows + 4) * 4
+	if staged {
+		chunks := (latent + 31) / 32
+		per := (chunks + cluster - 1) / cluster
+		b += m * (per | 1) * 64
+	}
+	return b
+}
+
+func makeConfig(m, shard, latent int, v variant, warps, cluster int) LaunchConfig {
+	return LaunchConfig{
+		Function:    fmt.Sprintf("tprun_skinny_m%d%s", m, v.suffix),
+		TileRows:    v.tileRows,
+		Depth:       v.depth,
+		Staged:      v.staged,
+		Warps:       warps,
+		Cluster:     cluster,
+		GridX:       (shard + v.tileRows - 1) / v.tileRows * cluster,
+		BlockX:      32 * warps,
+		SharedBytes: SkinnySharedBytes(m, latent, v.tileRows, warps, cluster, v.staged),
+	}
+}
+
+// Validate says whether c can launch the skinny kernel for m rows of a
+// shard×latent weight: an existing entry point for m, warps and cluster in
+// range, and grid, block and shared memory that agree with them.
+func (c LaunchConfig) Validate(m, shard, latent int) error {
+	if m < 1 || m > MaxM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
+		return fmt.Errorf("%w: launch config for M=%d shard=%d latent=%d", ErrShape, m, shard, latent)
+	}
+	v, ok := findVariant(c.TileRows, c.Depth, c.Staged)
+	switch {
+	case !ok:
+		return fmt.Errorf("kernel: no entry point with %d rows, depth %d, staged %v", c.TileRows, c.Depth, c.Staged)
+	case c.Warps < 1 || c.Warps > v.maxWarps:
+		return fmt.Errorf("kernel: %d warps, entry %q takes 1..%d", c.Warps, v.suffix, v.maxWarps)
+	case c.Cluster < 1 || c.Cluster > MaxCluster:
+		return fmt.Errorf("kernel: cluster %d outside 1..%d", c.Cluster, MaxCluster)
+	}
+	if want := makeConfig(m, shard, latent, v, c.Warps, c.Cluster); c != want {
+		return fmt.Errorf("kernel: launch config %+v inconsistent, want %+v", c, want)
+	}
+	if c.Staged && c.SharedBytes > MaxStagedShared {
+		return fmt.Errorf("kernel: %d bytes of shared memory, more than %d", c.SharedBytes, MaxStagedShared)
+	}
+	return nil
+}
+
+//go:embed config_table.tsv
+var configTableTSV string
+
+// tableEntry is one measured row of config_table.tsv.
+type tableEntry struct {
+	latent, shard, m int
+	v                variant
+	warps, cluster   int
+}
+
+// measured parses config_table.tsv once; the result is never modified.
+var measured = sync.OnceValues(func() ([]tableEntry, error) { return parseConfigTable(configTableTSV) })
+
+func parseConfigTable(text string) ([]tableEntry, error) {
+	var out []tableEntry
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			return nil, fmt.Errorf("kernel: config_table.tsv line %d: %d fields, want 8 or 9", i+1, len(f))
+		}
+		var n [8]int
+		for j := range n {
+			x, err := strconv.Atoi(f[j])
+			if err != nil {
+				return nil, fmt.Errorf("kernel: config_table.tsv line %d field %d: %w", i+1, j+1, err)
+			}
+			n[j] = x
+		}
+		v, ok := findVariant(n[3], n[4], n[5] == 1)
+		if !ok || n[5] > 1 || n[6] < 1 || n[6] > v.maxWarps || n[7] < 1 || n[7] > MaxCluster ||
+			n[2] < 1 || n[2] > MaxM || n[0] < LatentAlign || n[1] < ShardAlign {
+			return nil, fmt.Errorf("kernel: config_table.tsv line %d: invalid entry %q", i+1, line)
+		}
+		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7]})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("kernel: config_table.tsv has no entries")
+	}
+	return out, nil
+}
+
+// fallbackConfig is used only if the embedded table failed to parse (a
+// test fails then): the measured best for the reference shapes' shard 896.
+var fallbackConfig = tableEntry{v: variants[1], warps: 16, cluster: 1}
+
+// ConfigFor picks the launch config of the skinny kernel for m latent rows
+// (1..8) and a shard×latent weight slice. Shapes measured by the sweep
+// (config_table.tsv, see bench/NOTES-kernel.md) get their measured best; any
+// other shape gets the entry, warps and cluster of the measured shape with
+// the same m that is nearest in log(shard) + log(latent), with a staged
+// entry swapped for its unstaged twin when its shared memory would exceed
+// MaxStagedShared. The result always satisfies Validate for a shape that
+// Shape.Validate accepts; m is clamped to 1..MaxM so that no input panics.
+func ConfigFor(m, shard, latent int) LaunchConfig {
+	m = min(max(m, 1), MaxM)
+	shard = max(shard, ShardAlign)
+	latent = max(latent, LatentAlign)
+	entries, err := measured()
+	best := fallbackConfig
+	if err == nil {
+		dist := math.Inf(1)
+		for _, e := range entries {
+			if e.m != m {
+				continue
+			}
+			d := math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
+			if d < dist {
+				dist, best = d, e
+			}
+		}
+	}
+	v := best.v
+	if v.staged && SkinnySharedBytes(m, latent, v.tileRows, best.warps, best.cluster, true) > MaxStagedShared {
+		v, _ = findVariant(v.tileRows, v.depth, false)
+	}
+	return makeConfig(m, shard, latent, v, best.warps, best.cluster)
+}
+
+// ReceiveConfig is the launch geometry of tprun_receive (no cluster, no
+// dynamic shared memory; PDL allowed).
+type ReceiveConfig struct {
+	Function string
+	GridX    int
+	BlockX   int
+}
+
+// ReceiveConfigFor gives one thread per 16-byte vector of the m×hidden
+// block, up to 132 blocks of 256 threads (one wave on an H200; each thread
+// then polls several vectors in turn).
+func ReceiveConfigFor(m, hidden int) ReceiveConfig {
+	const block, maxGrid = 256, 132
+	vec := max(m, 1) * max(hidden, 8) / 8
+	grid := min(max((vec+block-1)/block, 1), maxGrid)
+	return ReceiveConfig{Function: "tprun_receive", GridX: grid, BlockX: block}
+}
+
+// SkinnyParams mirrors tprun_skinny_params (kernel/skinny.h) byte for byte:
+// pass a pointer to it as the kernel's only parameter. Device addresses are
+// CUdeviceptr values.
+type SkinnyParams struct {
+	Latent       uint64     // bf16 [M][LatentDim]
+	Weight       uint64     // bf16 [Shard][LatentDim]
+	Shared       uint64     // bf16, element (m,n) at Shared[m*SharedStride+n]
+	Dst          [16]uint64 // bf16 [M][Hidden] each; first NDst used
+	LatentDim    int32
+	Shard        int32
+	Hidden       int32
+	Rank         int32
+	SharedStride int32 // elements
+	NDst         int32 // 1..16
+	TileRows     int32 // LaunchConfig.TileRows
+	Reserved     int32 // 0
+}
+
+// ReceiveParams mirrors tprun_receive_params (kernel/skinny.h).
+type ReceiveParams struct {
+	Slot      uint64 // bf16 [M][Hidden], the local mailbox slot
+	Out       uint64 // bf16 [M][Hidden]
+	Status    uint64 // uint32 [ReceiveStatusWords], zeroed by the caller before the launch
+	TimeoutNs uint64
+	M         int32
+	Hidden    int32
+	Shard     int32
+	Reserved  int32 // 0
+}
+
+// ReceiveStatusWords is the length of the receive kernel's status array:
+// word 0 is 1 after a timeout, word 1+r is 1 when rank r's slice (r < 16)
+// was incomplete at the deadline.
+const ReceiveStatusWords = 1 + MaxTP

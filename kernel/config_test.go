@@ -1,0 +1,216 @@
+package kernel
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// The harness (scripts/kernel-harness/harness.cu, check mode) verifies every
+// entry point with these warps and cluster sizes on 240 shapes; ConfigFor
+// must stay inside them.
+var (
+	checkedWarps    = map[int]bool{1: true, 2: true, 4: true, 8: true, 16: true}
+	checkedClusters = map[int]bool{1: true, 2: true, 3: true, 4: true, 6: true, 8: true}
+)
+
+func TestParamLayoutMatchesSkinnyH(t *testing.T) {
+	var s SkinnyParams
+	var r ReceiveParams
+	cases := []struct {
+		desc      string
+		got, want uintptr
+	}{
+		{"sizeof tprun_skinny_params", unsafe.Sizeof(s), 184},
+		{"alignof tprun_skinny_params", unsafe.Alignof(s), 8},
+		{"latent", unsafe.Offsetof(s.Latent), 0},
+		{"weight", unsafe.Offsetof(s.Weight), 8},
+		{"shared", unsafe.Offsetof(s.Shared), 16},
+		{"dst", unsafe.Offsetof(s.Dst), 24},
+		{"latent_dim", unsafe.Offsetof(s.LatentDim), 152},
+		{"shard", unsafe.Offsetof(s.Shard), 156},
+		{"hidden", unsafe.Offsetof(s.Hidden), 160},
+		{"rank", unsafe.Offsetof(s.Rank), 164},
+		{"shared_stride", unsafe.Offsetof(s.SharedStride), 168},
+		{"ndst", unsafe.Offsetof(s.NDst), 172},
+		{"tile_rows", unsafe.Offsetof(s.TileRows), 176},
+		{"reserved", unsafe.Offsetof(s.Reserved), 180},
+		{"sizeof tprun_receive_params", unsafe.Sizeof(r), 48},
+		{"slot", unsafe.Offsetof(r.Slot), 0},
+		{"out", unsafe.Offsetof(r.Out), 8},
+		{"status", unsafe.Offsetof(r.Status), 16},
+		{"timeout_ns", unsafe.Offsetof(r.TimeoutNs), 24},
+		{"m", unsafe.Offsetof(r.M), 32},
+		{"receive hidden", unsafe.Offsetof(r.Hidden), 36},
+		{"receive shard", unsafe.Offsetof(r.Shard), 40},
+		{"receive reserved", unsafe.Offsetof(r.Reserved), 44},
+	}
+	for _, tc := range cases {
+		if tc.got != tc.want {
+			t.Errorf("%s: %d, skinny.h says %d", tc.desc, tc.got, tc.want)
+		}
+	}
+	if len(s.Dst) != MaxTP || ReceiveStatusWords != 17 {
+		t.Errorf("dst has %d entries and status %d words; skinny.h: 16 and 17", len(s.Dst), ReceiveStatusWords)
+	}
+}
+
+func TestConfigTableParses(t *testing.T) {
+	entries, err := measured()
+	if err != nil {
+		t.Fatalf("embedded config_table.tsv: %v", err)
+	}
+	seen := map[[3]int]bool{}
+	for _, e := range entries {
+		key := [3]int{e.latent, e.shard, e.m}
+		if seen[key] {
+			t.Errorf("duplicate entry latent %d shard %d m %d", e.latent, e.shard, e.m)
+		}
+		seen[key] = true
+		got := ConfigFor(e.m, e.shard, e.latent)
+		want := makeConfig(e.m, e.shard, e.latent, e.v, e.warps, e.cluster)
+		if got != want {
+			t.Errorf("measured shape latent %d shard %d m %d: ConfigFor %+v, table %+v", e.latent, e.shard, e.m, got, want)
+		}
+	}
+	// The benchmark shapes of issue 4, every M.
+	for _, shard := range []int{7168, 3584, 1792, 896, 448} {
+		for m := 1; m <= MaxM; m++ {
+			if !seen[[3]int{3584, shard, m}] {
+				t.Errorf("no measured entry for latent 3584 shard %d m %d", shard, m)
+			}
+		}
+	}
+}
+
+func TestConfigForCoversEveryValidShape(t *testing.T) {
+	shards := []int{8, 16, 24, 40, 200, 448, 456, 896, 1000, 1024, 1792, 2048, 3584, 4096, 7168, 8192, 14336, 65536}
+	latents := []int{8, 16, 24, 512, 1000, 1024, 2048, 3584, 3600, 7168, 16384, 65536, MaxLatent}
+	for m := 1; m <= MaxM; m++ {
+		for _, shard := range shards {
+			for _, latent := range latents {
+				checkConfig(t, m, shard, latent)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(len(shards)), 7))
+	for range 2000 {
+		checkConfig(t, 1+rng.IntN(MaxM), ShardAlign*(1+rng.IntN(4096)), LatentAlign*(1+rng.IntN(MaxLatent/LatentAlign)))
+	}
+}
+
+func checkConfig(t *testing.T, m, shard, latent int) {
+	t.Helper()
+	c := ConfigFor(m, shard, latent)
+	desc := fmt.Sprintf("M=%d shard=%d latent=%d -> %+v", m, shard, latent, c)
+	if err := c.Validate(m, shard, latent); err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
+	if !checkedWarps[c.Warps] || !checkedClusters[c.Cluster] {
+		t.Fatalf("%s: warps/cluster outside what the GPU check covers", desc)
+	}
+	if !strings.HasPrefix(c.Function, fmt.Sprintf("tprun_skinny_m%d", m)) {
+		t.Fatalf("%s: function for another M", desc)
+	}
+	if c.GridX <= 0 || c.GridX%c.Cluster != 0 || c.GridX/c.Cluster*c.TileRows < shard {
+		t.Fatalf("%s: grid does not cover the shard in whole clusters", desc)
+	}
+	if c.BlockX > 512 || c.SharedBytes > MaxStagedShared {
+		t.Fatalf("%s: block or shared memory over the limits", desc)
+	}
+}
+
+func TestConfigForNeverPanics(t *testing.T) {
+	for _, tc := range []struct{ m, shard, latent int }{{0, 896, 3584}, {9, 896, 3584}, {-3, 0, 0}, {1, -8, -8}} {
+		c := ConfigFor(tc.m, tc.shard, tc.latent)
+		if c.Function == "" || c.GridX <= 0 {
+			t.Errorf("ConfigFor(%d, %d, %d) = %+v", tc.m, tc.shard, tc.latent, c)
+		}
+	}
+}
+
+func TestStagedFallsBackWhenSharedMemoryIsShort(t *testing.T) {
+	small := SkinnySharedBytes(8, 3584, 16, 16, 1, true)
+	huge := SkinnySharedBytes(8, MaxLatent, 16, 16, 1, true)
+	if small > MaxStagedShared || huge <= MaxStagedShared {
+		t.Fatalf("shared bytes %d (3584) and %d (2^20) do not straddle the limit", small, huge)
+	}
+	for m := 1; m <= MaxM; m++ {
+		c := ConfigFor(m, 1024, MaxLatent)
+		if c.Staged && c.SharedBytes > MaxStagedShared {
+			t.Errorf("M=%d latent 2^20: staged with %d bytes", m, c.SharedBytes)
+		}
+	}
+}
+
+func TestLaunchConfigValidateRejects(t *testing.T) {
+	good := ConfigFor(4, 896, 3584)
+	if err := good.Validate(4, 896, 3584); err != nil {
+		t.Fatalf("good config rejected: %v", err)
+	}
+	mod := func(f func(*LaunchConfig)) LaunchConfig { c := good; f(&c); return c }
+	cases := []struct {
+		desc             string
+		c                LaunchConfig
+		m, shard, latent int
+	}{
+		{"other M's function", good, 5, 896, 3584},
+		{"grid for another shard", good, 4, 1792, 3584},
+		{"unknown entry point", mod(func(c *LaunchConfig) { c.Depth = 6 }), 4, 896, 3584},
+		{"too many warps", mod(func(c *LaunchConfig) { c.Warps = 32; c.BlockX = 1024 }), 4, 896, 3584},
+		{"cluster 9", mod(func(c *LaunchConfig) { c.Cluster = 9 }), 4, 896, 3584},
+		{"block not 32*warps", mod(func(c *LaunchConfig) { c.BlockX++ }), 4, 896, 3584},
+		{"short shared memory", mod(func(c *LaunchConfig) { c.SharedBytes -= 16 }), 4, 896, 3584},
+		{"M 0", good, 0, 896, 3584},
+		{"shard not a multiple of 8", good, 4, 900, 3584},
+		{"latent not a multiple of 8", good, 4, 896, 3590},
+	}
+	for _, tc := range cases {
+		if err := tc.c.Validate(tc.m, tc.shard, tc.latent); err == nil {
+			t.Errorf("%s: accepted", tc.desc)
+		}
+	}
+}
+
+func TestParseConfigTableRejects(t *testing.T) {
+	cases := []struct{ desc, text string }{
+		{"empty", "# only comments\n"},
+		{"short line", "3584 896 1 16 8 0 16\n"},
+		{"not a number", "3584 896 x 16 8 0 16 1\n"},
+		{"no such entry point", "3584 896 1 16 6 0 16 1\n"},
+		{"lean entry with 16 warps", "3584 896 1 16 4 0 16 1\n"},
+		{"cluster 9", "3584 896 1 16 8 0 16 9\n"},
+		{"M 9", "3584 896 9 16 8 0 16 1\n"},
+		{"stage 2", "3584 896 1 16 8 2 16 1\n"},
+	}
+	for _, tc := range cases {
+		if _, err := parseConfigTable(tc.text); err == nil {
+			t.Errorf("%s: parsed", tc.desc)
+		}
+	}
+	e, err := parseConfigTable("# c\n3584\t896\t1\t32\t4\t1\t16\t2\t2.5\n")
+	if err != nil || len(e) != 1 || !e[0].v.staged || e[0].v.tileRows != 32 || e[0].warps != 16 || e[0].cluster != 2 {
+		t.Errorf("valid line: %+v, %v", e, err)
+	}
+}
+
+func TestReceiveConfigFor(t *testing.T) {
+	cases := []struct {
+		desc      string
+		m, hidden int
+		grid      int
+	}{
+		{"tiny", 1, 64, 1},
+		{"one M row of 7168", 1, 7168, 4},
+		{"8 rows of 7168", 8, 7168, 28},
+		{"capped at one wave", 8, 65536, 132},
+	}
+	for _, tc := range cases {
+		c := ReceiveConfigFor(tc.m, tc.hidden)
+		if c.GridX != tc.grid || c.BlockX != 256 || c.Function != "tprun_receive" {
+			t.Errorf("%s: %+v, want grid %d", tc.desc, c, tc.grid)
+		}
+	}
+}

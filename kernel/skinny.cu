@@ -1,0 +1,356 @@
+// The fused skinny up-projection: out = bf16(bf16(latent · weightᵀ) + shared)
+// for M = 1..8 latent rows, written straight into 1..16 mailbox slots.
+//
+// Design (numbers in bench/NOTES-kernel.md):
+// - Tensor cores, mma.sync m16n8k16 bf16 -> f32, with the WEIGHT as the A
+//   operand (16 weight rows = 16 output columns n) and the latent as B (its
+//   8 columns are the M latent rows; rows >= M are zero). The order of the k
+//   summation is free as long as A and B use the same permutation, so every
+//   thread loads 16 contiguous bytes (8 k) of weight row g and of row g+8 and
+//   uses them as the A fragments of two consecutive k16 MMAs; its B fragment
+//   is the same 8 k of latent row g, one 16-byte load.
+// - One CTA owns tile_rows (16 or 32) output columns and one K slice; each
+//   warp takes a contiguous run of 32-k chunks of that slice; the CTAs of a
+//   cluster split K, write their partial sums into the leader CTA's shared
+//   memory (distributed shared memory), and the leader adds them in rank
+//   order, adds `shared`, rounds and stores 16-byte vectors. Fixed order:
+//   bit-identical reruns.
+// - Each warp keeps a ring of U chunks of weight loads in flight (16-byte,
+//   L1::no_allocate, streamed), the first U issued before
+//   griddepcontrol.wait so they overlap the previous kernel (PDL); the
+//   latent comes either through a small register ring from L2 or, in the
+//   "_s" entry points, from a copy of the CTA's latent slice in shared
+//   memory made right after the wait.
+#include <cuda_bf16.h>
+#include <cooperative_groups.h>
+#include <stdint.h>
+
+#include "skinny.h"
+
+namespace cg = cooperative_groups;
+
+namespace tprun {
+
+// All global accesses are volatile asm so that the compiler keeps them in
+// program order around griddepcontrol.wait: weights before, the rest after.
+__device__ __forceinline__ uint4 ld_weight(const uint16_t* p, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "setp.ne.b32 p, %5, 0;\n\t"
+      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+      "@p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"((int)pred));
+  return v;
+}
+
+// Latent and shared: ordinary (coherent) loads, issued after
+// griddepcontrol.wait, cached in L1 so CTAs on one SM share the latent.
+__device__ __forceinline__ uint4 ld_act(const uint16_t* p, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "setp.ne.b32 p, %5, 0;\n\t"
+      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+      "@p ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"((int)pred));
+  return v;
+}
+
+// 16 bytes global -> shared without registers; zero-filled when !pred.
+__device__ __forceinline__ void cp_async16(uint16_t* dst, const uint16_t* src, bool pred) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(pred ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ uint4 lds_v4(const uint16_t* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+__device__ __forceinline__ void st_v4(uint16_t* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// griddepcontrol.wait behind a branch that ptxas cannot resolve (the SM
+// count is never 0): without it, ptxas hoists the wait (SASS ACQBULK) above
+// the weight loads of the prologue and PDL overlaps nothing.
+__device__ __forceinline__ void griddep_wait() {
+  uint32_t nsm;
+  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+  if (nsm != 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// D += A·B for one m16n8k16 tile; see the PTX ISA for the fragment layouts.
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// bf16 round to nearest even of x, as the 16 bits.
+__device__ __forceinline__ uint32_t bf16_bits(float x) {
+  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+// One output element: bf16(f32(bf16(s)) + f32(sh)), -0 as +0.
+__device__ __forceinline__ uint32_t finish1(float s, uint32_t sh_bits) {
+  const float r = __uint_as_float(bf16_bits(s) << 16) + __uint_as_float(sh_bits << 16);
+  const uint32_t b = bf16_bits(r);
+  return b == 0x8000u ? 0u : b;
+}
+
+__device__ __forceinline__ uint32_t finish2(float lo, float hi, uint32_t sh) {
+  return finish1(lo, sh & 0xffffu) | (finish1(hi, sh >> 16) << 16);
+}
+
+// U: weight ring depth in 32-k chunks (U*TR*8 registers, U*TR KB per warp in
+// flight). STAGE: the CTA copies its latent K slice into shared memory once,
+// right after griddepcontrol.wait (one L2 round trip, all threads), and the
+// MMAs read B from there; otherwise each warp streams its latent chunks from
+// L2 through a ring of UB registers.
+template <int M, int TR, int U, int UB, bool STAGE>
+__device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem) {
+  static_assert(U % UB == 0, "latent ring must divide the weight ring");
+  constexpr int ROWS = 16 * TR;
+  constexpr int SP = ROWS + 4;  // smem pitch (floats): conflict-free fragment stores
+  constexpr int NV = M * ROWS / 8;  // 16-byte output vectors per CTA (<= 32: warp 0)
+
+  if (p.tile_rows != ROWS) __trap();  // launched with another entry point's geometry
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  const int g = lane >> 2;   // MMA group: weight rows g and g+8, latent row g
+  const int tig = lane & 3;  // thread in group: k offset tig*8 within a chunk
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int csize = (int)cluster.num_blocks();
+  const int crank = (int)cluster.block_rank();
+  const int n0 = (int)(blockIdx.x / csize) * ROWS;
+
+  // K split: CTA crank of the cluster takes chunks [cs, ce); each warp a
+  // contiguous part of that, so every load address is a base plus an
+  // immediate offset (few registers, more CTAs per SM).
+  const int K = p.latent_dim;
+  const int nchunks = (K + 31) >> 5;
+  const int cs = (int)(((long long)crank * nchunks) / csize);
+  const int ce = (int)(((long long)(crank + 1) * nchunks) / csize);
+  const int wc0 = cs + (int)(((long long)warp * (ce - cs)) / nwarps);
+  const int wc1 = cs + (int)(((long long)(warp + 1) * (ce - cs)) / nwarps);
+  const int nj = wc1 - wc0;  // this warp's chunks
+  const int kb = wc0 * 32 + tig * 8;
+  const int kleft = K - kb;  // step j is in range when 32*j < kleft (K % 8 == 0)
+
+  const uint16_t* wp[TR][2];
+  bool rowok[TR][2];
+#pragma unroll
+  for (int r = 0; r < TR; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = n0 + 16 * r + 8 * h + g;
+      rowok[r][h] = row < p.shard;
+      wp[r][h] = reinterpret_cast<const uint16_t*>(p.weight) +
+                 (size_t)(rowok[r][h] ? row : 0) * (size_t)K + kb;
+    }
+  }
+  const bool lrow = g < M;
+  const uint16_t* lp = reinterpret_cast<const uint16_t*>(p.latent) + (size_t)(lrow ? g : 0) * K + kb;
+
+  uint4 wa[U][TR][2];
+  // Weight prologue: independent of the previous kernel's results.
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const bool ok = u < nj && 32 * u < kleft;
+#pragma unroll
+    for (int r = 0; r < TR; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + 32 * u, ok && rowok[r][h]);
+  }
+  // Let the next kernel start streaming its own weights as soon as every
+  // CTA of this one is running; its griddepcontrol.wait still waits for
+  // this whole grid to finish and flush.
+  griddep_launch_dependents();
+  griddep_wait();
+
+  float* red = smem;
+  float* parts = smem + nwarps * 8 * SP;  // [cluster rank][m][n], used in the leader
+  // Staged latent: [M][lpitch] bf16 after the reduction buffers; the pitch
+  // is an odd multiple of 64 bytes, so the 8 rows of a B fragment load fall
+  // in different banks.
+  const int nch = ce - cs;
+  const int lpitch = (nch | 1) * 32;
+  uint16_t* lat_s = reinterpret_cast<uint16_t*>(parts + csize * 8 * SP);
+  uint4 lb[STAGE ? 1 : UB];
+  if constexpr (STAGE) {
+    const uint16_t* lat = reinterpret_cast<const uint16_t*>(p.latent);
+    const int per_row = nch * 4;  // 16-byte vectors per latent row of the slice
+    const int nvec = M * per_row;
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+      const int m = i / per_row, q = i % per_row;
+      const int k = cs * 32 + q * 8;
+      const bool ok = k < K;  // the last chunk may run past K: zeros
+      cp_async16(lat_s + m * lpitch + q * 8, lat + (ok ? (size_t)m * K + k : 0), ok);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+  } else {
+#pragma unroll
+    for (int u = 0; u < UB; ++u) lb[u] = ld_act(lp + 32 * u, lrow && u < nj && 32 * u < kleft);
+  }
+  // This thread's B fragments in the staged slice: row g, chunk wc0 - cs.
+  const uint16_t* bs = lat_s + (lrow ? g : 0) * lpitch + (wc0 - cs) * 32 + tig * 8;
+  // The leader's epilogue threads fetch `shared` now, off the critical path.
+  const bool epi = crank == 0 && (int)threadIdx.x < NV;
+  const int em = threadIdx.x / (ROWS / 8);
+  const int ec = (threadIdx.x % (ROWS / 8)) * 8;
+  const bool eok = epi && n0 + ec < p.shard;
+  const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) +
+                               (eok ? (size_t)em * (size_t)p.shared_stride + n0 + ec : 0),
+                           eok);
+
+  // Two accumulator sets per tile (first and second k half of each chunk):
+  // two independent MMA dependency chains.
+  float acc[TR][2][4];
+#pragma unroll
+  for (int r = 0; r < TR; ++r)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) acc[r][q][0] = acc[r][q][1] = acc[r][q][2] = acc[r][q][3] = 0.f;
+
+  if constexpr (STAGE) __syncthreads();  // the staged latent is complete
+
+  for (int j0 = 0; j0 < nj; j0 += U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u;
+      if (j < nj) {
+        uint4 b;
+        if constexpr (STAGE) {
+          b = lrow ? lds_v4(bs + 32 * u) : make_uint4(0, 0, 0, 0);
+        } else {
+          b = lb[u % UB];
+        }
+#pragma unroll
+        for (int r = 0; r < TR; ++r) {
+          // Thread-local k 0..3 feed MMA 0, k 4..7 MMA 1; the B halves follow
+          // the same split, so A and B agree on every k.
+          mma16816(acc[r][0], wa[u][r][0].x, wa[u][r][1].x, wa[u][r][0].y, wa[u][r][1].y, b.x, b.y);
+          mma16816(acc[r][1], wa[u][r][0].z, wa[u][r][1].z, wa[u][r][0].w, wa[u][r][1].w, b.z, b.w);
+        }
+      }
+      if constexpr (!STAGE) {
+        const int jb = j + UB;
+        lb[u % UB] = ld_act(lp + 32 * (u + UB), lrow && jb < nj && 32 * jb < kleft);
+      }
+      const int jw = j + U;
+      const bool ok = jw < nj && 32 * jw < kleft;
+#pragma unroll
+      for (int r = 0; r < TR; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + 32 * (u + U), ok && rowok[r][h]);
+    }
+#pragma unroll
+    for (int r = 0; r < TR; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wp[r][h] += 32 * U;
+    lp += 32 * U;
+    bs += 32 * U;
+  }
+
+  // Cross-warp reduction. acc[r][q]: c0,c1 -> row 16r+g, latent rows 2tig,
+  // 2tig+1; c2,c3 -> row 16r+g+8. Stored as red[warp][m][n].
+  {
+    float* mine = red + warp * 8 * SP;
+#pragma unroll
+    for (int r = 0; r < TR; ++r) {
+      mine[(2 * tig) * SP + 16 * r + g] = acc[r][0][0] + acc[r][1][0];
+      mine[(2 * tig + 1) * SP + 16 * r + g] = acc[r][0][1] + acc[r][1][1];
+      mine[(2 * tig) * SP + 16 * r + g + 8] = acc[r][0][2] + acc[r][1][2];
+      mine[(2 * tig + 1) * SP + 16 * r + g + 8] = acc[r][0][3] + acc[r][1][3];
+    }
+  }
+  __syncthreads();
+  // Each CTA's sum goes to slot crank of the LEADER's parts (distributed
+  // shared memory); one cluster barrier publishes them all.
+  float* slot = parts + crank * 8 * SP;
+  if (crank != 0) slot = cluster.map_shared_rank(slot, 0);
+  for (int e = threadIdx.x; e < M * ROWS; e += blockDim.x) {
+    const int i = (e / ROWS) * SP + e % ROWS;
+    float s = red[i];
+    for (int w = 1; w < nwarps; ++w) s += red[w * 8 * SP + i];
+    slot[i] = s;
+  }
+  if (csize > 1) {
+    cluster.sync();  // release the remote stores, acquire them in the leader
+    if (crank != 0) return;
+  } else {
+    __syncthreads();
+  }
+
+  // Epilogue (warp 0 of the leader): 8 consecutive columns of one latent
+  // row per thread, slots added in rank order (bit-identical reruns), one
+  // 16-byte store per destination: whole words, as the receiver checks words.
+  if (!eok) return;
+  float s[8];
+  {
+    const float4 a = *reinterpret_cast<const float4*>(parts + em * SP + ec);
+    const float4 b = *reinterpret_cast<const float4*>(parts + em * SP + ec + 4);
+    s[0] = a.x; s[1] = a.y; s[2] = a.z; s[3] = a.w;
+    s[4] = b.x; s[5] = b.y; s[6] = b.z; s[7] = b.w;
+  }
+  for (int q = 1; q < csize; ++q) {
+    const float* pq = parts + q * 8 * SP + em * SP + ec;
+    const float4 a = *reinterpret_cast<const float4*>(pq);
+    const float4 b = *reinterpret_cast<const float4*>(pq + 4);
+    s[0] += a.x; s[1] += a.y; s[2] += a.z; s[3] += a.w;
+    s[4] += b.x; s[5] += b.y; s[6] += b.z; s[7] += b.w;
+  }
+  uint4 o;
+  o.x = finish2(s[0], s[1], shv.x);
+  o.y = finish2(s[2], s[3], shv.y);
+  o.z = finish2(s[4], s[5], shv.z);
+  o.w = finish2(s[6], s[7], shv.w);
+  const size_t off = (size_t)em * (size_t)p.hidden + (size_t)p.rank * (size_t)p.shard + n0 + ec;
+  for (int d = 0; d < p.ndst; ++d) st_v4(reinterpret_cast<uint16_t*>(p.dst[d]) + off, o);
+}
+
+}  // namespace tprun
+
+// Entry points: tprun_skinny_m<M><variant>, one per M and geometry:
+//   ""      16 output columns per CTA, 4 chunks of weights in flight per warp,
+//           latent from L2; at most 256 threads and 80 registers
+//   "_d8"   16 columns, 8 chunks in flight, latent from L2; up to 512 threads
+//   "_t32"  32 columns, 4 chunks in flight, latent from L2; up to 512 threads
+//   "_s8"   as "_d8" with the latent K slice staged in shared memory
+//   "_s32"  as "_t32" with the latent K slice staged in shared memory
+#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, MAXT, MINB)               \
+  extern "C" __global__ void __launch_bounds__(MAXT, MINB)                         \
+      tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {  \
+    extern __shared__ float4 tprun_smem[];                                         \
+    tprun::skinny<MM, TR, U, UB, STAGE>(p, reinterpret_cast<float*>(tprun_smem));  \
+  }
+#define TPRUN_SKINNY_M(MM)                                 \
+  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, 256, 3)         \
+  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, 512, 1)      \
+  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, 512, 1)     \
+  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, 512, 1)       \
+  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, 512, 1)
+
+TPRUN_SKINNY_M(1)
+TPRUN_SKINNY_M(2)
+TPRUN_SKINNY_M(3)
+TPRUN_SKINNY_M(4)
+TPRUN_SKINNY_M(5)
+TPRUN_SKINNY_M(6)
+TPRUN_SKINNY_M(7)
+TPRUN_SKINNY_M(8)

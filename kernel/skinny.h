@@ -1,0 +1,91 @@
+// Parameter blocks of tprun's CUDA kernels (kernel ABI).
+//
+// Each kernel takes exactly ONE by-value parameter: one of the structs below.
+// The Go launcher mirrors them byte for byte (docs/contracts.md, "kernel
+// ABI"), so the layout is spelled out: only 8-byte and 4-byte fields, 8-byte
+// aligned, no implicit padding, sizes checked by the static_asserts below.
+// Device addresses are plain 64-bit integers (CUdeviceptr on the Go side).
+#ifndef TPRUN_SKINNY_H
+#define TPRUN_SKINNY_H
+
+#define TPRUN_MAX_DST 16
+#define TPRUN_MAX_RANKS 16
+#define TPRUN_RECEIVE_STATUS_WORDS (1 + TPRUN_MAX_RANKS)
+
+// tprun_skinny_m<M><variant> (M = 1..8; variant "", "_d8", "_t32", "_s8" or
+// "_s32", see kernel/skinny.cu): rank `rank` of the fused up-projection
+//   out[m][n] = bf16(f32(bf16(sum_k latent[m][k]*weight[n][k])) + shared[m][n])
+// for m < M and n < shard, stored (negative zero as +0) at element
+// m*hidden + rank*shard + n of every dst[0..ndst).
+//
+// Launch (kernel/config.go, LaunchConfig, computes all of these):
+//   function = "tprun_skinny_m" M variant; "_t32" and "_s32" have tile_rows
+//              32, the others 16 (p.tile_rows must match: the kernel traps
+//              otherwise)
+//   block    = (32*warps, 1, 1); warps 1..8 for "", 1..16 for the others
+//   cluster  = (cluster, 1, 1) through the cluster-dimension launch
+//              attribute, cluster 1..8: the CTAs of a cluster split K
+//   grid     = (ceil(shard / tile_rows) * cluster, 1, 1)
+//   dynamic shared memory = (warps + cluster) * 8 * (tile_rows + 4) * 4 bytes,
+//              plus for "_s8"/"_s32" M * (ceil(ceil(latent_dim/32)/cluster) | 1) * 64
+//              (above 48 KiB the function's MAX_DYNAMIC_SHARED_SIZE_BYTES
+//              attribute must be raised first)
+//   programmatic stream serialization allowed (PDL): weight loads are issued
+//   before griddepcontrol.wait, latent and shared are read after it, and
+//   griddepcontrol.launch_dependents comes right after the weight loads.
+// Requirements: all pointers 16-byte aligned; latent_dim % 8 == 0;
+// shard % 8 == 0; hidden % 8 == 0; shared_stride % 8 == 0; 1 <= ndst <= 16;
+// reserved == 0.
+typedef struct tprun_skinny_params {
+  unsigned long long latent;   // offset   0: bf16 [M][latent_dim], row stride latent_dim
+  unsigned long long weight;   // offset   8: bf16 [shard][latent_dim], this rank's rows
+  unsigned long long shared;   // offset  16: bf16, element (m,n) at shared[m*shared_stride + n]
+  unsigned long long dst[TPRUN_MAX_DST];  // offset 24: bf16 [M][hidden] each; first ndst used
+  int latent_dim;              // offset 152
+  int shard;                   // offset 156
+  int hidden;                  // offset 160
+  int rank;                    // offset 164
+  int shared_stride;           // offset 168: in elements
+  int ndst;                    // offset 172
+  int tile_rows;               // offset 176: 16 or 32 (the entry point's), columns per CTA
+  int reserved;                // offset 180: must be 0
+} tprun_skinny_params;         // size 184, alignment 8
+
+// tprun_receive: the Lamport receive of one rank. Polls the first m*hidden
+// elements of the local slot with volatile 16-byte loads until no 32-bit word
+// is the sentinel 0x80000000, copies them to out, and writes the sentinel
+// back. Each thread gives up timeout_ns after it started (clock: %globaltimer)
+// and then records which ranks' slices (rank = column / shard) it found
+// incomplete:
+//   status[0]     = 1 when any part timed out,
+//   status[1 + r] = 1 when some word of rank r's slice never arrived (r < 16).
+// The kernel only ever writes 1s (plain 32-bit stores, no atomics, so status
+// may live in host-mapped memory); the caller zeroes the 17 words before the
+// launch. Words that arrived are copied and re-armed even on a timeout.
+// Launch: any grid and block (block a multiple of 32, at most 1024; see
+// ReceiveConfigFor); PDL allowed: it waits with griddepcontrol.wait first.
+// Requirements: slot and out 16-byte aligned; hidden % 8 == 0; shard % 8 == 0;
+// hidden % shard == 0.
+typedef struct tprun_receive_params {
+  unsigned long long slot;        // offset  0: bf16 [m][hidden], local mailbox slot
+  unsigned long long out;         // offset  8: bf16 [m][hidden]
+  unsigned long long status;      // offset 16: uint32 [17], see above
+  unsigned long long timeout_ns;  // offset 24
+  int m;                          // offset 32
+  int hidden;                     // offset 36
+  int shard;                      // offset 40
+  int reserved;                   // offset 44: must be 0
+} tprun_receive_params;           // size 48, alignment 8
+
+#ifdef __cplusplus
+#include <cstddef>
+static_assert(sizeof(tprun_skinny_params) == 184, "tprun_skinny_params size");
+static_assert(offsetof(tprun_skinny_params, dst) == 24, "dst offset");
+static_assert(offsetof(tprun_skinny_params, latent_dim) == 152, "latent_dim offset");
+static_assert(offsetof(tprun_skinny_params, tile_rows) == 176, "tile_rows offset");
+static_assert(alignof(tprun_skinny_params) == 8, "tprun_skinny_params alignment");
+static_assert(sizeof(tprun_receive_params) == 48, "tprun_receive_params size");
+static_assert(offsetof(tprun_receive_params, m) == 32, "m offset");
+#endif
+
+#endif  // TPRUN_SKINNY_H

@@ -1,0 +1,908 @@
+// Test and benchmark harness for kernel/kernels.fatbin, through the CUDA
+// driver API: it loads exactly the shipped fatbin with cuModuleLoadData.
+//
+//   harness FATBIN check               correctness of every M, shard, latent and
+//                                      launch config; receive kernel; exit 1 on failure
+//   harness FATBIN small               one small case of each kernel (for compute-sanitizer)
+//   harness FATBIN sweep OUT.tsv       time every launch config at the benchmark shapes
+//   harness FATBIN bench TABLE OUT.tsv time the configs of TABLE (kernel/config_table.tsv
+//                                      format) at the benchmark shapes, plus copy bandwidth
+//
+// Built by scripts/bench-kernel with nvcc (-lcuda). Inputs are fresh random
+// numbers each run (the seed is printed); outputs are poisoned before every
+// launch.
+#include <cuda.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "../../kernel/skinny.h"
+
+namespace {
+
+// ---------------------------------------------------------------- errors
+
+void die(CUresult r, const char* what, int line) {
+  const char* name = "?";
+  const char* msg = "?";
+  cuGetErrorName(r, &name);
+  cuGetErrorString(r, &msg);
+  fprintf(stderr, "harness.cu:%d: %s: %s (%s)\n", line, what, name, msg);
+  exit(2);
+}
+#define CK(x)                                 \
+  do {                                        \
+    CUresult r_ = (x);                        \
+    if (r_ != CUDA_SUCCESS) die(r_, #x, __LINE__); \
+  } while (0)
+
+const char* errname(CUresult r) {
+  const char* n = "?";
+  cuGetErrorName(r, &n);
+  return n;
+}
+
+// ---------------------------------------------------------------- bf16, rng
+
+uint16_t bf16_rne(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+float bf16_f(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {  // splitmix64
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uni(float lo, float hi) { return lo + (hi - lo) * (float)((next() >> 40) * (1.0 / 16777216.0)); }
+  int below(int n) { return (int)(next() % (uint64_t)n); }
+};
+
+void fill_bf16(std::vector<uint16_t>& v, Rng& rng, float lo, float hi) {
+  for (auto& x : v) x = bf16_rne(rng.uni(lo, hi));
+}
+
+// ---------------------------------------------------------------- module
+
+struct Kernels {
+  CUmodule mod{};
+  CUfunction skinny[9][5]{};  // [M][variant]
+  CUfunction receive{};
+};
+
+const char* const kSuffix[5] = {"", "_d8", "_t32", "_s8", "_s32"};
+
+Kernels load(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "cannot open %s\n", path);
+    exit(2);
+  }
+  std::vector<char> bytes;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
+  fclose(f);
+  Kernels k;
+  CK(cuModuleLoadData(&k.mod, bytes.data()));
+  for (int m = 1; m <= 8; ++m)
+    for (int v = 0; v < 5; ++v) {
+      char name[32];
+      snprintf(name, sizeof name, "tprun_skinny_m%d%s", m, kSuffix[v]);
+      CK(cuModuleGetFunction(&k.skinny[m][v], k.mod, name));
+      // Staged variants need more than the default 48 KiB of shared memory.
+      CK(cuFuncSetAttribute(k.skinny[m][v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 200 * 1024));
+    }
+  CK(cuModuleGetFunction(&k.receive, k.mod, "tprun_receive"));
+  return k;
+}
+
+// ---------------------------------------------------------------- launch
+
+// A launch config: the entry point (tile_rows, depth, stage), warps per CTA
+// and CTAs per cluster (the K split).
+struct Cfg {
+  int tile_rows, depth, stage, warps, cluster;
+  int variant() const {
+    if (stage) return tile_rows == 32 ? 4 : 3;
+    return tile_rows == 32 ? 2 : depth == 8 ? 1 : 0;
+  }
+  std::string str() const {
+    char b[64];
+    snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage ? "s" : "g", warps, cluster);
+    return b;
+  }
+};
+
+const Cfg kVariants[5] = {{16, 4, 0, 0, 0}, {16, 8, 0, 0, 0}, {32, 4, 0, 0, 0}, {16, 8, 1, 0, 0}, {32, 4, 1, 0, 0}};
+
+// Dynamic shared memory: reduction buffers, plus the staged latent slice
+// ([M][pitch], pitch an odd multiple of 64 bytes) for the "_s" entry points.
+size_t smem_bytes(const Cfg& c, int M, int K) {
+  size_t b = (size_t)(c.warps + c.cluster) * 8 * (c.tile_rows + 4) * 4;
+  if (c.stage) {
+    int nchunks = (K + 31) / 32, per = (nchunks + c.cluster - 1) / c.cluster;
+    b += (size_t)M * (per | 1) * 64;
+  }
+  return b;
+}
+int grid_x(const Cfg& c, int shard) { return (shard + c.tile_rows - 1) / c.tile_rows * c.cluster; }
+
+CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg& c, CUstream s,
+                       bool pdl) {
+  p.tile_rows = c.tile_rows;
+  CUlaunchAttribute at[2];
+  memset(at, 0, sizeof at);
+  int na = 0;
+  at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  at[na].value.clusterDim.x = (unsigned)c.cluster;
+  at[na].value.clusterDim.y = 1;
+  at[na].value.clusterDim.z = 1;
+  ++na;
+  if (pdl) {
+    at[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    at[na].value.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  CUlaunchConfig lc;
+  memset(&lc, 0, sizeof lc);
+  lc.gridDimX = (unsigned)grid_x(c, p.shard);
+  lc.gridDimY = lc.gridDimZ = 1;
+  lc.blockDimX = (unsigned)(32 * c.warps);
+  lc.blockDimY = lc.blockDimZ = 1;
+  lc.sharedMemBytes = (unsigned)smem_bytes(c, M, p.latent_dim);
+  lc.hStream = s;
+  lc.attrs = at;
+  lc.numAttrs = (unsigned)na;
+  void* args[] = {&p};
+  return cuLaunchKernelEx(&lc, k.skinny[M][c.variant()], args, nullptr);
+}
+
+CUresult launch_receive(const Kernels& k, const tprun_receive_params& p, CUstream s) {
+  long long nvec = (long long)p.m * p.hidden / 8;
+  int block = 256;
+  int grid = (int)std::min<long long>((nvec + block - 1) / block, 132);
+  if (grid < 1) grid = 1;
+  CUlaunchAttribute at[1];
+  memset(at, 0, sizeof at);
+  at[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  at[0].value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig lc;
+  memset(&lc, 0, sizeof lc);
+  lc.gridDimX = (unsigned)grid;
+  lc.gridDimY = lc.gridDimZ = 1;
+  lc.blockDimX = (unsigned)block;
+  lc.blockDimY = lc.blockDimZ = 1;
+  lc.hStream = s;
+  lc.attrs = at;
+  lc.numAttrs = 1;
+  tprun_receive_params q = p;
+  void* args[] = {&q};
+  return cuLaunchKernelEx(&lc, k.receive, args, nullptr);
+}
+
+// Every config the check covers; ConfigFor only returns configs from it.
+std::vector<Cfg> all_configs() {
+  std::vector<Cfg> v;
+  for (const Cfg& base : kVariants)
+    for (int w : {1, 2, 4, 8, 16}) {
+      if (w == 16 && base.variant() == 0) continue;  // lean entry: at most 256 threads
+      for (int c : {1, 2, 3, 4, 6, 8}) v.push_back({base.tile_rows, base.depth, base.stage, w, c});
+    }
+  return v;
+}
+
+// ---------------------------------------------------------------- reference
+
+struct Ref {
+  std::vector<double> s, a;  // [m][n]: sum and sum of |products|
+};
+
+Ref reference(int M, int shard, int K, const std::vector<uint16_t>& lat,
+              const std::vector<uint16_t>& w) {
+  Ref r;
+  r.s.assign((size_t)M * shard, 0);
+  r.a.assign((size_t)M * shard, 0);
+  std::vector<float> lf(lat.size());
+  for (size_t i = 0; i < lat.size(); ++i) lf[i] = bf16_f(lat[i]);
+  unsigned nt = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<int> next{0};
+  auto work = [&]() {
+    std::vector<double> wr(K);
+    for (int n; (n = next.fetch_add(1)) < shard;) {
+      for (int k = 0; k < K; ++k) wr[k] = bf16_f(w[(size_t)n * K + k]);
+      for (int m = 0; m < M; ++m) {
+        double s = 0, a = 0;
+        const float* l = &lf[(size_t)m * K];
+        for (int k = 0; k < K; ++k) {
+          double p = (double)l[k] * wr[k];
+          s += p;
+          a += fabs(p);
+        }
+        r.s[(size_t)m * shard + n] = s;
+        r.a[(size_t)m * shard + n] = a;
+      }
+    }
+  };
+  std::vector<std::thread> th;
+  for (unsigned i = 0; i < nt; ++i) th.emplace_back(work);
+  for (auto& t : th) t.join();
+  return r;
+}
+
+// ---------------------------------------------------------------- check
+
+constexpr uint16_t kPoison = 0x7fc1;  // a NaN no finite computation produces here
+
+struct Verdict {
+  bool ok = true;
+  long long exact = 0, total = 0;
+  double maxerr_over_tol = 0, sq_err = 0, sq_ref = 0;
+  std::string why;
+};
+
+// Checks one [M][hidden] output block: the rank's slice against the
+// reference, everything else still poison.
+Verdict verify(const std::vector<uint16_t>& out, int M, int shard, int hidden, int rank,
+               const Ref& ref, const std::vector<uint16_t>& sh, int stride) {
+  Verdict v;
+  char buf[256];
+  for (int m = 0; m < M && v.ok; ++m) {
+    for (int col = 0; col < hidden; ++col) {
+      uint16_t o = out[(size_t)m * hidden + col];
+      int n = col - rank * shard;
+      if (n < 0 || n >= shard) {
+        if (o != kPoison) {
+          snprintf(buf, sizeof buf, "wrote outside the slice: m=%d col=%d got %04x", m, col, o);
+          v.ok = false;
+          v.why = buf;
+          break;
+        }
+        continue;
+      }
+      if (o == kPoison) {
+        snprintf(buf, sizeof buf, "not written: m=%d n=%d", m, n);
+        v.ok = false;
+        v.why = buf;
+        break;
+      }
+      if (o == 0x8000) {
+        snprintf(buf, sizeof buf, "negative zero stored: m=%d n=%d", m, n);
+        v.ok = false;
+        v.why = buf;
+        break;
+      }
+      double s = ref.s[(size_t)m * shard + n], a = ref.a[(size_t)m * shard + n];
+      float shv = bf16_f(sh[(size_t)m * stride + n]);
+      double want = s + shv;
+      double got = bf16_f(o);
+      // bf16 rounding of S and of the sum (2^-8 relative each), fp32
+      // accumulation (tensor cores may truncate: 2^-18 of sum |products|).
+      double gam = std::ldexp(a, -18);
+      double tol = 1.01 * (std::ldexp(fabs(s) + gam, -8) + std::ldexp(fabs(want) + gam + std::ldexp(fabs(s), -8), -8)) + 1.1 * gam + 1e-30;
+      double err = fabs(got - want);
+      if (!(err <= tol)) {
+        snprintf(buf, sizeof buf, "m=%d n=%d got %.6g want %.6g (S=%.6g shared=%.6g) err %.3g tol %.3g",
+                 m, n, got, want, s, shv, err, tol);
+        v.ok = false;
+        v.why = buf;
+        break;
+      }
+      v.maxerr_over_tol = std::max(v.maxerr_over_tol, err / tol);
+      v.sq_err += err * err;
+      v.sq_ref += want * want;
+      // The exact double rounding applied to the float64 sum: equal unless S
+      // sits within the accumulation error of a bf16 rounding boundary.
+      uint16_t e = bf16_rne(bf16_f(bf16_rne((float)s)) + shv);
+      if (e == 0x8000) e = 0;
+      v.exact += (e == o);
+      v.total++;
+    }
+  }
+  if (v.ok && v.total >= 1000 && v.exact < 0.95 * v.total) {
+    snprintf(buf, sizeof buf, "only %lld of %lld outputs equal the rounded float64 result", v.exact,
+             v.total);
+    v.ok = false;
+    v.why = buf;
+  }
+  return v;
+}
+
+struct DevBuf {
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  explicit DevBuf(size_t b) : bytes(b) { CK(cuMemAlloc(&p, b ? b : 16)); }
+  ~DevBuf() {
+    if (p) cuMemFree(p);
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
+  const int shards[] = {448, 896, 1024, 1792, 3584, 7168};
+  const int latents[] = {512, 1024, 2048, 3584, 3600};
+  const std::vector<Cfg> cfgs = all_configs();
+  int failures = 0, shapes = 0;
+  long long runs = 0, exact = 0, total = 0;
+  double worst = 0, worst_rel = 0;
+  for (int M = 1; M <= 8; ++M) {
+    for (int shard : shards) {
+      for (int K : latents) {
+        const int tp = 3, rank = 1 + (shapes % 2), hidden = tp * shard;
+        shapes++;
+        std::vector<uint16_t> lat((size_t)M * K), w((size_t)shard * K), sh((size_t)M * hidden);
+        fill_bf16(lat, rng, -1.f, 1.f);
+        fill_bf16(w, rng, -1.f, 1.f);
+        fill_bf16(sh, rng, -16.f, 16.f);
+        Ref ref = reference(M, shard, K, lat, w);
+        DevBuf dl(lat.size() * 2), dw(w.size() * 2), dsh(sh.size() * 2);
+        CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
+        CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
+        CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
+        const size_t outn = (size_t)M * hidden;
+        std::vector<DevBuf*> dout;
+        for (int d = 0; d < 8; ++d) dout.push_back(new DevBuf(outn * 2));
+        tprun_skinny_params p;
+        memset(&p, 0, sizeof p);
+        p.latent = dl.p;
+        p.weight = dw.p;
+        p.shared = dsh.p + (size_t)rank * shard * 2;
+        p.dst[0] = dout[0]->p;
+        p.latent_dim = K;
+        p.shard = shard;
+        p.hidden = hidden;
+        p.rank = rank;
+        p.shared_stride = hidden;
+        p.ndst = 1;
+        std::vector<uint16_t> out(outn), out2(outn);
+        const std::vector<uint16_t> shs(sh.begin() + (size_t)rank * shard, sh.end());
+        auto run = [&](const Cfg& c, int ndst, std::vector<uint16_t>& o) -> bool {
+          for (int d = 0; d < ndst; ++d) {
+            CK(cuMemsetD16(dout[d]->p, kPoison, outn));
+            p.dst[d] = dout[d]->p;
+          }
+          p.ndst = ndst;
+          CUresult r = launch_skinny(k, M, p, c, s, false);
+          if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
+          if (r != CUDA_SUCCESS) {
+            printf("FAIL M=%d shard=%d K=%d cfg=%s: launch %s\n", M, shard, K, c.str().c_str(), errname(r));
+            if (r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_INVALID_CLUSTER_SIZE && r != CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) exit(2);
+            return false;
+          }
+          CK(cuMemcpyDtoH(o.data(), dout[0]->p, outn * 2));
+          return true;
+        };
+        for (size_t ci = 0; ci < cfgs.size(); ++ci) {
+          const Cfg& c = cfgs[ci];
+          runs++;
+          if (!run(c, 1, out)) {
+            failures++;
+            continue;
+          }
+          Verdict v = verify(out, M, shard, hidden, rank, ref, shs, hidden);
+          if (!v.ok) {
+            printf("FAIL M=%d shard=%d K=%d cfg=%s: %s\n", M, shard, K, c.str().c_str(), v.why.c_str());
+            failures++;
+            continue;
+          }
+          exact += v.exact;
+          total += v.total;
+          worst = std::max(worst, v.maxerr_over_tol);
+          worst_rel = std::max(worst_rel, sqrt(v.sq_err / std::max(v.sq_ref, 1e-300)));
+          // Determinism and multi-destination, for a few configs per shape.
+          if (ci % 13 == (size_t)(shapes % 13)) {
+            if (!run(c, 1, out2)) {
+              failures++;
+              continue;
+            }
+            if (out2 != out) {
+              printf("FAIL M=%d shard=%d K=%d cfg=%s: rerun not bit-identical\n", M, shard, K, c.str().c_str());
+              failures++;
+            }
+            int nd = 2 + rng.below(7);
+            if (!run(c, nd, out2)) {
+              failures++;
+              continue;
+            }
+            for (int d = 0; d < nd; ++d) {
+              CK(cuMemcpyDtoH(out2.data(), dout[d]->p, outn * 2));
+              if (out2 != out) {
+                printf("FAIL M=%d shard=%d K=%d cfg=%s: destination %d of %d differs\n", M, shard, K,
+                       c.str().c_str(), d, nd);
+                failures++;
+                break;
+              }
+            }
+          }
+        }
+        for (auto* d : dout) delete d;
+      }
+    }
+    printf("check: M=%d done, %d failures so far\n", M, failures);
+    fflush(stdout);
+  }
+  printf("check skinny: %d shapes, %lld runs, %d failures; %.4f%% outputs equal to the rounded "
+         "float64 result; worst err/tol %.3f; worst rel L2 error %.3g\n",
+         shapes, runs, failures, 100.0 * exact / std::max(total, 1ll), worst, worst_rel);
+  return failures;
+}
+
+// Latent zero except one tiny product per row: S underflows to a negative
+// zero or a tiny negative; shared is -0: the stored result must be +0.
+int check_negzero(const Kernels& k, CUstream s) {
+  const int M = 8, shard = 64, K = 64, hidden = 64;
+  std::vector<uint16_t> lat((size_t)M * K, 0), w((size_t)shard * K, 0xbf80), sh((size_t)M * hidden, 0x8000);
+  for (int m = 0; m < M; ++m) lat[(size_t)m * K] = 0x0080 + m;  // tiny positive (subnormal range)
+  DevBuf dl(lat.size() * 2), dw(w.size() * 2), dsh(sh.size() * 2), dout((size_t)M * hidden * 2);
+  CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
+  CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
+  CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
+  CK(cuMemsetD16(dout.p, kPoison, (size_t)M * hidden));
+  tprun_skinny_params p;
+  memset(&p, 0, sizeof p);
+  p.latent = dl.p;
+  p.weight = dw.p;
+  p.shared = dsh.p;
+  p.dst[0] = dout.p;
+  p.latent_dim = K;
+  p.shard = shard;
+  p.hidden = hidden;
+  p.shared_stride = hidden;
+  p.ndst = 1;
+  CK(launch_skinny(k, M, p, {16, 4, 0, 2, 1}, s, false));
+  CK(cuStreamSynchronize(s));
+  std::vector<uint16_t> out((size_t)M * hidden);
+  CK(cuMemcpyDtoH(out.data(), dout.p, out.size() * 2));
+  int bad = 0;
+  for (uint16_t o : out) bad += (o == 0x8000 || o == kPoison);
+  printf("check negzero: %d bad of %zu (tiny negative sums plus -0 must store +0; first %04x)\n", bad,
+         out.size(), out[0]);
+  return bad ? 1 : 0;
+}
+
+int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true) {
+  int failures = 0;
+  const int M = 5, tp = 4, shard = 896, hidden = tp * shard;
+  const size_t n = (size_t)M * hidden;
+  std::vector<uint16_t> data(n);
+  fill_bf16(data, rng, -4.f, 4.f);
+  for (auto& x : data)
+    if (x == 0x8000) x = 0;  // writers sanitize: no sentinel word can appear
+  DevBuf slot(n * 2), out(n * 2), status(TPRUN_RECEIVE_STATUS_WORDS * 4);
+  std::vector<uint32_t> st(TPRUN_RECEIVE_STATUS_WORDS);
+  std::vector<uint16_t> got(n);
+  tprun_receive_params p;
+  memset(&p, 0, sizeof p);
+  p.slot = slot.p;
+  p.out = out.p;
+  p.status = status.p;
+  p.m = M;
+  p.hidden = hidden;
+  p.shard = shard;
+  auto rearmed = [&]() {
+    std::vector<uint32_t> w(n / 2);
+    CK(cuMemcpyDtoH(w.data(), slot.p, n * 2));
+    for (uint32_t x : w)
+      if (x != 0x80000000u) return false;
+    return true;
+  };
+
+  // 1. Everything arrived before the receive starts.
+  CK(cuMemcpyHtoD(slot.p, data.data(), n * 2));
+  CK(cuMemsetD32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS));
+  CK(cuMemsetD16(out.p, kPoison, n));
+  p.timeout_ns = 1000000000ull;
+  CK(launch_receive(k, p, s));
+  CK(cuStreamSynchronize(s));
+  CK(cuMemcpyDtoH(got.data(), out.p, n * 2));
+  CK(cuMemcpyDtoH(st.data(), status.p, st.size() * 4));
+  bool ok = got == data && rearmed() && std::all_of(st.begin(), st.end(), [](uint32_t x) { return x == 0; });
+  printf("check receive complete: %s\n", ok ? "ok" : "FAIL");
+  failures += !ok;
+
+  // 2. Rank 2's slice has one word missing in row 3, rank 0's in row 0: the
+  //    receive must time out, name ranks 0 and 2, and copy what arrived.
+  std::vector<uint16_t> partial = data;
+  // The sentinel word 0x80000000 is element 2i = 0x0000, element 2i+1 = 0x8000.
+  partial[(size_t)3 * hidden + 2 * shard + 100] = 0x0000;
+  partial[(size_t)3 * hidden + 2 * shard + 101] = 0x8000;
+  partial[(size_t)0 * hidden + 0 * shard + 6] = 0x0000;
+  partial[(size_t)0 * hidden + 0 * shard + 7] = 0x8000;
+  CK(cuMemcpyHtoD(slot.p, partial.data(), n * 2));
+  CK(cuMemsetD32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS));
+  CK(cuMemsetD16(out.p, kPoison, n));
+  p.timeout_ns = 2000000ull;  // 2 ms
+  auto t0 = std::chrono::steady_clock::now();
+  CK(launch_receive(k, p, s));
+  CK(cuStreamSynchronize(s));
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CK(cuMemcpyDtoH(got.data(), out.p, n * 2));
+  CK(cuMemcpyDtoH(st.data(), status.p, st.size() * 4));
+  ok = st[0] == 1 && st[1 + 0] == 1 && st[1 + 2] == 1;
+  for (int r = 0; r < TPRUN_MAX_RANKS; ++r)
+    if (r != 0 && r != 2 && st[1 + r] != 0) ok = false;
+  size_t copied = 0;
+  for (size_t i = 0; i < n; ++i) copied += got[i] == data[i];
+  ok = ok && copied == n - 16;  // the two 8-element vectors holding a sentinel word stay
+  printf("check receive timeout: %s (returned after %.1f ms, status %u ranks0=%u ranks2=%u, %zu of %zu copied)\n",
+         ok ? "ok" : "FAIL", ms, st[0], st[1], st[3], copied, n);
+  failures += !ok;
+
+  // 3. The data arrives while the receive is polling (copy on another stream;
+  //    skipped under compute-sanitizer, which serializes the two).
+  if (!late) return failures;
+  CUstream s2;
+  CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  void* pinned;
+  CK(cuMemAllocHost(&pinned, n * 2));
+  memcpy(pinned, data.data(), n * 2);
+  CK(cuMemsetD32(slot.p, 0x80000000u, n / 2));
+  CK(cuMemsetD32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS));
+  CK(cuMemsetD16(out.p, kPoison, n));
+  CK(cuCtxSynchronize());
+  p.timeout_ns = 2000000000ull;
+  CK(launch_receive(k, p, s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CK(cuMemcpyHtoDAsync(slot.p, pinned, n * 2, s2));
+  CK(cuStreamSynchronize(s));
+  CK(cuStreamSynchronize(s2));
+  CK(cuMemcpyDtoH(got.data(), out.p, n * 2));
+  CK(cuMemcpyDtoH(st.data(), status.p, st.size() * 4));
+  ok = got == data && rearmed() && st[0] == 0;
+  printf("check receive late arrival: %s\n", ok ? "ok" : "FAIL");
+  failures += !ok;
+  CK(cuMemFreeHost(pinned));
+  CK(cuStreamDestroy(s2));
+  return failures;
+}
+
+// One small case of each kernel, with partial tiles, a K tail and a cluster.
+int small(const Kernels& k, Rng& rng, CUstream s) {
+  const int M = 3, shard = 200, K = 3600, tp = 2, rank = 1, hidden = tp * shard;
+  std::vector<uint16_t> lat((size_t)M * K), w((size_t)shard * K), sh((size_t)M * hidden);
+  fill_bf16(lat, rng, -1, 1);
+  fill_bf16(w, rng, -1, 1);
+  fill_bf16(sh, rng, -16, 16);
+  Ref ref = reference(M, shard, K, lat, w);
+  DevBuf dl(lat.size() * 2), dw(w.size() * 2), dsh(sh.size() * 2), o0((size_t)M * hidden * 2),
+      o1((size_t)M * hidden * 2);
+  CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
+  CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
+  CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
+  int fails = 0;
+  for (Cfg c : {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1}}) {
+    CK(cuMemsetD16(o0.p, kPoison, (size_t)M * hidden));
+    CK(cuMemsetD16(o1.p, kPoison, (size_t)M * hidden));
+    tprun_skinny_params p;
+    memset(&p, 0, sizeof p);
+    p.latent = dl.p;
+    p.weight = dw.p;
+    p.shared = dsh.p + (size_t)rank * shard * 2;
+    p.dst[0] = o0.p;
+    p.dst[1] = o1.p;
+    p.ndst = 2;
+    p.latent_dim = K;
+    p.shard = shard;
+    p.hidden = hidden;
+    p.rank = rank;
+    p.shared_stride = hidden;
+    CK(launch_skinny(k, M, p, c, s, true));
+    CK(cuStreamSynchronize(s));
+    std::vector<uint16_t> out((size_t)M * hidden);
+    CK(cuMemcpyDtoH(out.data(), o1.p, out.size() * 2));
+    const std::vector<uint16_t> shs(sh.begin() + (size_t)rank * shard, sh.end());
+    Verdict v = verify(out, M, shard, hidden, rank, ref, shs, hidden);
+    printf("small skinny cfg %s: %s %s\n", c.str().c_str(), v.ok ? "ok" : "FAIL", v.why.c_str());
+    fails += !v.ok;
+  }
+  fails += check_receive(k, rng, s, false);
+  return fails;
+}
+
+// ---------------------------------------------------------------- timing
+
+struct Timer {
+  CUevent a, b;
+  Timer() {
+    CK(cuEventCreate(&a, CU_EVENT_DEFAULT));
+    CK(cuEventCreate(&b, CU_EVENT_DEFAULT));
+  }
+  ~Timer() {
+    cuEventDestroy(a);
+    cuEventDestroy(b);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double copy_bandwidth(CUstream s) {
+  const size_t bytes = 1ull << 30;
+  DevBuf a(bytes), b(bytes);
+  CK(cuMemsetD32(a.p, 0x3f803f80u, bytes / 4));
+  Timer t;
+  std::vector<double> v;
+  for (int i = 0; i < 12; ++i) {
+    CK(cuEventRecord(t.a, s));
+    CK(cuMemcpyDtoDAsync(b.p, a.p, bytes, s));
+    CK(cuEventRecord(t.b, s));
+    CK(cuEventSynchronize(t.b));
+    float ms;
+    CK(cuEventElapsedTime(&ms, t.a, t.b));
+    if (i >= 2) v.push_back(2.0 * bytes / (ms * 1e-3));
+  }
+  return median(v);  // bytes/s, read plus write
+}
+
+// Weights for one (shard, latent): at least 512 MiB of distinct buffers so
+// that a replayed graph reads every weight from HBM, not from the 60 MiB L2.
+struct Pool {
+  int shard, K, nbuf;
+  size_t stride;
+  DevBuf* buf;
+  Pool(int shard_, int K_, Rng& rng) : shard(shard_), K(K_) {
+    size_t wb = (size_t)shard * K * 2;
+    stride = (wb + 255) / 256 * 256;
+    nbuf = (int)std::max<size_t>(2, ((512ull << 20) + wb - 1) / wb);
+    buf = new DevBuf(stride * nbuf);
+    std::vector<uint16_t> chunk(32ull << 20);  // 64 MiB of random bf16, copied round
+    fill_bf16(chunk, rng, -1, 1);
+    for (size_t off = 0; off < buf->bytes; off += chunk.size() * 2)
+      CK(cuMemcpyHtoD(buf->p + off, chunk.data(), std::min(chunk.size() * 2, buf->bytes - off)));
+  }
+  ~Pool() { delete buf; }
+  size_t weight_bytes() const { return (size_t)shard * K * 2; }
+};
+
+struct Acts {
+  DevBuf lat, sh, out;
+  Acts(int K, int hidden, Rng& rng) : lat((size_t)8 * K * 2), sh((size_t)8 * hidden * 2), out((size_t)8 * hidden * 2) {
+    std::vector<uint16_t> l((size_t)8 * K), h((size_t)8 * hidden);
+    fill_bf16(l, rng, -1, 1);
+    fill_bf16(h, rng, -16, 16);
+    CK(cuMemcpyHtoD(lat.p, l.data(), lat.bytes));
+    CK(cuMemcpyHtoD(sh.p, h.data(), sh.bytes));
+  }
+};
+
+// Median time per launch (µs) of a captured graph of L launches rotating
+// through the pool, or a negative value when the config cannot launch.
+double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, int hidden, const Cfg& c,
+                   CUstream s, int reps, bool pdl = true) {
+  const int shard = pool.shard, rank = hidden / shard - 1;
+  tprun_skinny_params p;
+  memset(&p, 0, sizeof p);
+  p.latent = acts.lat.p;
+  p.shared = acts.sh.p + (size_t)rank * shard * 2;
+  p.dst[0] = acts.out.p;
+  p.ndst = 1;
+  p.latent_dim = pool.K;
+  p.shard = shard;
+  p.hidden = hidden;
+  p.rank = rank;
+  p.shared_stride = hidden;
+  const int L = pool.nbuf * std::max(1, (96 + pool.nbuf - 1) / pool.nbuf);
+  // Probe once outside capture: a config the GPU cannot schedule fails here.
+  p.weight = pool.buf->p;
+  CUresult r = launch_skinny(k, M, p, c, s, pdl);
+  if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
+  if (r != CUDA_SUCCESS) {
+    if (r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_INVALID_CLUSTER_SIZE && r != CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) die(r, "probe launch", __LINE__);
+    return -1;
+  }
+  CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  for (int i = 0; i < L; ++i) {
+    p.weight = pool.buf->p + (size_t)(i % pool.nbuf) * pool.stride;
+    r = launch_skinny(k, M, p, c, s, pdl);
+    if (r != CUDA_SUCCESS) break;
+  }
+  CUgraph g = nullptr;
+  CUresult re = cuStreamEndCapture(s, &g);
+  if (r != CUDA_SUCCESS || re != CUDA_SUCCESS) {
+    if (g) cuGraphDestroy(g);
+    fprintf(stderr, "capture failed: %s %s\n", errname(r), errname(re));
+    return -1;
+  }
+  CUgraphExec ge;
+  CK(cuGraphInstantiate(&ge, g, 0));
+  Timer t;
+  std::vector<double> v;
+  for (int i = 0; i < reps + 2; ++i) {
+    CK(cuEventRecord(t.a, s));
+    CK(cuGraphLaunch(ge, s));
+    CK(cuEventRecord(t.b, s));
+    CK(cuEventSynchronize(t.b));
+    float ms;
+    CK(cuEventElapsedTime(&ms, t.a, t.b));
+    if (i >= 2) v.push_back(ms * 1e3 / L);
+  }
+  CK(cuGraphExecDestroy(ge));
+  CK(cuGraphDestroy(g));
+  return median(v);
+}
+
+struct Shape {
+  int latent, hidden, shard;
+};
+
+std::vector<Shape> bench_shapes() {
+  std::vector<Shape> v;
+  for (int shard : {7168, 3584, 1792, 896, 448}) v.push_back({3584, 7168, shard});
+  v.push_back({1024, 4096, 1024});  // 4096/1024 at TP 4
+  v.push_back({2048, 8192, 1024});  // 8192/2048 at TP 8
+  return v;
+}
+
+int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
+  FILE* f = fopen(outpath, "w");
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", outpath);
+    return 1;
+  }
+  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tus\n");
+  for (const Shape& sh : bench_shapes()) {
+    Pool pool(sh.shard, sh.latent, rng);
+    Acts acts(sh.latent, sh.hidden, rng);
+    for (int M = 1; M <= 8; ++M) {
+      double best = 1e30;
+      Cfg bc{};
+      for (const Cfg& base : kVariants)
+        for (int w : {4, 8, 16})
+          for (int c : {1, 2, 3, 4, 6, 8}) {
+            if (w == 16 && base.variant() == 0) continue;
+            if (sh.shard >= 3584 && (c == 3 || c == 6 || c == 8)) continue;
+            Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
+            double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
+            fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, cfg.tile_rows, cfg.depth,
+                    cfg.stage, w, c, us);
+            if (us > 0 && us < best) {
+              best = us;
+              bc = cfg;
+            }
+          }
+      fflush(f);
+      printf("sweep latent %d shard %d M %d: best %.2f us with %s\n", sh.latent, sh.shard, M, best,
+             bc.str().c_str());
+      fflush(stdout);
+    }
+  }
+  fclose(f);
+  return 0;
+}
+
+int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const char* outpath) {
+  std::map<std::tuple<int, int, int>, Cfg> table;
+  FILE* tf = fopen(tablepath, "r");
+  if (!tf) {
+    fprintf(stderr, "cannot read %s\n", tablepath);
+    return 1;
+  }
+  char line[256];
+  while (fgets(line, sizeof line, tf)) {
+    int lat, shard, m, tr, dp, st, w, c;
+    if (line[0] == '#') continue;
+    if (sscanf(line, "%d %d %d %d %d %d %d %d", &lat, &shard, &m, &tr, &dp, &st, &w, &c) == 8)
+      table[{lat, shard, m}] = {tr, dp, st, w, c};
+  }
+  fclose(tf);
+  double bw0 = copy_bandwidth(s);
+  FILE* f = fopen(outpath, "w");
+  if (!f) return 1;
+  fprintf(f, "# copy bandwidth (read+write) %.1f GB/s\n", bw0 / 1e9);
+  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tours_us\tnopdl_us\tfloor_us\n");
+  for (const Shape& sh : bench_shapes()) {
+    Pool pool(sh.shard, sh.latent, rng);
+    Acts acts(sh.latent, sh.hidden, rng);
+    for (int M = 1; M <= 8; ++M) {
+      auto it = table.find({sh.latent, sh.shard, M});
+      if (it == table.end()) {
+        printf("bench: no table entry for latent %d shard %d M %d\n", sh.latent, sh.shard, M);
+        continue;
+      }
+      const Cfg c = it->second;
+      double us = time_skinny(k, pool, acts, M, sh.hidden, c, s, 25);
+      double us2 = time_skinny(k, pool, acts, M, sh.hidden, c, s, 25);
+      double nopdl = time_skinny(k, pool, acts, M, sh.hidden, c, s, 15, false);
+      double floor_us = pool.weight_bytes() / bw0 * 1e6;
+      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard, M,
+              c.tile_rows, c.depth, c.stage, c.warps, c.cluster, std::min(us, us2), nopdl, floor_us);
+      printf("bench latent %d shard %d M %d cfg %s: %.2f us (repeat %.2f, no PDL %.2f), floor %.2f, ratio %.2f\n",
+             sh.latent, sh.shard, M, c.str().c_str(), us, us2, nopdl, floor_us, us / floor_us);
+      fflush(stdout);
+    }
+  }
+  double bw1 = copy_bandwidth(s);
+  fprintf(f, "# copy bandwidth after the runs %.1f GB/s\n", bw1 / 1e9);
+  fclose(f);
+  printf("copy bandwidth %.1f GB/s before, %.1f GB/s after\n", bw0 / 1e9, bw1 / 1e9);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|bench TABLE OUT\n");
+    return 2;
+  }
+  const std::string mode = argv[2];
+  uint64_t seed = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
+  if (const char* e = getenv("HARNESS_SEED")) seed = strtoull(e, nullptr, 0);
+  printf("seed %" PRIu64 "\n", seed);
+  Rng rng{seed};
+  CK(cuInit(0));
+  CUdevice dev;
+  CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CK(cuCtxSetCurrent(ctx));
+  char name[256];
+  CK(cuDeviceGetName(name, sizeof name, dev));
+  int sms, major, minor;
+  CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  CK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+  CK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  printf("device %s, cc %d.%d, %d SMs\n", name, major, minor, sms);
+  Kernels k = load(argv[1]);
+  {
+    int regs = 0, lsize = 0;
+    for (int v = 0; v < 5; ++v) {
+      CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k.skinny[8][v]));
+      CK(cuFuncGetAttribute(&lsize, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.skinny[8][v]));
+      printf("tprun_skinny_m8%s: %d registers, %d bytes local\n", kSuffix[v], regs, lsize);
+    }
+  }
+  CUstream s;
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  int rc = 0;
+  if (mode == "check") {
+    int f = check_negzero(k, s);
+    f += check_receive(k, rng, s);
+    f += check_skinny(k, rng, s);
+    printf("CHECK %s: %d failures\n", f ? "FAILED" : "PASSED", f);
+    rc = f ? 1 : 0;
+  } else if (mode == "small") {
+    int f = small(k, rng, s);
+    printf("SMALL %s\n", f ? "FAILED" : "PASSED");
+    rc = f ? 1 : 0;
+  } else if (mode == "sweep" && argc >= 4) {
+    rc = sweep(k, rng, s, argv[3]);
+  } else if (mode == "bench" && argc >= 5) {
+    rc = bench(k, rng, s, argv[3], argv[4]);
+  } else {
+    fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  }
+  CK(cuStreamDestroy(s));
+  CK(cuModuleUnload(k.mod));
+  CK(cuDevicePrimaryCtxRelease(dev));
+  return rc;
+}
