@@ -211,7 +211,8 @@ func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 		return mailbox.KindHost, "", fmt.Errorf("tp: rank %d: GPU probe all-gather returned %d entries for %d ranks", ex.Rank(), len(all), ex.Size())
 	}
 	probes := make([]gpuProbe, len(all))
-	var noGPU []string
+	var whys []string              // distinct reasons, in rank order
+	whyRanks := map[string][]int{} // reason -> ranks
 	for r, b := range all {
 		p, err := decodeProbe(b)
 		if err != nil {
@@ -219,8 +220,24 @@ func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 		}
 		probes[r] = p
 		if !p.usable {
-			noGPU = append(noGPU, fmt.Sprintf("rank %d: %s", r, p.why))
+			if whyRanks[p.why] == nil {
+				whys = append(whys, p.why)
+			}
+			whyRanks[p.why] = append(whyRanks[p.why], r)
 		}
+	}
+	// One line however many ranks: ranks with the same reason share it.
+	var noGPU []string
+	for _, why := range whys {
+		rs := whyRanks[why]
+		who := fmt.Sprintf("rank %d", rs[0])
+		switch {
+		case len(rs) == len(all) && len(rs) > 1:
+			who = "every rank"
+		case len(rs) > 1:
+			who = fmt.Sprintf("ranks %s", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(rs)), ","), "[]"))
+		}
+		noGPU = append(noGPU, who+": "+why)
 	}
 	facts := mailbox.Facts{Getenv: os.Getenv, PeerAccess: true}
 	if len(noGPU) == 0 {

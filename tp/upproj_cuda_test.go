@@ -907,12 +907,16 @@ func TestResolveMailboxWithoutGPU(t *testing.T) {
 	for _, v := range []string{"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TPRUN_MULTICAST"} {
 		t.Setenv(v, "")
 	}
-	noDrv := fmt.Errorf("probe: %w", cuda.ErrNoDriver)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
+	errs := onUpRanks(3, func(r int, ex mailbox.Exchanger) error {
+		noDrv := fmt.Errorf("probe: %w", cuda.ErrNoDriver)
+		if r == 1 {
+			noDrv = errors.New("something else")
+		}
 		kind, reason, err := ResolveMailbox(ctx, ex, mailbox.KindAuto, nil, noDrv, 0)
-		if err != nil || kind != mailbox.KindHost || !strings.Contains(reason, "no GPU") || !strings.Contains(reason, "rank 1") {
+		if err != nil || kind != mailbox.KindHost || !strings.Contains(reason, "no GPU") ||
+			!strings.Contains(reason, "ranks 0,2: probe: cuda: no CUDA driver; rank 1: something else") {
 			return fmt.Errorf("auto: %v %q %v", kind, reason, err)
 		}
 		_, _, err = ResolveMailbox(ctx, ex, mailbox.KindUnicast, nil, noDrv, 0)

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tprun/tprun/internal/cuda"
 	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/mailbox"
 	"github.com/tprun/tprun/tp"
@@ -42,6 +43,9 @@ type runHooks struct {
 	// die ends this rank abruptly for --inject-fault. It returns only if
 	// it could not, or, in tests, to stand for a rank that vanished.
 	die func() error
+	// gpu opens the CUDA driver when a GPU is usable (tp.OpenGPU). nil
+	// stands for a machine without one.
+	gpu func() (*cuda.Driver, error)
 }
 
 // Run runs the default job on this rank of g (issue 3, DESIGN.md "The
@@ -60,7 +64,7 @@ type runHooks struct {
 // hub, is what the fault is meant to look like. That is the one place this
 // package ends the process, on request of a hidden test flag.
 func Run(ctx context.Context, g *tp.Group, cfg *Config, stdout io.Writer) error {
-	return run(ctx, g, cfg, stdout, runHooks{die: killSelf})
+	return run(ctx, g, cfg, stdout, runHooks{die: killSelf, gpu: tp.OpenGPU})
 }
 
 // killSelf sends SIGKILL to this process. The kernel delivers a signal sent
@@ -78,9 +82,10 @@ type plan struct {
 	cfg      *Config
 	size     int
 	shape    kernel.Shape // M = the largest M of cfg.M
-	backend  string       // "cpu"
-	mailbox  mailbox.Kind
-	notice   string // printed by rank 0 when the backend was picked for the user
+	backend  string       // "cpu" or "cuda"; "auto" until pickBackend
+	mailbox  mailbox.Kind // asked for, then resolved by pickBackend
+	reason   string       // why this mailbox
+	notice   string       // printed by rank 0 when the backend was picked for the user
 	rows     int    // rows of the latent and shared pools
 	steps    int    // steps in the whole run
 	latScale float32
@@ -143,21 +148,23 @@ func newPlan(cfg *Config, size int) (*plan, error) {
 	p.wScale = float32(1 / math.Sqrt(float64(cfg.Latent))) // keeps S about N(0, 1)
 
 	switch cfg.Backend {
-	case "cpu":
-		p.backend = "cpu"
-	case "auto":
-		// No GPU engine exists yet, so auto is always the CPU.
-		p.backend, p.notice = "cpu", CPUNotice
-	case "cuda":
-		return nil, fmt.Errorf("job: %w: --backend cuda: this build has no CUDA engine yet; use --backend cpu", tp.ErrBackendUnavailable)
+	case "cpu", "auto", "cuda":
+		p.backend = cfg.Backend
 	default:
 		return nil, &FlagError{Flag: "backend", Value: cfg.Backend, Rule: "want one of auto, cpu, cuda"}
 	}
-	switch cfg.Mailbox {
-	case "auto", "host":
-		p.mailbox = mailbox.KindHost
-	default:
+	kind, err := mailbox.ParseKind(cfg.Mailbox)
+	if err != nil {
+		return nil, &FlagError{Flag: "mailbox", Value: cfg.Mailbox, Rule: "want one of auto, multicast, unicast, host"}
+	}
+	p.mailbox = kind
+	switch {
+	case p.backend == "auto" && kind == mailbox.KindHost:
+		p.backend, p.reason = "cpu", "host asked for"
+	case p.backend == "cpu" && kind != mailbox.KindHost && kind != mailbox.KindAuto:
 		return nil, &FlagError{Flag: "mailbox", Value: cfg.Mailbox, Rule: "the CPU backend runs only the host mailbox (use --mailbox host or auto)"}
+	case p.backend == "cpu":
+		p.mailbox, p.reason = mailbox.KindHost, "the CPU backend runs the host mailbox"
 	}
 	if f := cfg.Fault; f != nil && f.Step >= p.steps {
 		return nil, &FlagError{Flag: "inject-fault", Value: f.String(),
@@ -266,11 +273,23 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	if err != nil {
 		return err
 	}
+	drv, err := p.pickBackend(ctx, g, hooks.gpu)
+	if err != nil {
+		return err
+	}
+	if drv != nil {
+		defer func() {
+			if cerr := drv.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("job: rank %d: closing the CUDA driver: %w", rank, cerr)
+			}
+		}()
+	}
 	out := &printer{w: stdout, on: rank == 0}
 	if p.notice != "" {
 		out.printf("%s\n", p.notice)
 	}
 	out.header(p)
+	out.printf("# mailbox %v: %s\n", p.mailbox, p.reason)
 
 	start := time.Now()
 	in, err := p.newInputs(rank)
@@ -279,17 +298,21 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	}
 	out.printf("# inputs (seed %d) and the float64 reference ready in %.2fs\n", cfg.Seed, time.Since(start).Seconds())
 
-	up, err := tp.NewUpProjection(ctx, g, cfg.Hidden, cfg.Latent, p.shape.M,
-		tp.WithBackend(p.mailbox), tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline))
+	var st stepper
+	if drv != nil {
+		st, err = newCUDAStepper(ctx, g, p, in, drv)
+	} else {
+		st, err = newHostStepper(ctx, g, p, in)
+	}
 	if err != nil {
 		return fmt.Errorf("job: rank %d: %w", rank, err)
 	}
 	defer func() {
-		if cerr := up.Close(); cerr != nil && err == nil {
-			err = cerr
+		if cerr := st.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("job: rank %d: %w", rank, cerr)
 		}
 	}()
-	mbName := up.Backend()
+	mbName := st.mailboxName()
 	out.columns()
 
 	var failures []string
@@ -304,17 +327,15 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 				return hooks.die()
 			}
 			o := p.offset(t, m)
-			stepIn := tp.UpInputs{M: m, Latent: in.latent[o*cfg.Latent : (o+m)*cfg.Latent], Weight: in.weight,
-				Shared: in.shared[o*cfg.Hidden+rank*p.shape.Shard():], SharedStride: cfg.Hidden}
 			got := block[:m*cfg.Hidden]
 			for i := range got {
 				got[i] = kernel.QuietNaN // an element the step failed to fill is wrong
 			}
-			t0 := time.Now()
-			if err := up.Step(ctx, stepIn, got); err != nil {
+			took, err := st.step(ctx, m, o, got)
+			if err != nil {
 				return fmt.Errorf("job: rank %d: M=%d, step %d of the run: %w", rank, m, t, err)
 			}
-			res.times = append(res.times, time.Since(t0))
+			res.times = append(res.times, took)
 			c, err := in.expected(p, o, m).Check(got, cfg.Hidden)
 			if err != nil {
 				return fmt.Errorf("job: rank %d: checking step %d: %w", rank, t, err)
@@ -351,4 +372,100 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	}
 	out.printf("# every block within tolerance and identical on all %d ranks (%d steps in %.2fs)\n", size, t, time.Since(start).Seconds())
 	return nil
+}
+
+// stepper runs one step of the job on some backend.
+type stepper interface {
+	// step runs one step with m rows from pool row o and leaves the whole
+	// block in got; took is the time of the step itself (no copies).
+	step(ctx context.Context, m, o int, got []kernel.BF16) (took time.Duration, err error)
+	mailboxName() string
+	close() error
+}
+
+// hostStepper runs steps through UpProjection.Step on host operands.
+type hostStepper struct {
+	up   *tp.UpProjection
+	p    *plan
+	in   *inputs
+	rank int
+}
+
+func newHostStepper(ctx context.Context, g group, p *plan, in *inputs) (*hostStepper, error) {
+	up, err := tp.NewUpProjection(ctx, g, p.cfg.Hidden, p.cfg.Latent, p.shape.M,
+		tp.WithBackend(mailbox.KindHost), tp.WithSlots(p.cfg.Slots), tp.WithDeadline(p.cfg.Deadline))
+	if err != nil {
+		return nil, err
+	}
+	return &hostStepper{up: up, p: p, in: in, rank: g.Rank()}, nil
+}
+
+func (h *hostStepper) step(ctx context.Context, m, o int, got []kernel.BF16) (time.Duration, error) {
+	c := h.p.cfg
+	stepIn := tp.UpInputs{M: m, Latent: h.in.latent[o*c.Latent : (o+m)*c.Latent], Weight: h.in.weight,
+		Shared: h.in.shared[o*c.Hidden+h.rank*h.p.shape.Shard():], SharedStride: c.Hidden}
+	t0 := time.Now()
+	err := h.up.Step(ctx, stepIn, got)
+	return time.Since(t0), err
+}
+
+func (h *hostStepper) mailboxName() string { return h.up.Backend() }
+func (h *hostStepper) close() error        { return h.up.Close() }
+
+// pickBackend settles p.backend and p.mailbox. For the CPU backend it
+// does nothing more. Otherwise it opens the driver through gpu (nil: no
+// GPU here) and refuses, before any collective, what cannot work without
+// a GPU; then every rank resolves the mailbox together
+// (tp.ResolveMailbox). It returns the open driver when the job runs on the
+// CUDA engine (the caller closes it), or nil for the CPU backend, with the
+// one-line notice set when auto fell back.
+func (p *plan) pickBackend(ctx context.Context, g group, gpu func() (*cuda.Driver, error)) (*cuda.Driver, error) {
+	if p.backend == "cpu" {
+		return nil, nil
+	}
+	var drv *cuda.Driver
+	noGPU := errors.New("no GPU probe")
+	if gpu != nil {
+		drv, noGPU = gpu()
+	}
+	if drv == nil {
+		switch {
+		case p.backend == "cuda":
+			return nil, fmt.Errorf("job: %w: --backend cuda: no CUDA engine can run here: no usable GPU (%v)", tp.ErrBackendUnavailable, noGPU)
+		case p.mailbox == mailbox.KindUnicast || p.mailbox == mailbox.KindMulticast:
+			return nil, &FlagError{Flag: "mailbox", Value: p.cfg.Mailbox,
+				Rule: fmt.Sprintf("no usable GPU here (%v), and the CPU backend runs only the host mailbox", noGPU)}
+		}
+	}
+	kind, reason, err := tp.ResolveMailbox(ctx, g, p.mailbox, drv, noGPU, deviceOf(g))
+	if err == nil && kind == mailbox.KindHost && p.backend == "cuda" {
+		err = fmt.Errorf("%w: --backend cuda: no GPU mailbox: %s", tp.ErrBackendUnavailable, reason)
+	}
+	if err != nil {
+		if drv != nil {
+			err = errors.Join(err, drv.Close())
+		}
+		return nil, fmt.Errorf("job: rank %d: %w", g.Rank(), err)
+	}
+	p.mailbox, p.reason = kind, reason
+	if kind == mailbox.KindHost {
+		p.backend, p.notice = "cpu", CPUNotice
+		if drv != nil {
+			if err := drv.Close(); err != nil {
+				return nil, fmt.Errorf("job: rank %d: closing the CUDA driver: %w", g.Rank(), err)
+			}
+		}
+		return nil, nil
+	}
+	p.backend = "cuda"
+	return drv, nil
+}
+
+// deviceOf is the group's device for this rank (a *tp.Group knows it from
+// --devices or the local rank), or 0.
+func deviceOf(g group) int {
+	if d, ok := g.(interface{ Device() int }); ok {
+		return d.Device()
+	}
+	return 0
 }
