@@ -86,8 +86,8 @@ type plan struct {
 	mailbox  mailbox.Kind // asked for, then resolved by pickBackend
 	reason   string       // why this mailbox
 	notice   string       // printed by rank 0 when the backend was picked for the user
-	rows     int    // rows of the latent and shared pools
-	steps    int    // steps in the whole run
+	rows     int          // rows of the latent and shared pools
+	steps    int          // steps in the whole run
 	latScale float32
 	wScale   float32
 }
