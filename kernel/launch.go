@@ -1,0 +1,377 @@
+package kernel
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/tprun/tprun/internal/cuda"
+)
+
+// This file launches the compiled kernels (skinny.h is the ABI): it loads
+// the embedded fatbin, encodes the by-value parameter blocks byte for byte
+// and validates every argument first, because a wrong pointer or size
+// here is a silent memory corruption on the GPU, not an error.
+
+// KernelDriver is the part of the CUDA driver that Kernels uses.
+type KernelDriver interface {
+	ModuleLoadData(image []byte) (cuda.Module, error)
+	ModuleUnload(m cuda.Module) error
+	ModuleGetFunction(m cuda.Module, name string) (cuda.Function, error)
+	FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error
+	LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error
+}
+
+var _ KernelDriver = (*cuda.Driver)(nil)
+
+// Sizes of the kernel ABI (skinny.h).
+const (
+	// MaxDst is the most destinations one skinny launch writes
+	// (TPRUN_MAX_DST).
+	MaxDst = 16
+	// SkinnyParamsSize and ReceiveParamsSize are sizeof the parameter
+	// structs tprun_skinny_params and tprun_receive_params.
+	SkinnyParamsSize  = 184
+	ReceiveParamsSize = 48
+)
+
+// skinnyFunctions lists every skinny entry point ConfigFor can name.
+func skinnyFunctions() []string {
+	var names []string
+	for m := 1; m <= MaxM; m++ {
+		for _, v := range variants {
+			names = append(names, fmt.Sprintf("tprun_skinny_m%d%s", m, v.suffix))
+		}
+	}
+	return names
+}
+
+var (
+	// ErrArgs is wrapped by every *ArgError.
+	ErrArgs = errors.New("kernel: invalid launch argument")
+	// ErrClosed is returned by launches after Close.
+	ErrClosed = errors.New("kernel: kernels closed")
+)
+
+// ArgError names one launch argument that breaks one rule of skinny.h.
+type ArgError struct {
+	Field string // e.g. "Dst[2]", "SharedStride", "Timeout"
+	Value string // as given, pointers in hex
+	Rule  string
+}
+
+func (e *ArgError) Error() string {
+	return fmt.Sprintf("%v: %s = %s: %s", ErrArgs, e.Field, e.Value, e.Rule)
+}
+
+// Unwrap makes errors.Is(err, ErrArgs) hold.
+func (e *ArgError) Unwrap() error { return ErrArgs }
+
+// Kernels is the loaded module of tprun's kernels in one context. It is
+// read-only after Load, so launches may come from several goroutines, each
+// with the module's context current on its thread.
+type Kernels struct {
+	drv     KernelDriver
+	mod     cuda.Module
+	skinny  map[string]cuda.Function // by LaunchConfig.Function
+	receive cuda.Function
+	closed  bool
+}
+
+// Load loads the embedded fatbin into the current context and looks up
+// every entry point ConfigFor and ReceiveConfigFor can name. It lets every
+// skinny function use up to MaxStagedShared bytes of dynamic shared memory:
+// any entry point may be picked for any shape, and the limit is only a
+// ceiling (what a launch uses is what it asks for). The caller closes the
+// result before it releases the context.
+func Load(drv KernelDriver) (*Kernels, error) {
+	image := Fatbin()
+	mod, err := drv.ModuleLoadData(image)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: load kernels (%d-byte fatbin): %w", len(image), err)
+	}
+	k := &Kernels{drv: drv, mod: mod, skinny: map[string]cuda.Function{}}
+	fail := func(err error) (*Kernels, error) {
+		if uerr := drv.ModuleUnload(mod); uerr != nil {
+			return nil, errors.Join(err, fmt.Errorf("kernel: unload after failed load: %w", uerr))
+		}
+		return nil, err
+	}
+	for _, name := range skinnyFunctions() {
+		f, err := drv.ModuleGetFunction(mod, name)
+		if err != nil {
+			return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", name, err))
+		}
+		if err := drv.FuncSetAttribute(f, cuda.FuncAttrMaxDynamicSharedSizeBytes, MaxStagedShared); err != nil {
+			return fail(fmt.Errorf("kernel: load kernels: %s: allow %d bytes of dynamic shared memory: %w", name, MaxStagedShared, err))
+		}
+		k.skinny[name] = f
+	}
+	name := ReceiveConfigFor(1, 8).Function
+	if k.receive, err = drv.ModuleGetFunction(mod, name); err != nil {
+		return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", name, err))
+	}
+	return k, nil
+}
+
+// Close unloads the module; launching afterwards fails with ErrClosed.
+// Close is idempotent.
+func (k *Kernels) Close() error {
+	if k == nil || k.closed {
+		return nil
+	}
+	k.closed = true
+	if err := k.drv.ModuleUnload(k.mod); err != nil {
+		return fmt.Errorf("kernel: unload kernels: %w", err)
+	}
+	return nil
+}
+
+// SkinnyArgs are the operands of one rank's fused up-projection on the
+// device. All pointers are device addresses of bf16 data, 16-byte aligned.
+type SkinnyArgs struct {
+	// Shape is the step's shape; Rank (0 <= Rank < Shape.TP) selects the
+	// output columns Rank*shard .. of every destination.
+	Shape Shape
+	Rank  int
+	// Latent is [M, latent_dim] (row stride latent_dim); Weight is the
+	// rank's [shard, latent_dim] rows of the full weight.
+	Latent, Weight cuda.DevicePtr
+	// Shared points at element (0, 0) of the rank's own columns: element
+	// (m, n) is at Shared + 2*(m*SharedStride + n). For a [M, hidden]
+	// tensor that is its base plus 2*Rank*shard bytes, with stride hidden.
+	Shared       cuda.DevicePtr
+	SharedStride int
+	// Dst are 1..MaxDst [M, hidden] blocks (mailbox slots: the local or
+	// multicast one, or every peer's), each written at the rank's columns.
+	Dst []cuda.DevicePtr
+}
+
+// LaunchSkinny queues the fused up-projection for a's shape and rank on
+// stream, with the launch configuration ConfigFor picks for the shape.
+// With pdl the launch carries programmatic stream serialization: it may
+// start while the previous kernel on stream runs, streaming its weights,
+// and reads latent and shared only after that kernel completed. The
+// arguments are validated first; nothing is launched on error.
+func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error {
+	if k.closed {
+		return ErrClosed
+	}
+	p, err := skinnyParams(a)
+	if err != nil {
+		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", a.Shape, a.Rank, err)
+	}
+	s := a.Shape
+	c := ConfigFor(s.M, s.Shard(), s.Latent)
+	if err := c.Validate(s.M, s.Shard(), s.Latent); err != nil {
+		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
+	}
+	f, ok := k.skinny[c.Function]
+	switch {
+	case !ok:
+		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): launch config %+v names a function Load did not look up", s, a.Rank, c)
+	case c.SharedBytes > MaxStagedShared:
+		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): launch config %+v needs %d bytes of dynamic shared memory, Load allowed %d",
+			s, a.Rank, c, c.SharedBytes, MaxStagedShared)
+	}
+	p.TileRows = int32(c.TileRows)
+	b := encodeSkinnyParams(&p)
+	cfg := cuda.LaunchConfig{
+		Grid:                      [3]uint32{uint32(c.GridX), 1, 1},
+		Block:                     [3]uint32{uint32(c.BlockX), 1, 1},
+		SharedMem:                 uint32(c.SharedBytes),
+		Stream:                    stream,
+		ProgrammaticSerialization: pdl,
+		ClusterDim:                [3]uint32{uint32(c.Cluster), 1, 1},
+	}
+	if err := k.drv.LaunchKernelEx(cfg, f, b[:]); err != nil {
+		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d, %s, %d warps, cluster %d): %w", s, a.Rank, c.Function, c.Warps, c.Cluster, err)
+	}
+	return nil
+}
+
+// skinnyParams validates a and fills the parameter block (TileRows is
+// left for the launch configuration).
+func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
+	s := a.Shape
+	if err := s.Validate(); err != nil {
+		return SkinnyParams{}, err
+	}
+	var errs []error
+	bad := func(field, value, rule string) {
+		errs = append(errs, &ArgError{Field: field, Value: value, Rule: rule})
+	}
+	shard := s.Shard()
+	if a.Rank < 0 || a.Rank >= s.TP {
+		bad("Rank", fmt.Sprint(a.Rank), fmt.Sprintf("must be in 0..%d (tp %d)", s.TP-1, s.TP))
+	}
+	if s.Hidden > math.MaxInt32 {
+		bad("Shape.Hidden", fmt.Sprint(s.Hidden), "must fit the kernel's 32-bit int")
+	}
+	switch {
+	case a.SharedStride < shard:
+		bad("SharedStride", fmt.Sprint(a.SharedStride), fmt.Sprintf("must be at least shard_dim (%d)", shard))
+	case a.SharedStride%8 != 0:
+		bad("SharedStride", fmt.Sprint(a.SharedStride), "must be a multiple of 8 (16-byte aligned shared rows)")
+	case a.SharedStride > math.MaxInt32:
+		bad("SharedStride", fmt.Sprint(a.SharedStride), "must fit the kernel's 32-bit int")
+	}
+	ptr := func(field string, v cuda.DevicePtr) {
+		if v == 0 || v%16 != 0 {
+			bad(field, fmt.Sprintf("%#x", uint64(v)), "must be a non-null 16-byte aligned device address")
+		}
+	}
+	ptr("Latent", a.Latent)
+	ptr("Weight", a.Weight)
+	ptr("Shared", a.Shared)
+	if n := len(a.Dst); n < 1 || n > MaxDst {
+		bad("len(Dst)", fmt.Sprint(n), fmt.Sprintf("must be in 1..%d", MaxDst))
+	} else {
+		for i, d := range a.Dst {
+			ptr(fmt.Sprintf("Dst[%d]", i), d)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return SkinnyParams{}, err
+	}
+	p := SkinnyParams{
+		Latent: uint64(a.Latent), Weight: uint64(a.Weight), Shared: uint64(a.Shared),
+		LatentDim: int32(s.Latent), Shard: int32(shard), Hidden: int32(s.Hidden), Rank: int32(a.Rank),
+		SharedStride: int32(a.SharedStride), NDst: int32(len(a.Dst)),
+	}
+	for i, d := range a.Dst {
+		p.Dst[i] = uint64(d)
+	}
+	return p, nil
+}
+
+// encodeSkinnyParams lays p out as tprun_skinny_params (skinny.h:
+// little-endian, the offsets of its comments), explicitly rather than by
+// reinterpreting Go memory.
+func encodeSkinnyParams(p *SkinnyParams) [SkinnyParamsSize]byte {
+	var b [SkinnyParamsSize]byte
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], p.Latent)
+	le.PutUint64(b[8:], p.Weight)
+	le.PutUint64(b[16:], p.Shared)
+	for i, d := range p.Dst {
+		le.PutUint64(b[24+8*i:], d)
+	}
+	for i, v := range [...]int32{p.LatentDim, p.Shard, p.Hidden, p.Rank, p.SharedStride, p.NDst, p.TileRows, p.Reserved} {
+		le.PutUint32(b[152+4*i:], uint32(v))
+	}
+	return b
+}
+
+// ReceiveArgs are the operands of one rank's Lamport receive.
+type ReceiveArgs struct {
+	// M rows of Hidden bf16 elements are received; Shard is the columns
+	// per rank, so a missing word is reported as rank column/Shard.
+	M, Hidden, Shard int
+	// Slot is the local mailbox slot and Out the [M, Hidden] destination,
+	// both 16-byte aligned. Status is ReceiveStatusWords uint32 words
+	// (device or host-mapped memory) that must be zero before the launch;
+	// the kernel only ever sets words to 1, on a timeout, so zeroing once
+	// at setup (and again after reading a failure) is enough.
+	Slot, Out, Status cuda.DevicePtr
+	// Timeout is how long the receive waits for a missing word before it
+	// gives up and reports (at least 1 ns).
+	Timeout time.Duration
+}
+
+// LaunchReceive queues the Lamport receive of a on stream: wait until the
+// first M*Hidden elements of the slot hold no sentinel word, copy them to
+// Out and re-arm the slot. With pdl it may be scheduled before the
+// previous kernel on stream ends (it waits for it before touching memory).
+// Read the outcome from Status with DecodeReceiveStatus after the stream
+// has synchronized.
+func (k *Kernels) LaunchReceive(stream cuda.Stream, a ReceiveArgs, pdl bool) error {
+	if k.closed {
+		return ErrClosed
+	}
+	p, err := receiveParams(a)
+	if err != nil {
+		return fmt.Errorf("kernel: LaunchReceive (M=%d hidden=%d shard=%d): %w", a.M, a.Hidden, a.Shard, err)
+	}
+	c := ReceiveConfigFor(a.M, a.Hidden)
+	b := encodeReceiveParams(&p)
+	cfg := cuda.LaunchConfig{
+		Grid:                      [3]uint32{uint32(c.GridX), 1, 1},
+		Block:                     [3]uint32{uint32(c.BlockX), 1, 1},
+		Stream:                    stream,
+		ProgrammaticSerialization: pdl,
+	}
+	if err := k.drv.LaunchKernelEx(cfg, k.receive, b[:]); err != nil {
+		return fmt.Errorf("kernel: LaunchReceive (M=%d hidden=%d shard=%d): %w", a.M, a.Hidden, a.Shard, err)
+	}
+	return nil
+}
+
+// receiveParams validates a and fills the parameter block.
+func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
+	var errs []error
+	bad := func(field string, value any, rule string) {
+		errs = append(errs, &ArgError{Field: field, Value: fmt.Sprint(value), Rule: rule})
+	}
+	if a.M < 1 || a.M > MaxM {
+		bad("M", a.M, fmt.Sprintf("must be in 1..%d", MaxM))
+	}
+	hiddenOK := a.Hidden > 0 && a.Hidden%8 == 0 && a.Hidden <= math.MaxInt32/MaxM
+	if !hiddenOK {
+		bad("Hidden", a.Hidden, fmt.Sprintf("must be a positive multiple of 8, at most %d", math.MaxInt32/MaxM))
+	}
+	if a.Shard <= 0 || a.Shard%8 != 0 {
+		bad("Shard", a.Shard, "must be a positive multiple of 8")
+	} else if hiddenOK {
+		if a.Hidden%a.Shard != 0 {
+			bad("Shard", a.Shard, fmt.Sprintf("must divide Hidden (%d)", a.Hidden))
+		} else if tp := a.Hidden / a.Shard; tp > MaxTP {
+			bad("Shard", a.Shard, fmt.Sprintf("must be at least Hidden/%d (%d ranks, status words for %d)", MaxTP, tp, MaxTP))
+		}
+	}
+	if a.Timeout <= 0 {
+		bad("Timeout", a.Timeout, "must be positive")
+	}
+	for _, f := range []struct {
+		name  string
+		v     cuda.DevicePtr
+		align uint64
+	}{{"Slot", a.Slot, 16}, {"Out", a.Out, 16}, {"Status", a.Status, 4}} {
+		if f.v == 0 || uint64(f.v)%f.align != 0 {
+			bad(f.name, fmt.Sprintf("%#x", uint64(f.v)), fmt.Sprintf("must be a non-null %d-byte aligned device address", f.align))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return ReceiveParams{}, err
+	}
+	return ReceiveParams{Slot: uint64(a.Slot), Out: uint64(a.Out), Status: uint64(a.Status),
+		TimeoutNs: uint64(a.Timeout.Nanoseconds()), M: int32(a.M), Hidden: int32(a.Hidden), Shard: int32(a.Shard)}, nil
+}
+
+// encodeReceiveParams lays p out as tprun_receive_params (skinny.h).
+func encodeReceiveParams(p *ReceiveParams) [ReceiveParamsSize]byte {
+	var b [ReceiveParamsSize]byte
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], p.Slot)
+	le.PutUint64(b[8:], p.Out)
+	le.PutUint64(b[16:], p.Status)
+	le.PutUint64(b[24:], p.TimeoutNs)
+	for i, v := range [...]int32{p.M, p.Hidden, p.Shard, p.Reserved} {
+		le.PutUint32(b[32+4*i:], uint32(v))
+	}
+	return b
+}
+
+// DecodeReceiveStatus reads the receive kernel's status words: whether it
+// timed out, and the ranks (ascending) some word of whose slice never
+// arrived.
+func DecodeReceiveStatus(w [ReceiveStatusWords]uint32) (timedOut bool, missing []int) {
+	for r := range MaxTP {
+		if w[1+r] != 0 {
+			missing = append(missing, r)
+		}
+	}
+	return w[0] != 0, missing
+}

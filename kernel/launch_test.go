@@ -1,0 +1,1010 @@
+package kernel
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/tprun/tprun/internal/cuda"
+)
+
+// cField is one field of a parameter struct as skinny.h declares it.
+type cField struct {
+	name   string
+	size   int // bytes of one element: 8 or 4
+	count  int // array length, 1 for scalars
+	offset int // from the "// offset N" comment
+}
+
+// parseParamsStruct reads the declaration of struct name from skinny.h:
+// its fields with their commented offsets, and the size its static_assert
+// promises. The Go encoders are checked against this, so a change of the
+// header that the Go side does not follow fails here.
+func parseParamsStruct(t *testing.T, name string) (fields []cField, size int) {
+	t.Helper()
+	src, err := os.ReadFile("skinny.h")
+	if err != nil {
+		t.Fatalf("reading the kernel ABI header: %v", err)
+	}
+	consts := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\s*$`).FindAllStringSubmatch(string(src), -1) {
+		consts[m[1]] = atoi(t, m[2])
+	}
+	fieldRE := regexp.MustCompile(`^\s*(unsigned long long|int)\s+(\w+)(?:\[(\w+)\])?;\s*//\s*offset\s+(\d+)`)
+	in := false
+	sc := bufio.NewScanner(strings.NewReader(string(src)))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "typedef struct "+name+" {") {
+			in = true
+			continue
+		}
+		if !in {
+			continue
+		}
+		if strings.HasPrefix(line, "}") {
+			break
+		}
+		m := fieldRE.FindStringSubmatch(line)
+		if m == nil {
+			if strings.TrimSpace(line) != "" && !strings.HasPrefix(strings.TrimSpace(line), "//") {
+				t.Fatalf("skinny.h: %s: field line not understood: %q", name, line)
+			}
+			continue
+		}
+		f := cField{name: m[2], size: 4, count: 1, offset: atoi(t, m[4])}
+		if m[1] == "unsigned long long" {
+			f.size = 8
+		}
+		if m[3] != "" {
+			n, ok := consts[m[3]]
+			if !ok {
+				n = atoi(t, m[3])
+			}
+			f.count = n
+		}
+		fields = append(fields, f)
+	}
+	sm := regexp.MustCompile(`static_assert\(sizeof\(` + name + `\) == (\d+)`).FindSubmatch(src)
+	if len(fields) == 0 || sm == nil {
+		t.Fatalf("skinny.h: struct %s or its size assertion not found", name)
+	}
+	return fields, atoi(t, string(sm[1]))
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("skinny.h: %q: %v", s, err)
+	}
+	return n
+}
+
+// checkLayout verifies that the commented offsets of skinny.h are what the
+// C compiler makes of the declaration (cuda.Params applies the same rules)
+// and that the struct size is sizeof.
+func checkLayout(t *testing.T, name string, fields []cField, size, goSize int) {
+	t.Helper()
+	var p cuda.Params
+	for _, f := range fields {
+		for i := range f.count {
+			if f.size == 8 {
+				p.U64(0)
+			} else {
+				p.U32(0)
+			}
+			if start := p.Len() - f.size; i == 0 && start != f.offset {
+				t.Errorf("%s.%s: header says offset %d, the declaration puts it at %d", name, f.name, f.offset, start)
+			}
+		}
+	}
+	if got := len(p.Bytes()); got != size || size != goSize {
+		t.Errorf("%s: declared fields make %d bytes, static_assert says %d, Go encodes %d", name, got, size, goSize)
+	}
+}
+
+// decodeFields reads every field of p at the header's offsets.
+func decodeFields(fields []cField, p []byte) map[string][]uint64 {
+	out := map[string][]uint64{}
+	for _, f := range fields {
+		for i := range f.count {
+			off := f.offset + i*f.size
+			if f.size == 8 {
+				out[f.name] = append(out[f.name], binary.LittleEndian.Uint64(p[off:]))
+			} else {
+				out[f.name] = append(out[f.name], uint64(binary.LittleEndian.Uint32(p[off:])))
+			}
+		}
+	}
+	return out
+}
+
+func testRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	return NewRand(seed)
+}
+
+// alignedPtr is a random 16-byte aligned device address above 4 GiB.
+func alignedPtr(rng *rand.Rand) cuda.DevicePtr {
+	return cuda.DevicePtr((1<<32 + rng.Uint64N(1<<40)) &^ 15)
+}
+
+func TestSkinnyParamsMatchHeader(t *testing.T) {
+	fields, size := parseParamsStruct(t, "tprun_skinny_params")
+	checkLayout(t, "tprun_skinny_params", fields, size, SkinnyParamsSize)
+	rng := testRand(t)
+	for _, ndst := range []int{1, 3, MaxDst} {
+		s := Shape{M: 1 + rng.IntN(MaxM), Hidden: 8 * 7 * (1 + rng.IntN(200)), Latent: 8 * (1 + rng.IntN(1000)), TP: 7}
+		a := SkinnyArgs{Shape: s, Rank: 1 + rng.IntN(6), Latent: alignedPtr(rng), Weight: alignedPtr(rng),
+			Shared: alignedPtr(rng), SharedStride: s.Hidden + 8*rng.IntN(4)}
+		for range ndst {
+			a.Dst = append(a.Dst, alignedPtr(rng))
+		}
+		p, err := skinnyParams(a)
+		if err != nil {
+			t.Fatalf("skinnyParams(%+v): %v", a, err)
+		}
+		p.TileRows = 32 // set by the launch from its config
+		b := encodeSkinnyParams(&p)
+		got := decodeFields(fields, b[:])
+		dst := make([]uint64, MaxDst)
+		for i, d := range a.Dst {
+			dst[i] = uint64(d)
+		}
+		want := map[string][]uint64{
+			"latent": {uint64(a.Latent)}, "weight": {uint64(a.Weight)}, "shared": {uint64(a.Shared)},
+			"dst": dst, "latent_dim": {uint64(s.Latent)}, "shard": {uint64(s.Shard())},
+			"hidden": {uint64(s.Hidden)}, "rank": {uint64(a.Rank)}, "shared_stride": {uint64(a.SharedStride)},
+			"ndst": {uint64(ndst)}, "tile_rows": {32}, "reserved": {0},
+		}
+		for name, w := range want {
+			if !slices.Equal(got[name], w) {
+				t.Errorf("ndst %d: field %s decodes as %#x, want %#x", ndst, name, got[name], w)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("header fields %d, encoder knows %d: %v", len(got), len(want), fields)
+		}
+	}
+}
+
+func TestReceiveParamsMatchHeader(t *testing.T) {
+	fields, size := parseParamsStruct(t, "tprun_receive_params")
+	checkLayout(t, "tprun_receive_params", fields, size, ReceiveParamsSize)
+	rng := testRand(t)
+	a := ReceiveArgs{M: 1 + rng.IntN(MaxM), Hidden: 8 * 4 * (1 + rng.IntN(500)), Slot: alignedPtr(rng),
+		Out: alignedPtr(rng), Status: alignedPtr(rng) + 4, Timeout: time.Duration(1 + rng.Int64N(int64(10*time.Second)))}
+	a.Shard = a.Hidden / 4
+	p, err := receiveParams(a)
+	if err != nil {
+		t.Fatalf("receiveParams(%+v): %v", a, err)
+	}
+	b := encodeReceiveParams(&p)
+	got := decodeFields(fields, b[:])
+	want := map[string][]uint64{
+		"slot": {uint64(a.Slot)}, "out": {uint64(a.Out)}, "status": {uint64(a.Status)},
+		"timeout_ns": {uint64(a.Timeout)}, "m": {uint64(a.M)}, "hidden": {uint64(a.Hidden)},
+		"shard": {uint64(a.Shard)}, "reserved": {0},
+	}
+	for name, w := range want {
+		if !slices.Equal(got[name], w) {
+			t.Errorf("field %s decodes as %#x, want %#x", name, got[name], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("header fields %d, encoder knows %d: %v", len(got), len(want), fields)
+	}
+}
+
+func goodSkinnyArgs() SkinnyArgs {
+	return SkinnyArgs{Shape: Shape{M: 4, Hidden: 7168, Latent: 3584, TP: 8}, Rank: 3,
+		Latent: 0x7f0000000000, Weight: 0x7f0000100000, Shared: 0x7f0000200000 + 3*896*2, SharedStride: 7168,
+		Dst: []cuda.DevicePtr{0x7f0000300000, 0x7f0000400000}}
+}
+
+func TestSkinnyParamsReject(t *testing.T) {
+	tests := []struct {
+		desc   string
+		edit   func(*SkinnyArgs)
+		target error
+		inMsg  []string
+	}{
+		{"M above the skinny path", func(a *SkinnyArgs) { a.Shape.M = 9 }, ErrShape, []string{"M = 9"}},
+		{"hidden not divisible by tp", func(a *SkinnyArgs) { a.Shape.Hidden = 7164 }, ErrShape, []string{"hidden_dim % tp"}},
+		{"rank out of range", func(a *SkinnyArgs) { a.Rank = 8 }, ErrArgs, []string{"Rank = 8", "0..7"}},
+		{"negative rank", func(a *SkinnyArgs) { a.Rank = -1 }, ErrArgs, []string{"Rank = -1"}},
+		{"shared stride below shard", func(a *SkinnyArgs) { a.SharedStride = 888 }, ErrArgs, []string{"SharedStride = 888"}},
+		{"shared stride unaligned", func(a *SkinnyArgs) { a.SharedStride = 7172 }, ErrArgs, []string{"SharedStride = 7172", "multiple of 8"}},
+		{"latent misaligned", func(a *SkinnyArgs) { a.Latent += 8 }, ErrArgs, []string{"Latent = 0x7f0000000008", "16-byte"}},
+		{"null weight", func(a *SkinnyArgs) { a.Weight = 0 }, ErrArgs, []string{"Weight = 0x0"}},
+		{"shared misaligned", func(a *SkinnyArgs) { a.Shared += 2 }, ErrArgs, []string{"Shared = 0x7f0000201502"}},
+		{"no destination", func(a *SkinnyArgs) { a.Dst = nil }, ErrArgs, []string{"len(Dst) = 0"}},
+		{"17 destinations", func(a *SkinnyArgs) { a.Dst = make([]cuda.DevicePtr, 17) }, ErrArgs, []string{"len(Dst) = 17", "1..16"}},
+		{"second destination misaligned", func(a *SkinnyArgs) { a.Dst[1] += 4 }, ErrArgs, []string{"Dst[1] = 0x7f0000400004"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			a := goodSkinnyArgs()
+			tc.edit(&a)
+			_, err := skinnyParams(a)
+			if !errors.Is(err, tc.target) {
+				t.Fatalf("skinnyParams: %v, want an error wrapping %v", err, tc.target)
+			}
+			for _, s := range tc.inMsg {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+	t.Run("every violation reported", func(t *testing.T) {
+		a := goodSkinnyArgs()
+		a.Rank, a.Latent, a.Dst[0] = 9, 3, 5
+		_, err := skinnyParams(a)
+		for _, s := range []string{"Rank = 9", "Latent = 0x3", "Dst[0] = 0x5"} {
+			if err == nil || !strings.Contains(err.Error(), s) {
+				t.Errorf("error %v does not mention %q", err, s)
+			}
+		}
+	})
+}
+
+func goodReceiveArgs() ReceiveArgs {
+	return ReceiveArgs{M: 8, Hidden: 7168, Shard: 896, Slot: 0x7f0000000000, Out: 0x7f0000100000, Status: 0x7f0000200004, Timeout: time.Second}
+}
+
+func TestReceiveParamsReject(t *testing.T) {
+	tests := []struct {
+		desc  string
+		edit  func(*ReceiveArgs)
+		inMsg string
+	}{
+		{"zero rows", func(a *ReceiveArgs) { a.M = 0 }, "M = 0"},
+		{"too many rows", func(a *ReceiveArgs) { a.M = 9 }, "M = 9"},
+		{"hidden unaligned", func(a *ReceiveArgs) { a.Hidden = 7164 }, "Hidden = 7164"},
+		{"shard unaligned", func(a *ReceiveArgs) { a.Shard = 892 }, "Shard = 892"},
+		{"shard not dividing hidden", func(a *ReceiveArgs) { a.Shard = 1000 }, "must divide Hidden"},
+		{"more than 16 ranks", func(a *ReceiveArgs) { a.Shard = 224 }, "32 ranks"},
+		{"no timeout", func(a *ReceiveArgs) { a.Timeout = 0 }, "Timeout = 0s"},
+		{"slot misaligned", func(a *ReceiveArgs) { a.Slot += 8 }, "Slot = 0x7f0000000008"},
+		{"null out", func(a *ReceiveArgs) { a.Out = 0 }, "Out = 0x0"},
+		{"status misaligned", func(a *ReceiveArgs) { a.Status += 2 }, "Status = 0x7f0000200006"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			a := goodReceiveArgs()
+			tc.edit(&a)
+			_, err := receiveParams(a)
+			if !errors.Is(err, ErrArgs) || !strings.Contains(err.Error(), tc.inMsg) {
+				t.Fatalf("receiveParams: %v, want ErrArgs mentioning %q", err, tc.inMsg)
+			}
+		})
+	}
+}
+
+func TestDecodeReceiveStatus(t *testing.T) {
+	tests := []struct {
+		desc     string
+		set      []int // word indexes set to 1
+		timedOut bool
+		missing  []int
+	}{
+		{"all arrived", nil, false, nil},
+		{"rank 0 missing", []int{0, 1}, true, []int{0}},
+		{"ranks 3 and 15 missing", []int{0, 4, 16}, true, []int{3, 15}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			var w [ReceiveStatusWords]uint32
+			for _, i := range tc.set {
+				w[i] = 1
+			}
+			timedOut, missing := DecodeReceiveStatus(w)
+			if timedOut != tc.timedOut || !slices.Equal(missing, tc.missing) {
+				t.Errorf("DecodeReceiveStatus = %v, %v; want %v, %v", timedOut, missing, tc.timedOut, tc.missing)
+			}
+		})
+	}
+}
+
+// fakeDriver records what Kernels asks of the driver.
+type fakeDriver struct {
+	image    []byte
+	funcs    map[string]cuda.Function
+	unloaded []cuda.Module
+	attrs    []string
+	launches []fakeLaunch
+	fail     error // returned by LaunchKernelEx when set
+}
+
+type fakeLaunch struct {
+	cfg    cuda.LaunchConfig
+	f      cuda.Function
+	params [][]byte
+}
+
+const fakeModule cuda.Module = 0xa0d
+
+func newFakeDriver(missing string) *fakeDriver {
+	d := &fakeDriver{funcs: map[string]cuda.Function{}}
+	for i, name := range skinnyFunctions() {
+		d.funcs[name] = cuda.Function(0xf00 + i)
+	}
+	d.funcs[receiveName] = 0xfee
+	delete(d.funcs, missing)
+	return d
+}
+
+func (d *fakeDriver) ModuleLoadData(image []byte) (cuda.Module, error) {
+	d.image = image
+	return fakeModule, nil
+}
+
+func (d *fakeDriver) ModuleUnload(m cuda.Module) error {
+	d.unloaded = append(d.unloaded, m)
+	return nil
+}
+
+func (d *fakeDriver) ModuleGetFunction(m cuda.Module, name string) (cuda.Function, error) {
+	if f, ok := d.funcs[name]; ok && m == fakeModule {
+		return f, nil
+	}
+	return 0, cuda.ErrNotFound
+}
+
+func (d *fakeDriver) FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error {
+	d.attrs = append(d.attrs, fmt.Sprintf("%#x:%d=%d", uintptr(f), attr, v))
+	return nil
+}
+
+func (d *fakeDriver) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
+	if d.fail != nil {
+		return d.fail
+	}
+	var cp [][]byte
+	for _, p := range params {
+		cp = append(cp, slices.Clone(p))
+	}
+	d.launches = append(d.launches, fakeLaunch{cfg, f, cp})
+	return nil
+}
+
+func TestLoadNamesMissingEntryPoint(t *testing.T) {
+	all := skinnyFunctions()
+	for _, missing := range []string{all[0], all[len(all)-1], receiveName} {
+		t.Run(missing, func(t *testing.T) {
+			d := newFakeDriver(missing)
+			k, err := Load(d)
+			if err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, cuda.ErrNotFound) {
+				t.Fatalf("Load = %v, %v; want an error naming %s and wrapping the driver's", k, err, missing)
+			}
+			if !slices.Equal(d.unloaded, []cuda.Module{fakeModule}) {
+				t.Errorf("module unloads after the failed load: %v", d.unloaded)
+			}
+		})
+	}
+}
+
+func TestLoadAndClose(t *testing.T) {
+	d := newFakeDriver("")
+	k, err := Load(d)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(d.image) == 0 || len(d.image) != len(Fatbin()) {
+		t.Errorf("ModuleLoadData got %d bytes, the embedded fatbin has %d", len(d.image), len(Fatbin()))
+	}
+	var want []string
+	for _, name := range skinnyFunctions() {
+		want = append(want, fmt.Sprintf("%#x:%d=%d", uintptr(d.funcs[name]), cuda.FuncAttrMaxDynamicSharedSizeBytes, MaxStagedShared))
+	}
+	if len(want) < MaxM || !slices.Equal(d.attrs, want) {
+		t.Errorf("function attributes set: %v\nwant every skinny function allowed MaxStagedShared: %v", d.attrs, want)
+	}
+	for i := range 2 {
+		if err := k.Close(); err != nil {
+			t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+	if len(d.unloaded) != 1 {
+		t.Errorf("module unloaded %d times, want once", len(d.unloaded))
+	}
+	err = k.LaunchSkinny(0, goodSkinnyArgs(), false)
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("LaunchSkinny after Close: %v, want ErrClosed", err)
+	}
+	if len(d.launches) != 0 {
+		t.Errorf("launched after Close")
+	}
+}
+
+func TestLaunchSkinnyConfig(t *testing.T) {
+	for _, pdl := range []bool{false, true} {
+		for _, m := range []int{1, 5, 8} {
+			t.Run(fmt.Sprintf("M%d/pdl=%v", m, pdl), func(t *testing.T) {
+				d := newFakeDriver("")
+				k, err := Load(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a := goodSkinnyArgs()
+				a.Shape.M = m
+				const stream cuda.Stream = 0x5157
+				if err := k.LaunchSkinny(stream, a, pdl); err != nil {
+					t.Fatalf("LaunchSkinny: %v", err)
+				}
+				c := ConfigFor(m, a.Shape.Shard(), a.Shape.Latent)
+				if len(d.launches) != 1 {
+					t.Fatalf("%d launches", len(d.launches))
+				}
+				l := d.launches[0]
+				want := cuda.LaunchConfig{
+					Grid: [3]uint32{uint32(c.GridX), 1, 1}, Block: [3]uint32{uint32(c.BlockX), 1, 1},
+					SharedMem: uint32(c.SharedBytes), Stream: stream, ProgrammaticSerialization: pdl,
+					ClusterDim: [3]uint32{uint32(c.Cluster), 1, 1},
+				}
+				if l.cfg != want {
+					t.Errorf("launch config %+v, want %+v (from %+v)", l.cfg, want, c)
+				}
+				if l.f != d.funcs[c.Function] {
+					t.Errorf("launched function %#x, want %s", l.f, c.Function)
+				}
+				if len(l.params) != 1 || len(l.params[0]) != SkinnyParamsSize {
+					t.Fatalf("params %d blocks, want one of %d bytes", len(l.params), SkinnyParamsSize)
+				}
+				p := l.params[0]
+				if tr := binary.LittleEndian.Uint32(p[176:]); int(tr) != c.TileRows {
+					t.Errorf("tile_rows %d, config says %d", tr, c.TileRows)
+				}
+				if r := binary.LittleEndian.Uint32(p[164:]); r != 3 {
+					t.Errorf("rank %d, want 3", r)
+				}
+			})
+		}
+	}
+}
+
+func TestLaunchSkinnyRejectsBeforeLaunching(t *testing.T) {
+	d := newFakeDriver("")
+	k, err := Load(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := goodSkinnyArgs()
+	a.Dst[0]++
+	err = k.LaunchSkinny(0, a, true)
+	if !errors.Is(err, ErrArgs) || !strings.Contains(err.Error(), "rank 3") {
+		t.Errorf("LaunchSkinny with a misaligned destination: %v", err)
+	}
+	if len(d.launches) != 0 {
+		t.Errorf("launched despite the bad argument")
+	}
+	d.fail = cuda.ErrLaunchFailed
+	if err := k.LaunchSkinny(0, goodSkinnyArgs(), true); !errors.Is(err, cuda.ErrLaunchFailed) {
+		t.Errorf("driver failure not wrapped: %v", err)
+	}
+}
+
+func TestLaunchReceiveConfig(t *testing.T) {
+	tests := []struct {
+		desc      string
+		m, hidden int
+	}{
+		{"one row, one CTA", 1, 64},
+		{"reference shape", 8, 7168},
+		{"capped at one wave", 8, 1 << 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			d := newFakeDriver("")
+			k, err := Load(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := goodReceiveArgs()
+			a.M, a.Hidden, a.Shard = tc.m, tc.hidden, tc.hidden
+			if err := k.LaunchReceive(7, a, true); err != nil {
+				t.Fatalf("LaunchReceive: %v", err)
+			}
+			c := ReceiveConfigFor(tc.m, tc.hidden)
+			l := d.launches[0]
+			want := cuda.LaunchConfig{Grid: [3]uint32{uint32(c.GridX), 1, 1}, Block: [3]uint32{uint32(c.BlockX), 1, 1}, Stream: 7, ProgrammaticSerialization: true}
+			if l.cfg != want || l.f != d.funcs[receiveName] || len(l.params) != 1 || len(l.params[0]) != ReceiveParamsSize {
+				t.Errorf("launch %+v of %#x with %d params, want %+v of %s with one %d-byte block", l.cfg, l.f, len(l.params), want, receiveName, ReceiveParamsSize)
+			}
+		})
+	}
+}
+
+// receiveName is the receive kernel's entry point.
+var receiveName = ReceiveConfigFor(1, 8).Function
+
+// ---- An emulated device, to run the GPU tests' harness on the CPU.
+//
+// emuDevice keeps "device memory" in Go slices at made-up addresses and
+// runs launches with the CPU kernel (skinny) and a Go Lamport receive,
+// decoding the parameter blocks at skinny.h's offsets and checking every
+// launch against the kernels' launch rules. Stream work runs at once, or
+// is recorded while a capture is open and replayed by GraphLaunch. It
+// exists so that the harness in gpu_test.go is itself tested.
+type emuDevice struct {
+	allocs    map[cuda.DevicePtr][]byte
+	next      cuda.DevicePtr
+	funcs     map[cuda.Function]string
+	capturing bool
+	captured  []func() error
+	graphs    map[cuda.Graph][]func() error
+	execs     map[cuda.GraphExec][]func() error
+	nextID    uintptr
+	launches  map[string]int // per entry point; "pdl" and "cluster>1" count attributes
+	// bug, when set, makes the emulated kernels misbehave in one way, to
+	// show that the harness notices (TestHarnessCatchesBugs).
+	bug string
+	// afterKernel: the last work queued was a kernel (what PDL overlaps).
+	afterKernel bool
+}
+
+var _ device = (*emuDevice)(nil)
+
+func newEmuDevice() *emuDevice {
+	return &emuDevice{allocs: map[cuda.DevicePtr][]byte{}, next: 1 << 32, funcs: map[cuda.Function]string{},
+		graphs: map[cuda.Graph][]func() error{}, execs: map[cuda.GraphExec][]func() error{}, launches: map[string]int{}}
+}
+
+func (d *emuDevice) id() uintptr { d.nextID++; return d.nextID }
+
+// mem is the n bytes at p, which must lie inside one allocation.
+func (d *emuDevice) mem(p cuda.DevicePtr, n int) ([]byte, error) {
+	for base, b := range d.allocs {
+		if p >= base && p < base+cuda.DevicePtr(len(b)) {
+			off := int(p - base)
+			if off+n > len(b) {
+				return nil, fmt.Errorf("emu: %d bytes at %#x run %d bytes past the end of the allocation at %#x", n, uint64(p), off+n-len(b), uint64(base))
+			}
+			return b[off : off+n], nil
+		}
+	}
+	return nil, fmt.Errorf("emu: %#x is not device memory", uint64(p))
+}
+
+func (d *emuDevice) bf16s(p cuda.DevicePtr, n int) ([]BF16, error) {
+	b, err := d.mem(p, 2*n)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	return unsafe.Slice((*BF16)(unsafe.Pointer(&b[0])), n), nil
+}
+
+func (d *emuDevice) words(p cuda.DevicePtr, n int) ([]uint32, error) {
+	b, err := d.mem(p, 4*n)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), n), nil
+}
+
+// enqueue runs op now, or records it while capturing.
+func (d *emuDevice) enqueue(op func() error) error {
+	if d.capturing {
+		d.captured = append(d.captured, op)
+		return nil
+	}
+	return op()
+}
+
+func (d *emuDevice) notCapturing(op string) error {
+	if d.capturing {
+		return fmt.Errorf("emu: %s during stream capture: %w", op, cuda.ErrStreamCaptureUnsupported)
+	}
+	return nil
+}
+
+func (d *emuDevice) ModuleLoadData(image []byte) (cuda.Module, error) {
+	if len(image) == 0 {
+		return 0, cuda.ErrInvalidImage
+	}
+	for _, name := range skinnyFunctions() {
+		d.funcs[cuda.Function(d.id())] = name
+	}
+	d.funcs[cuda.Function(d.id())] = receiveName
+	return cuda.Module(d.id()), nil
+}
+
+func (d *emuDevice) ModuleUnload(cuda.Module) error { return nil }
+
+func (d *emuDevice) ModuleGetFunction(_ cuda.Module, name string) (cuda.Function, error) {
+	for f, n := range d.funcs {
+		if n == name {
+			return f, nil
+		}
+	}
+	return 0, cuda.ErrNotFound
+}
+
+func (d *emuDevice) FuncSetAttribute(cuda.Function, cuda.FuncAttribute, int) error { return nil }
+
+func (d *emuDevice) MemAlloc(size uint64) (cuda.DevicePtr, error) {
+	p := d.next
+	d.allocs[p] = make([]byte, size)
+	// A gap between allocations, so an overrun is not another buffer.
+	d.next += cuda.DevicePtr((size+255)&^255) + 1<<20
+	return p, nil
+}
+
+func (d *emuDevice) MemFree(p cuda.DevicePtr) error {
+	if _, ok := d.allocs[p]; !ok {
+		return fmt.Errorf("emu: MemFree(%#x): not an allocation", uint64(p))
+	}
+	delete(d.allocs, p)
+	return nil
+}
+
+func (d *emuDevice) MemcpyHtoD(dst cuda.DevicePtr, src []byte) error {
+	if err := d.notCapturing("MemcpyHtoD"); err != nil {
+		return err
+	}
+	b, err := d.mem(dst, len(src))
+	if err != nil {
+		return err
+	}
+	copy(b, src)
+	return nil
+}
+
+func (d *emuDevice) MemcpyDtoH(dst []byte, src cuda.DevicePtr) error {
+	if err := d.notCapturing("MemcpyDtoH"); err != nil {
+		return err
+	}
+	b, err := d.mem(src, len(dst))
+	if err != nil {
+		return err
+	}
+	copy(dst, b)
+	return nil
+}
+
+func (d *emuDevice) MemsetD32Async(p cuda.DevicePtr, v uint32, n uint64, _ cuda.Stream) error {
+	d.afterKernel = false
+	return d.enqueue(func() error {
+		w, err := d.words(p, int(n))
+		for i := range w {
+			w[i] = v
+		}
+		return err
+	})
+}
+
+func (d *emuDevice) StreamCreate(cuda.StreamFlags) (cuda.Stream, error) {
+	return cuda.Stream(d.id()), nil
+}
+func (d *emuDevice) StreamDestroy(cuda.Stream) error { return nil }
+func (d *emuDevice) StreamSynchronize(cuda.Stream) error {
+	return d.notCapturing("StreamSynchronize")
+}
+
+func (d *emuDevice) CtxSynchronize() error { return d.notCapturing("CtxSynchronize") }
+
+func (d *emuDevice) StreamBeginCapture(cuda.Stream, cuda.CaptureMode) error {
+	if err := d.notCapturing("StreamBeginCapture"); err != nil {
+		return err
+	}
+	d.capturing, d.captured = true, nil
+	return nil
+}
+
+func (d *emuDevice) StreamEndCapture(cuda.Stream) (cuda.Graph, error) {
+	if !d.capturing {
+		return 0, fmt.Errorf("emu: StreamEndCapture without a capture: %w", cuda.ErrIllegalState)
+	}
+	g := cuda.Graph(d.id())
+	d.graphs[g], d.capturing = d.captured, false
+	return g, nil
+}
+
+func (d *emuDevice) GraphInstantiate(g cuda.Graph, _ cuda.GraphInstantiateFlags) (cuda.GraphExec, error) {
+	ops, ok := d.graphs[g]
+	if !ok {
+		return 0, cuda.ErrInvalidValue
+	}
+	x := cuda.GraphExec(d.id())
+	d.execs[x] = ops
+	return x, nil
+}
+
+func (d *emuDevice) GraphUpload(cuda.GraphExec, cuda.Stream) error { return nil }
+
+func (d *emuDevice) GraphLaunch(x cuda.GraphExec, _ cuda.Stream) error {
+	ops, ok := d.execs[x]
+	if !ok {
+		return cuda.ErrInvalidValue
+	}
+	return d.enqueue(func() error {
+		for _, op := range ops {
+			if err := op(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (d *emuDevice) GraphExecDestroy(x cuda.GraphExec) error { delete(d.execs, x); return nil }
+func (d *emuDevice) GraphDestroy(g cuda.Graph) error         { delete(d.graphs, g); return nil }
+
+func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
+	name, ok := d.funcs[f]
+	if !ok {
+		return fmt.Errorf("emu: launch of unknown function %#x: %w", uintptr(f), cuda.ErrInvalidHandle)
+	}
+	if len(params) != 1 {
+		return fmt.Errorf("emu: %s takes one parameter block, got %d", name, len(params))
+	}
+	p := slices.Clone(params[0])
+	d.launches[name]++
+	if cfg.ProgrammaticSerialization {
+		d.launches["pdl"]++
+	}
+	if cfg.ClusterDim[0] > 1 {
+		d.launches["cluster>1"]++
+	}
+	if name == receiveName {
+		if len(p) != ReceiveParamsSize || cfg.Block[0]%32 != 0 || cfg.Block[0] > 1024 || cfg.Grid[0] < 1 {
+			return fmt.Errorf("emu: receive launch %+v with %d parameter bytes: %w", cfg, len(p), cuda.ErrInvalidValue)
+		}
+		d.afterKernel = true
+		return d.enqueue(func() error { return d.runReceive(p) })
+	}
+	m, ok := skinnyM(name)
+	if !ok {
+		return fmt.Errorf("emu: %s is not a skinny entry point", name)
+	}
+	if len(p) != SkinnyParamsSize {
+		return fmt.Errorf("emu: %s with %d parameter bytes", name, len(p))
+	}
+	le := binary.LittleEndian
+	K, shard, tile := int(le.Uint32(p[152:])), int(le.Uint32(p[156:])), int(le.Uint32(p[176:]))
+	warps, cluster := int(cfg.Block[0])/32, int(cfg.ClusterDim[0])
+	// The launch must be what the table picks for the shape (the kernel
+	// traps on a tile_rows that is not its entry point's), and within the
+	// limits of skinny.h.
+	c := ConfigFor(m, shard, K)
+	switch {
+	case c.Function != name || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster ||
+		c.GridX != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem):
+		return fmt.Errorf("emu: %s launch %+v with tile_rows %d, but ConfigFor(%d, %d, %d) = %+v", name, cfg, tile, m, shard, K, c)
+	case tile != 16 && tile != 32, warps < 1 || warps > 16, cfg.Block[0]%32 != 0, cluster < 1 || cluster > MaxCluster,
+		int(cfg.Grid[0]) != (shard+tile-1)/tile*cluster, le.Uint32(p[180:]) != 0:
+		return fmt.Errorf("emu: %s launch %+v breaks skinny.h's launch rules (tile_rows %d, shard %d, latent %d)", name, cfg, tile, shard, K)
+	}
+	d.launches[fmt.Sprintf("M=%d", m)]++
+	early := cfg.ProgrammaticSerialization && d.afterKernel && d.bug == "PDL reads latent early"
+	d.afterKernel = true
+	return d.enqueue(func() error { return d.runSkinny(m, p, early) })
+}
+
+// runSkinny is the skinny kernel on the CPU, reading its parameters the
+// way skinny.h lays them out.
+func (d *emuDevice) runSkinny(M int, p []byte, early bool) error {
+	le := binary.LittleEndian
+	i32 := func(off int) int { return int(int32(le.Uint32(p[off:]))) }
+	K, shard, hidden, rank, stride, ndst := i32(152), i32(156), i32(160), i32(164), i32(168), i32(172)
+	for _, off := range []int{0, 8, 16} {
+		if le.Uint64(p[off:])%16 != 0 {
+			return fmt.Errorf("emu: skinny pointer at offset %d misaligned", off)
+		}
+	}
+	if ndst < 1 || ndst > MaxDst || hidden%shard != 0 {
+		return fmt.Errorf("emu: skinny ndst %d hidden %d shard %d", ndst, hidden, shard)
+	}
+	s := Shape{M: M, Hidden: hidden, Latent: K, TP: hidden / shard}
+	lat, err1 := d.bf16s(cuda.DevicePtr(le.Uint64(p[0:])), M*K)
+	w, err2 := d.bf16s(cuda.DevicePtr(le.Uint64(p[8:])), shard*K)
+	sh, err3 := d.bf16s(cuda.DevicePtr(le.Uint64(p[16:])), (M-1)*stride+shard)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("emu: skinny operands: %w", err)
+	}
+	if early {
+		// What a kernel reading before griddepcontrol.wait could see.
+		lat = slices.Repeat([]BF16{poison}, len(lat))
+	}
+	if d.bug == "ignores destinations after the first" {
+		ndst = 1
+	}
+	for i := range ndst {
+		dp := cuda.DevicePtr(le.Uint64(p[24+8*i:]))
+		if dp%16 != 0 {
+			return fmt.Errorf("emu: skinny dst[%d] misaligned", i)
+		}
+		out, err := d.bf16s(dp, M*hidden)
+		if err != nil {
+			return fmt.Errorf("emu: skinny dst[%d]: %w", i, err)
+		}
+		if err := UpProjectCPU(s, lat, w, sh, stride, out[rank*shard:], hidden); err != nil {
+			return err
+		}
+		last := (M-1)*hidden + rank*shard + shard - 1
+		switch d.bug {
+		case "writes past the slice":
+			out[(last+1)%len(out)] = 0x3F80
+		case "skips an element":
+			out[last] = poison
+		case "stores negative zero":
+			out[rank*shard] = NegZero
+		case "wrong value":
+			out[last] ^= 0x0100 // the exponent's low bit: twice or half the value
+		case "not deterministic":
+			if d.launches[fmt.Sprintf("M=%d", M)]%2 == 0 {
+				out[last] ^= 1
+			}
+		}
+	}
+	return nil
+}
+
+// runReceive is the receive kernel in Go, one 16-byte vector at a time
+// as the kernel works; a missing vector costs the timeout once.
+func (d *emuDevice) runReceive(p []byte) error {
+	le := binary.LittleEndian
+	m, hidden, shard := int(le.Uint32(p[32:])), int(le.Uint32(p[36:])), int(le.Uint32(p[40:]))
+	timeout := time.Duration(le.Uint64(p[24:]))
+	slot, err1 := d.words(cuda.DevicePtr(le.Uint64(p[0:])), m*hidden/2)
+	out, err2 := d.words(cuda.DevicePtr(le.Uint64(p[8:])), m*hidden/2)
+	status, err3 := d.words(cuda.DevicePtr(le.Uint64(p[16:])), ReceiveStatusWords)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("emu: receive operands: %w", err)
+	}
+	lost := false
+	for v := 0; v < len(slot); v += 4 {
+		if slices.Contains(slot[v:v+4], Sentinel) {
+			lost = true
+			status[0] = 1
+			status[1+(2*v%hidden)/shard] = 1
+			continue
+		}
+		copy(out[v:v+4], slot[v:v+4])
+		if d.bug != "receive does not re-arm" {
+			for j := v; j < v+4; j++ {
+				slot[j] = Sentinel
+			}
+		}
+	}
+	if d.bug == "receive blames the wrong rank" && lost {
+		clear(status[1:])
+		status[1] = 1
+	}
+	if lost && d.bug != "receive gives up early" {
+		time.Sleep(timeout)
+	}
+	return nil
+}
+
+// The harness of gpu_test.go on the emulated device, with smaller shapes.
+func TestHarnessOnEmulator(t *testing.T) {
+	d := newEmuDevice()
+	e := newEnv(t, d, true)
+	rng := testRand(t)
+	t.Run("matrix", func(t *testing.T) {
+		runSkinnyMatrix(e.sub(t), rng, matrixSpec{ms: []int{1, 2, 8}, shards: []int{448, 1024}, latents: []int{512, 3600}})
+	})
+	t.Run("receive", func(t *testing.T) { runReceiveFull(e.sub(t), rng, 5, 7168, 896) })
+	runReceiveTimeouts(t, e, rng, 20*time.Millisecond)
+	t.Run("graph", func(t *testing.T) {
+		runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3)
+	})
+	t.Run("PDL chain", func(t *testing.T) {
+		runPDLChain(e.sub(t), rng, Shape{M: 4, Hidden: 1024, Latent: 1024, TP: 1}, 448, 3)
+	})
+	runSmall(t, e, rng, 20*time.Millisecond)
+	if len(d.allocs) != 0 {
+		t.Errorf("%d allocations not freed", len(d.allocs))
+	}
+	for _, name := range []string{"M=1", "M=8", receiveName, "pdl", "cluster>1"} {
+		if d.launches[name] == 0 {
+			t.Errorf("no launches of %s: %v", name, d.launches)
+		}
+	}
+	t.Logf("launches: %v", d.launches)
+}
+
+// recorder is a testing.TB that keeps failures instead of reporting them,
+// so a test can assert that a body failed.
+type recorder struct {
+	testing.TB
+	failed   []string
+	cleanups []func()
+}
+
+func (r *recorder) Helper()             {}
+func (r *recorder) Logf(string, ...any) {}
+func (r *recorder) Cleanup(f func())    { r.cleanups = append(r.cleanups, f) }
+func (r *recorder) Errorf(format string, args ...any) {
+	r.failed = append(r.failed, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+// run calls body as a test would, on its own goroutine (for Goexit), then
+// the cleanups it registered.
+func (r *recorder) run(body func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body()
+	}()
+	<-done
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// Every check of the harness must be able to fail: each emulated bug has
+// to make the body that should notice it fail.
+func TestHarnessCatchesBugs(t *testing.T) {
+	small := matrixSpec{ms: []int{1, 3}, shards: []int{40, 448}, latents: []int{520}}
+	matrix := func(e *env, rng *rand.Rand) { runSkinnyMatrix(e, rng, small) }
+	timeout := func(e *env, rng *rand.Rand) {
+		runReceiveTimeout(e, rng, receiveTimeoutCases[0], 2, 72, 20*time.Millisecond)
+	}
+	tests := []struct {
+		bug  string
+		body func(*env, *rand.Rand)
+	}{
+		{"writes past the slice", matrix},
+		{"skips an element", matrix},
+		{"stores negative zero", matrix},
+		{"wrong value", matrix},
+		{"not deterministic", matrix},
+		{"ignores destinations after the first", matrix},
+		{"stores negative zero", runNegativeZero},
+		{"receive does not re-arm", func(e *env, rng *rand.Rand) { runReceiveFull(e, rng, 2, 216, 72) }},
+		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2)
+		}},
+		{"receive blames the wrong rank", timeout},
+		{"receive gives up early", timeout},
+		{"PDL reads latent early", func(e *env, rng *rand.Rand) {
+			runPDLChain(e, rng, Shape{M: 2, Hidden: 64, Latent: 64, TP: 1}, 16, 2)
+		}},
+	}
+	rng := testRand(t)
+	for _, tc := range tests {
+		t.Run(tc.bug, func(t *testing.T) {
+			d := newEmuDevice()
+			d.bug = tc.bug
+			r := &recorder{TB: t}
+			r.run(func() { tc.body(newEnv(r, d, true), rng) })
+			if len(r.failed) == 0 {
+				t.Fatalf("the harness did not notice: %s", tc.bug)
+			}
+			t.Logf("noticed: %s", r.failed[0])
+			if len(d.allocs) != 0 {
+				t.Errorf("%d allocations not freed", len(d.allocs))
+			}
+		})
+	}
+}
+
+// skinnyM is the M of a skinny entry point "tprun_skinny_m<M><variant>".
+func skinnyM(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "tprun_skinny_m")
+	if !ok || rest == "" || rest[0] < '1' || rest[0] > '0'+MaxM || !slices.Contains(skinnyFunctions(), name) {
+		return 0, false
+	}
+	return int(rest[0] - '0'), true
+}
