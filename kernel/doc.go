@@ -12,10 +12,11 @@
 // with negative zero stored as +0 so that a written word is never the
 // mailbox sentinel.
 //
-// The CUDA sources, the embedded compiled kernels and their launch
-// configurations live in this package too, in their own files; the files
-// documented here are pure Go and must stay so: no cgo, no device calls, no
-// package state. Everything validates its shape and buffer lengths and
+// The CUDA sources (skinny.cu, receive.cu, skinny.h), the embedded compiled
+// kernels (fatbin.go), their launch table (config.go) and the Go launch of
+// them (launch.go, through internal/cuda and so cgo) live in this package
+// too. The numeric files (bf16, shape, reference, cpu, random) are pure Go
+// and must stay so: no cgo, no device calls, no package state. Everything validates its shape and buffer lengths and
 // returns an error wrapping ErrShape instead of panicking, because shapes
 // come from command-line flags and other ranks.
 //
