@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/mailbox"
 )
 
@@ -264,7 +265,29 @@ func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 }
 
 // loadStepKernels loads the embedded kernels into the current context.
-// PROVISIONAL until kernel/launch.go lands.
 func loadStepKernels(drv engineDriver) (stepKernels, error) {
-	return nil, fmt.Errorf("%w: this build has no embedded kernels yet", ErrBackendUnavailable)
+	k, err := kernel.Load(drv)
+	if err != nil {
+		return nil, err
+	}
+	return &loadedKernels{k: k}, nil
 }
+
+// loadedKernels adapts *kernel.Kernels to the engine.
+type loadedKernels struct{ k *kernel.Kernels }
+
+var _ stepKernels = (*loadedKernels)(nil)
+
+func (l *loadedKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) error {
+	return l.k.LaunchSkinny(s, kernel.SkinnyArgs{Shape: a.shape, Rank: a.rank, Latent: a.latent, Weight: a.weight,
+		Shared: a.shared, SharedStride: a.sharedStride, Dst: a.dst}, pdl)
+}
+
+// launchReceive always allows programmatic dependent launch: the receive
+// waits for the skinny kernel before it touches memory.
+func (l *loadedKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
+	return l.k.LaunchReceive(s, kernel.ReceiveArgs{M: a.m, Hidden: a.hidden, Shard: a.shard, Slot: a.slot, Out: a.out,
+		Status: a.status, Timeout: a.timeout}, true)
+}
+
+func (l *loadedKernels) unload() error { return l.k.Close() }

@@ -31,6 +31,7 @@ import (
 // methods have *cuda.Driver's signatures.
 type engineDriver interface {
 	mailbox.MulticastVMM
+	kernel.KernelDriver
 	DeviceGet(ordinal int) (cuda.Device, error)
 	DevicePrimaryCtxRetain(dev cuda.Device) (cuda.Context, error)
 	DevicePrimaryCtxRelease(dev cuda.Device) error
@@ -129,7 +130,7 @@ func realEngineDeps() engineDeps {
 // Status words of the receive kernel (kernel/skinny.h): word 0 is 1 after
 // a timeout, word 1+r is 1 when rank r's slice never arrived.
 const (
-	statusWords = 1 + kernel.MaxTP
+	statusWords = kernel.ReceiveStatusWords
 	statusBytes = 4096 // one page of host-mapped memory
 )
 
@@ -484,16 +485,15 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) erro
 		e.broken = fmt.Errorf("step %d canceled: %w", t, ctx.Err())
 		return fmt.Errorf("step %d: %w", t, ctx.Err())
 	}
-	word := func(i int) uint32 { return binary.LittleEndian.Uint32(e.status[4*i:]) }
-	if word(0) == 0 {
+	var words [kernel.ReceiveStatusWords]uint32
+	for i := range words {
+		words[i] = binary.LittleEndian.Uint32(e.status[4*i:])
+	}
+	timedOut, missing := kernel.DecodeReceiveStatus(words)
+	if !timedOut {
 		return nil
 	}
-	te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.layout.Slot(t), Waited: time.Since(started)}
-	for r := range min(e.layout.Size, kernel.MaxTP) {
-		if word(1+r) != 0 {
-			te.Missing = append(te.Missing, r)
-		}
-	}
+	te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.layout.Slot(t), Missing: missing, Waited: time.Since(started)}
 	e.broken = te
 	return te
 }

@@ -339,6 +339,22 @@ func (d *fakeDrv) GraphInstantiate(g cuda.Graph, _ cuda.GraphInstantiateFlags) (
 	d.gpu.add("graph exec", 1)
 	return cuda.GraphExec(id), nil
 }
+
+// The module calls: the fake loads its kernels through fakeDeps instead.
+func (d *fakeDrv) ModuleLoadData([]byte) (cuda.Module, error) {
+	return 0, errors.New("fake: no modules")
+}
+func (d *fakeDrv) ModuleUnload(cuda.Module) error { return errors.New("fake: no modules") }
+func (d *fakeDrv) ModuleGetFunction(cuda.Module, string) (cuda.Function, error) {
+	return 0, errors.New("fake: no modules")
+}
+func (d *fakeDrv) FuncSetAttribute(cuda.Function, cuda.FuncAttribute, int) error {
+	return errors.New("fake: no modules")
+}
+func (d *fakeDrv) LaunchKernelEx(cuda.LaunchConfig, cuda.Function, ...[]byte) error {
+	return errors.New("fake: no modules")
+}
+
 func (d *fakeDrv) GraphUpload(cuda.GraphExec, cuda.Stream) error { return nil }
 func (d *fakeDrv) GraphLaunch(e cuda.GraphExec, s cuda.Stream) error {
 	d.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tprun/tprun/internal/cuda"
@@ -59,6 +60,16 @@ func (m *devMem) alloc(what string, n int) (cuda.DevicePtr, error) {
 	}
 	m.allocs = append(m.allocs, p)
 	return p, nil
+}
+
+// free frees one buffer of alloc's.
+func (m *devMem) free(p cuda.DevicePtr) error {
+	i := slices.Index(m.allocs, p)
+	if i < 0 {
+		return fmt.Errorf("free of %#x, which this job did not allocate", uint64(p))
+	}
+	m.allocs = slices.Delete(m.allocs, i, i+1)
+	return m.drv.MemFree(p)
 }
 
 // upload allocates and fills a buffer with v.

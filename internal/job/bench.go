@@ -1,0 +1,465 @@
+package job
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/kernel"
+	"github.com/tprun/tprun/tp"
+)
+
+// The step benchmark (hidden `tprun __bench`): the time of the whole fused
+// step (skinny kernel, stores to every rank, receive) per M, from CUDA
+// graph replays with the weights rotated through enough copies that they
+// stream from HBM, next to the HBM floor of the weight shard measured in
+// the same run.
+
+// BenchConfig is the benchmark's settings: the job flags (shape, M list,
+// mailbox, slots, deadline, seed; --iters and --backend are not used: the
+// benchmark always runs the CUDA engine) and its own.
+type BenchConfig struct {
+	Job      *Config
+	Replays  int    // timed graph replays per M
+	Warmup   int    // untimed replays per M first
+	RotateMB int    // MiB of weight copies per rank that the steps rotate through
+	Table    string // rank 0 also writes the table here as TSV ("" none)
+}
+
+// RegisterBenchFlags defines the job flags and the benchmark's own on fs.
+func RegisterBenchFlags(fs *flag.FlagSet) *BenchConfig {
+	bc := &BenchConfig{Job: RegisterFlags(fs)}
+	fs.IntVar(&bc.Replays, "replays", 200, "timed CUDA graph replays per M")
+	fs.IntVar(&bc.Warmup, "warmup", 20, "untimed replays per M before timing")
+	fs.IntVar(&bc.RotateMB, "rotate-mb", 512, "MiB of weight copies per rank the steps rotate through (at least 512 keeps them out of L2)")
+	fs.StringVar(&bc.Table, "table", "", "rank 0 also writes the results as TSV to `FILE`")
+	return bc
+}
+
+// BenchMain joins the job the environment describes and runs Bench on it
+// (what `tprun __bench` calls).
+func BenchMain(ctx context.Context, bc *BenchConfig, stdout io.Writer) (err error) {
+	g, err := tp.Join(ctx)
+	if err != nil {
+		return fmt.Errorf("job: bench: join: %w", err)
+	}
+	defer func() {
+		if cerr := g.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("job: bench: rank %d: leaving the group: %w", g.Rank(), cerr)
+		}
+	}()
+	return Bench(ctx, g, bc, stdout)
+}
+
+// Bench measures the fused step on this rank of g (a collective: every
+// rank runs it with the same settings). For each M it captures one CUDA
+// graph of K steps, K the number of weight copies (a multiple of the slot
+// count), step k reading copy k; checks one replay's K blocks against the
+// float64 reference and across ranks; then times Replays replays with
+// events. The step time is a replay's time over K; rank 0 prints, per M,
+// the slowest rank's median and p90 over replays, and the floor: the
+// shard's weight bytes over the device-to-device copy bandwidth (read plus
+// write) measured in the same run, averaged over the ranks.
+func Bench(ctx context.Context, g *tp.Group, bc *BenchConfig, stdout io.Writer) error {
+	return bench(ctx, g, bc, stdout, tp.OpenGPU)
+}
+
+// benchRecord is what each rank contributes per M.
+type benchRecord struct {
+	median, p90      time.Duration // per step
+	checked, wrong   int
+	worst, bandwidth float64 // bandwidth in bytes/s
+	hashes           []uint64
+}
+
+const benchMagic = 0x5450424e // "TPBN"
+
+func (r benchRecord) encode() []byte {
+	b := binary.LittleEndian.AppendUint32(nil, benchMagic)
+	for _, v := range []uint64{uint64(r.median), uint64(r.p90), uint64(r.checked), uint64(r.wrong),
+		math.Float64bits(r.worst), math.Float64bits(r.bandwidth), uint64(len(r.hashes))} {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	for _, h := range r.hashes {
+		b = binary.LittleEndian.AppendUint64(b, h)
+	}
+	return b
+}
+
+func decodeBenchRecord(b []byte) (benchRecord, error) {
+	const fixed = 4 + 7*8
+	if len(b) < fixed || binary.LittleEndian.Uint32(b) != benchMagic {
+		return benchRecord{}, fmt.Errorf("%w: %d bytes without the bench header", errRecord, len(b))
+	}
+	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[4+8*i:]) }
+	r := benchRecord{median: time.Duration(u(0)), p90: time.Duration(u(1)), checked: int(u(2)), wrong: int(u(3)),
+		worst: math.Float64frombits(u(4)), bandwidth: math.Float64frombits(u(5))}
+	n := u(6)
+	if n > uint64(len(b)-fixed)/8 || len(b) != fixed+8*int(n) {
+		return benchRecord{}, fmt.Errorf("%w: %d bytes for %d hashes", errRecord, len(b), n)
+	}
+	for i := range int(n) {
+		r.hashes = append(r.hashes, binary.LittleEndian.Uint64(b[fixed+8*i:]))
+	}
+	return r, nil
+}
+
+func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu func() (*cuda.Driver, error)) (err error) {
+	rank, size := g.Rank(), g.Size()
+	switch {
+	case bc.Replays < 1:
+		return &FlagError{Flag: "replays", Value: fmt.Sprint(bc.Replays), Rule: "must be at least 1"}
+	case bc.Warmup < 0:
+		return &FlagError{Flag: "warmup", Value: fmt.Sprint(bc.Warmup), Rule: "must not be negative"}
+	case bc.RotateMB < 1:
+		return &FlagError{Flag: "rotate-mb", Value: fmt.Sprint(bc.RotateMB), Rule: "must be at least 1"}
+	case bc.Job.Backend == "cpu" || bc.Job.Mailbox == "host":
+		return &FlagError{Flag: "backend", Value: bc.Job.Backend + "/" + bc.Job.Mailbox, Rule: "the step benchmark runs the CUDA engine on a GPU mailbox"}
+	}
+	cfg := *bc.Job
+	cfg.Backend = "cuda"
+	p, err := newPlan(&cfg, size)
+	if err != nil {
+		return err
+	}
+	drv, err := p.pickBackend(ctx, g, gpu)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := drv.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("job: bench: rank %d: closing the CUDA driver: %w", rank, cerr)
+		}
+	}()
+	fail := func(err error) error { return fmt.Errorf("job: bench: rank %d: %w", rank, err) }
+	in, err := p.newInputs(rank)
+	if err != nil {
+		return fail(err)
+	}
+	mem, err := openDevMem(drv, deviceOf(g))
+	if err != nil {
+		return fail(fmt.Errorf("device %d: %w", deviceOf(g), err))
+	}
+	defer func() {
+		if cerr := mem.close(); cerr != nil && err == nil {
+			err = fail(cerr)
+		}
+	}()
+	bw, err := copyBandwidth(mem)
+	if err != nil {
+		return fail(fmt.Errorf("measuring the copy bandwidth: %w", err))
+	}
+	rig, err := newBenchRig(mem, p, in, rank, bc.RotateMB)
+	if err != nil {
+		return fail(err)
+	}
+	up, err := tp.NewUpProjection(ctx, g, cfg.Hidden, cfg.Latent, p.shape.M, tp.WithBackend(p.mailbox),
+		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(deviceOf(g)), tp.WithCUDADriver(drv))
+	if err != nil {
+		return fail(err)
+	}
+	defer func() {
+		if cerr := up.Close(); cerr != nil && err == nil {
+			err = fail(cerr)
+		}
+	}()
+	if err := g.Barrier(ctx); err != nil {
+		return fail(fmt.Errorf("barrier before the benchmark: %w", err))
+	}
+
+	out := &printer{w: stdout, on: rank == 0}
+	shard := p.shape.Shard()
+	sb := shard * cfg.Latent * 2
+	out.printf("# tprun step benchmark: tp %d, hidden %d, latent %d, shard %d; backend cuda, mailbox %s: %s\n",
+		size, cfg.Hidden, cfg.Latent, shard, up.Backend(), p.reason)
+	out.printf("# per rank: weight shard %.1f MB, rotated through %d copies (%.0f MB) so that it streams from HBM;\n",
+		float64(sb)/1e6, rig.k, float64(rig.k*sb)/1e6)
+	out.printf("# one CUDA graph = %d steps (skinny kernel + stores to every rank + receive, PDL-chained), %d warm-up and %d timed replays per M\n",
+		rig.k, bc.Warmup, bc.Replays)
+
+	var rows []benchRow
+	var failures []string
+	for _, m := range cfg.M {
+		rec, err := rig.run(ctx, up, m, bc.Warmup, bc.Replays)
+		if err != nil {
+			return fail(fmt.Errorf("M=%d: %w", m, err))
+		}
+		rec.bandwidth = bw
+		all, err := g.AllGather(ctx, rec.encode())
+		if err != nil {
+			return fail(fmt.Errorf("M=%d: gathering the results: %w", m, err))
+		}
+		row := benchRow{m: m}
+		var bws []float64
+		for q, b := range all {
+			r, err := decodeBenchRecord(b)
+			if err != nil {
+				return fail(fmt.Errorf("M=%d: rank %d's result: %w", m, q, err))
+			}
+			row.median, row.p90 = max(row.median, r.median), max(row.p90, r.p90)
+			row.worst = max(row.worst, r.worst)
+			row.wrong += r.wrong
+			bws = append(bws, r.bandwidth)
+			if !slices.Equal(r.hashes, rec.hashes) {
+				row.differ = append(row.differ, q)
+			}
+		}
+		if len(rows) == 0 {
+			strs := make([]string, len(bws))
+			for i, b := range bws {
+				strs[i] = fmt.Sprintf("%.2f", b/1e12)
+			}
+			out.printf("# copy bandwidth (read + write, %d MiB device-to-device copy) per rank: %s TB/s; HBM floor = shard weight bytes / mean bandwidth\n",
+				copyBytes>>20, strings.Join(strs, ", "))
+			out.printf("# step time = replay time / %d; the slowest rank's median and p90 over the replays\n", rig.k)
+			out.printf("#%s", fmt.Sprintf(benchFormat, "M", "median µs", "p90 µs", "floor µs", "ratio", "weight GB/s", "err/tol", "#wrong", "identical")[1:])
+		}
+		row.floor = time.Duration(float64(sb) / mean(bws) * 1e9)
+		rows = append(rows, row)
+		out.printf("%s", row.String(sb))
+		if row.wrong > 0 {
+			failures = append(failures, fmt.Sprintf("M=%d: %d wrong values", m, row.wrong))
+		}
+		if len(row.differ) > 0 {
+			failures = append(failures, fmt.Sprintf("M=%d: ranks %s received other blocks than this rank", m, intList(row.differ)))
+		}
+	}
+	if rank == 0 && bc.Table != "" {
+		if err := writeBenchTable(bc.Table, rows); err != nil {
+			return fail(err)
+		}
+	}
+	if len(failures) > 0 {
+		out.printf("# FAILED: %s\n", strings.Join(failures, "; "))
+		return fail(fmt.Errorf("%w: %s", ErrCheck, strings.Join(failures, "; ")))
+	}
+	out.printf("# every checked block within tolerance and identical on all %d ranks\n", size)
+	return nil
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// benchRow is one M of the table.
+type benchRow struct {
+	m                  int
+	median, p90, floor time.Duration
+	worst              float64
+	wrong              int
+	differ             []int // ranks whose blocks differ from this rank's
+}
+
+const benchFormat = "%4v %10v %10v %10v %7v %12v %8v %7v %9v\n"
+
+func (r benchRow) ratio() float64 { return float64(r.median) / float64(r.floor) }
+
+func (r benchRow) String(shardBytes int) string {
+	identical := "yes"
+	if len(r.differ) > 0 {
+		identical = "no"
+	}
+	return fmt.Sprintf(benchFormat, r.m, fmt.Sprintf("%.2f", micros(r.median)), fmt.Sprintf("%.2f", micros(r.p90)),
+		fmt.Sprintf("%.2f", micros(r.floor)), fmt.Sprintf("%.2f", r.ratio()),
+		fmt.Sprintf("%.0f", float64(shardBytes)/r.median.Seconds()/1e9), fmt.Sprintf("%.2f", r.worst), r.wrong, identical)
+}
+
+// writeBenchTable writes the rows as TSV for scripts/bench-step.
+func writeBenchTable(path string, rows []benchRow) error {
+	var b strings.Builder
+	b.WriteString("m\tours_us\tp90_us\tfloor_us\tratio\twrong\tidentical\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%d\t%.2f\t%.2f\t%.2f\t%.3f\t%d\t%v\n", r.m, micros(r.median), micros(r.p90), micros(r.floor), r.ratio(), r.wrong, len(r.differ) == 0)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing the table: %w", err)
+	}
+	return nil
+}
+
+// copyBytes is the size of the copy that measures the bandwidth: far
+// beyond L2, long enough that launch costs vanish.
+const copyBytes = 1 << 30
+
+// copyBandwidth times device-to-device copies of copyBytes and returns
+// the median's read-plus-write bytes per second.
+func copyBandwidth(mem *devMem) (bw float64, err error) {
+	drv := mem.drv
+	src, err := mem.alloc("copy source", copyBytes)
+	if err != nil {
+		return 0, err
+	}
+	dst, err := mem.alloc("copy destination", copyBytes)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, mem.free(dst), mem.free(src)) }()
+	if err := mem.fill(src, 0x3F803F80, copyBytes/4); err != nil {
+		return 0, err
+	}
+	const warm, reps = 2, 10
+	var evs []cuda.Event
+	defer func() {
+		for _, ev := range evs {
+			err = errors.Join(err, drv.EventDestroy(ev))
+		}
+	}()
+	for range reps + 1 {
+		ev, err := drv.EventCreate(cuda.EventDefault)
+		if err != nil {
+			return 0, err
+		}
+		evs = append(evs, ev)
+	}
+	for range warm {
+		if err := drv.MemcpyDtoDAsync(dst, src, copyBytes, mem.stream); err != nil {
+			return 0, err
+		}
+	}
+	for i := range reps {
+		if err := drv.EventRecord(evs[i], mem.stream); err != nil {
+			return 0, err
+		}
+		if err := drv.MemcpyDtoDAsync(dst, src, copyBytes, mem.stream); err != nil {
+			return 0, err
+		}
+	}
+	if err := drv.EventRecord(evs[reps], mem.stream); err != nil {
+		return 0, err
+	}
+	if err := drv.EventSynchronize(evs[reps]); err != nil {
+		return 0, err
+	}
+	times := make([]time.Duration, reps)
+	for i := range reps {
+		if times[i], err = drv.EventElapsedTime(evs[i], evs[i+1]); err != nil {
+			return 0, err
+		}
+	}
+	med := percentile(times, 0.5)
+	if med <= 0 {
+		return 0, fmt.Errorf("a %d-byte copy took %v", copyBytes, med)
+	}
+	return 2 * copyBytes / med.Seconds(), nil
+}
+
+// benchRig holds the device operands of the benchmark: the pools, k copies
+// of the weight shard and k output blocks.
+type benchRig struct {
+	mem                    *devMem
+	p                      *plan
+	in                     *inputs
+	rank, k                int
+	latent, shared, weight cuda.DevicePtr
+	outs                   cuda.DevicePtr
+	shardBytes, outBytes   int
+}
+
+// newBenchRig uploads the pools and the weight shard, and copies the shard
+// until rotateMB is covered; the copy count is rounded up to a multiple of
+// the slot count, since a graph must hold whole rounds of slots.
+func newBenchRig(mem *devMem, p *plan, in *inputs, rank, rotateMB int) (*benchRig, error) {
+	c := p.cfg
+	r := &benchRig{mem: mem, p: p, in: in, rank: rank, shardBytes: 2 * p.shape.Shard() * c.Latent, outBytes: 2 * p.shape.M * c.Hidden}
+	slots := c.Slots
+	r.k = max((rotateMB<<20+r.shardBytes-1)/r.shardBytes, 1)
+	r.k = (r.k + slots - 1) / slots * slots
+	var err error
+	if r.latent, err = mem.upload("latent pool", in.latent); err != nil {
+		return nil, err
+	}
+	if r.shared, err = mem.upload("shared pool", in.shared); err != nil {
+		return nil, err
+	}
+	if r.weight, err = mem.alloc("weight copies", r.k*r.shardBytes); err != nil {
+		return nil, err
+	}
+	if err := mem.drv.MemcpyHtoD(r.weight, cuda.AsBytes(in.weight)); err != nil {
+		return nil, fmt.Errorf("copying the weight shard to the device: %w", err)
+	}
+	if err := mem.settle(); err != nil {
+		return nil, err
+	}
+	for i := 1; i < r.k; i++ {
+		if err := mem.drv.MemcpyDtoDAsync(r.weight+cuda.DevicePtr(i*r.shardBytes), r.weight, uint64(r.shardBytes), mem.stream); err != nil {
+			return nil, fmt.Errorf("copying the weight shard (copy %d): %w", i, err)
+		}
+	}
+	if r.outs, err = mem.alloc("output blocks", r.k*r.outBytes); err != nil {
+		return nil, err
+	}
+	return r, mem.settle()
+}
+
+// run captures the graph for m, warms up, checks one replay and times the
+// rest; the record holds this rank's numbers and the hashes of the checked
+// blocks.
+func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, replays int) (rec benchRecord, err error) {
+	c := r.p.cfg
+	steps := make([]tp.DeviceStep, r.k)
+	offs := make([]int, r.k)
+	for k := range steps {
+		o := r.p.offset(k, m)
+		offs[k] = o
+		steps[k] = tp.DeviceStep{
+			In: tp.DeviceInputs{M: m,
+				Latent:       r.latent + cuda.DevicePtr(2*o*c.Latent),
+				Weight:       r.weight + cuda.DevicePtr(k*r.shardBytes),
+				Shared:       r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard())),
+				SharedStride: c.Hidden},
+			Out: r.outs + cuda.DevicePtr(k*r.outBytes),
+		}
+	}
+	g, err := up.Capture(ctx, steps)
+	if err != nil {
+		return rec, err
+	}
+	defer func() { err = errors.Join(err, g.Close()) }()
+	if err := g.Replay(ctx, warmup); err != nil {
+		return rec, fmt.Errorf("warm-up: %w", err)
+	}
+	if err := r.mem.fill(r.outs, poisonWord, r.k*r.outBytes/4); err != nil {
+		return rec, fmt.Errorf("poisoning the output blocks: %w", err)
+	}
+	if err := g.Replay(ctx, 1); err != nil {
+		return rec, fmt.Errorf("checked replay: %w", err)
+	}
+	block := make([]kernel.BF16, m*c.Hidden)
+	for k := range r.k {
+		if err := r.mem.drv.MemcpyDtoH(cuda.AsBytes(block), r.outs+cuda.DevicePtr(k*r.outBytes)); err != nil {
+			return rec, fmt.Errorf("copying block %d to the host: %w", k, err)
+		}
+		res, err := r.in.expected(r.p, offs[k], m).Check(block, c.Hidden)
+		if err != nil {
+			return rec, fmt.Errorf("checking block %d: %w", k, err)
+		}
+		rec.checked += res.Checked
+		rec.wrong += res.Wrong
+		rec.worst = max(rec.worst, res.Worst)
+		sum := sha256.Sum256(cuda.AsBytes(block))
+		rec.hashes = append(rec.hashes, binary.LittleEndian.Uint64(sum[:8]))
+	}
+	times, err := g.TimeReplays(ctx, replays)
+	if err != nil {
+		return rec, fmt.Errorf("timed replays: %w", err)
+	}
+	for i := range times {
+		times[i] /= time.Duration(r.k)
+	}
+	rec.median, rec.p90 = percentile(times, 0.5), percentile(times, 0.9)
+	return rec, nil
+}
