@@ -19,7 +19,8 @@ const (
 	// portable cluster size).
 	MaxCluster = 8
 	// MaxStagedShared bounds the dynamic shared memory of the staged entry
-	// points; a shape that would need more gets the unstaged twin.
+	// points; a shape that would need more gets the unstaged twin ("_d8"
+	// for "_s8" and "_c", "_t32" for "_s32").
 	MaxStagedShared = 200 << 10
 	// DefaultSharedLimit is the dynamic shared memory a function gets
 	// without raising CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
@@ -37,8 +38,8 @@ const (
 type LaunchConfig struct {
 	Function    string // "tprun_skinny_m<M><variant>"
 	TileRows    int    // output columns per CTA: 16 or 32
-	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8
-	Staged      bool   // latent K slice copied to shared memory ("_s" entry points)
+	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8 (0 for stage 2)
+	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c")
 	Warps       int    // warps per CTA
 	Cluster     int    // CTAs per cluster; they split K
 	GridX       int    // ceil(shard/TileRows) * Cluster
@@ -51,34 +52,50 @@ type variant struct {
 	suffix   string
 	tileRows int
 	depth    int
-	staged   bool
+	stage    int
 	maxWarps int
 }
 
 var variants = [...]variant{
-	{"", 16, 4, false, 8},
-	{"_d8", 16, 8, false, 16},
-	{"_t32", 32, 4, false, 16},
-	{"_s8", 16, 8, true, 16},
-	{"_s32", 32, 4, true, 16},
+	{"", 16, 4, 0, 8},
+	{"_d8", 16, 8, 0, 16},
+	{"_t32", 32, 4, 0, 16},
+	{"_s8", 16, 8, 1, 16},
+	{"_s32", 32, 4, 1, 16},
+	{"_c", 16, 0, 2, 16},
 }
 
-func findVariant(tileRows, depth int, staged bool) (variant, bool) {
+func findVariant(tileRows, depth, stage int) (variant, bool) {
 	for _, v := range variants {
-		if v.tileRows == tileRows && v.depth == depth && v.staged == staged {
+		if v.tileRows == tileRows && v.depth == depth && v.stage == stage {
 			return v, true
 		}
 	}
 	return variant{}, false
 }
 
-// SkinnySharedBytes is the dynamic shared memory of one CTA (skinny.h).
-func SkinnySharedBytes(m, latent, tileRows, warps, cluster int, staged bool) int {
+// unstaged is the entry point with the same tile that keeps everything in
+// registers: the fallback when a staged one would need too much shared memory.
+func unstaged(v variant) variant {
+	if v.tileRows == 32 {
+		return variants[2]
+	}
+	return variants[1]
+}
+
+// SkinnySharedBytes is the dynamic shared memory of one CTA (skinny.h):
+// reduction buffers, plus for stage 1 the latent slice and for stage 2 the
+// latent slice and the weight slab, rows padded to an odd multiple of 64 bytes.
+func SkinnySharedBytes(m, latent, tileRows, warps, cluster, stage int) int {
 	b := (warps + cluster) * 8 * (tileRows + 4) * 4
-	if staged {
+	if stage > 0 {
 		chunks := (latent + 31) / 32
 		per := (chunks + cluster - 1) / cluster
-		b += m * (per | 1) * 64
+		rows := m
+		if stage == 2 {
+			rows += tileRows
+		}
+		b += rows * (per | 1) * 64
 	}
 	return b
 }
@@ -88,12 +105,12 @@ func makeConfig(m, shard, latent int, v variant, warps, cluster int) LaunchConfi
 		Function:    fmt.Sprintf("tprun_skinny_m%d%s", m, v.suffix),
 		TileRows:    v.tileRows,
 		Depth:       v.depth,
-		Staged:      v.staged,
+		Stage:       v.stage,
 		Warps:       warps,
 		Cluster:     cluster,
 		GridX:       (shard + v.tileRows - 1) / v.tileRows * cluster,
 		BlockX:      32 * warps,
-		SharedBytes: SkinnySharedBytes(m, latent, v.tileRows, warps, cluster, v.staged),
+		SharedBytes: SkinnySharedBytes(m, latent, v.tileRows, warps, cluster, v.stage),
 	}
 }
 
@@ -104,10 +121,10 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if m < 1 || m > MaxM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
 		return fmt.Errorf("%w: launch config for M=%d shard=%d latent=%d", ErrShape, m, shard, latent)
 	}
-	v, ok := findVariant(c.TileRows, c.Depth, c.Staged)
+	v, ok := findVariant(c.TileRows, c.Depth, c.Stage)
 	switch {
 	case !ok:
-		return fmt.Errorf("kernel: no entry point with %d rows, depth %d, staged %v", c.TileRows, c.Depth, c.Staged)
+		return fmt.Errorf("kernel: no entry point with %d rows, depth %d, stage %d", c.TileRows, c.Depth, c.Stage)
 	case c.Warps < 1 || c.Warps > v.maxWarps:
 		return fmt.Errorf("kernel: %d warps, entry %q takes 1..%d", c.Warps, v.suffix, v.maxWarps)
 	case c.Cluster < 1 || c.Cluster > MaxCluster:
@@ -116,7 +133,7 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if want := makeConfig(m, shard, latent, v, c.Warps, c.Cluster); c != want {
 		return fmt.Errorf("kernel: launch config %+v inconsistent, want %+v", c, want)
 	}
-	if c.Staged && c.SharedBytes > MaxStagedShared {
+	if c.Stage > 0 && c.SharedBytes > MaxStagedShared {
 		return fmt.Errorf("kernel: %d bytes of shared memory, more than %d", c.SharedBytes, MaxStagedShared)
 	}
 	return nil
@@ -154,8 +171,8 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 			}
 			n[j] = x
 		}
-		v, ok := findVariant(n[3], n[4], n[5] == 1)
-		if !ok || n[5] > 1 || n[6] < 1 || n[6] > v.maxWarps || n[7] < 1 || n[7] > MaxCluster ||
+		v, ok := findVariant(n[3], n[4], n[5])
+		if !ok || n[6] < 1 || n[6] > v.maxWarps || n[7] < 1 || n[7] > MaxCluster ||
 			n[2] < 1 || n[2] > MaxM || n[0] < LatentAlign || n[1] < ShardAlign {
 			return nil, fmt.Errorf("kernel: config_table.tsv line %d: invalid entry %q", i+1, line)
 		}
@@ -198,8 +215,8 @@ func ConfigFor(m, shard, latent int) LaunchConfig {
 		}
 	}
 	v := best.v
-	if v.staged && SkinnySharedBytes(m, latent, v.tileRows, best.warps, best.cluster, true) > MaxStagedShared {
-		v, _ = findVariant(v.tileRows, v.depth, false)
+	if v.stage > 0 && SkinnySharedBytes(m, latent, v.tileRows, best.warps, best.cluster, v.stage) > MaxStagedShared {
+		v = unstaged(v)
 	}
 	return makeConfig(m, shard, latent, v, best.warps, best.cluster)
 }

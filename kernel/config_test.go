@@ -132,14 +132,14 @@ func TestConfigForNeverPanics(t *testing.T) {
 }
 
 func TestStagedFallsBackWhenSharedMemoryIsShort(t *testing.T) {
-	small := SkinnySharedBytes(8, 3584, 16, 16, 1, true)
-	huge := SkinnySharedBytes(8, MaxLatent, 16, 16, 1, true)
+	small := SkinnySharedBytes(8, 3584, 16, 16, 1, 2)
+	huge := SkinnySharedBytes(8, MaxLatent, 16, 16, 8, 1)
 	if small > MaxStagedShared || huge <= MaxStagedShared {
 		t.Fatalf("shared bytes %d (3584) and %d (2^20) do not straddle the limit", small, huge)
 	}
 	for m := 1; m <= MaxM; m++ {
 		c := ConfigFor(m, 1024, MaxLatent)
-		if c.Staged && c.SharedBytes > MaxStagedShared {
+		if c.Stage > 0 && c.SharedBytes > MaxStagedShared {
 			t.Errorf("M=%d latent 2^20: staged with %d bytes", m, c.SharedBytes)
 		}
 	}
@@ -183,7 +183,8 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"lean entry with 16 warps", "3584 896 1 16 4 0 16 1\n"},
 		{"cluster 9", "3584 896 1 16 8 0 16 9\n"},
 		{"M 9", "3584 896 9 16 8 0 16 1\n"},
-		{"stage 2", "3584 896 1 16 8 2 16 1\n"},
+		{"stage 2 with depth 8", "3584 896 1 16 8 2 16 1\n"},
+		{"stage 3", "3584 896 1 16 0 3 16 1\n"},
 	}
 	for _, tc := range cases {
 		if _, err := parseConfigTable(tc.text); err == nil {
@@ -191,7 +192,7 @@ func TestParseConfigTableRejects(t *testing.T) {
 		}
 	}
 	e, err := parseConfigTable("# c\n3584\t896\t1\t32\t4\t1\t16\t2\t2.5\n")
-	if err != nil || len(e) != 1 || !e[0].v.staged || e[0].v.tileRows != 32 || e[0].warps != 16 || e[0].cluster != 2 {
+	if err != nil || len(e) != 1 || e[0].v.stage != 1 || e[0].v.tileRows != 32 || e[0].warps != 16 || e[0].cluster != 2 {
 		t.Errorf("valid line: %+v, %v", e, err)
 	}
 }

@@ -20,7 +20,9 @@
 //   griddepcontrol.wait so they overlap the previous kernel (PDL); the
 //   latent comes either through a small register ring from L2 or, in the
 //   "_s" entry points, from a copy of the CTA's latent slice in shared
-//   memory made right after the wait.
+//   memory made right after the wait. The "_c" entry points instead copy
+//   the CTA's whole weight slab into shared memory (cp.async) before the
+//   wait: few registers, so several kernels' CTAs can share an SM.
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
 #include <stdint.h>
@@ -63,6 +65,14 @@ __device__ __forceinline__ uint4 ld_act(const uint16_t* p, bool pred) {
 __device__ __forceinline__ void cp_async16(uint16_t* dst, const uint16_t* src, bool pred) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(pred ? 16 : 0)
+               : "memory");
+}
+
+// The same for streamed weights, with a 256-byte L2 prefetch.
+__device__ __forceinline__ void cp_async16_w(uint16_t* dst, const uint16_t* src, bool pred) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+               "r"(pred ? 16 : 0)
                : "memory");
 }
 
@@ -113,6 +123,82 @@ __device__ __forceinline__ uint32_t finish1(float s, uint32_t sh_bits) {
 
 __device__ __forceinline__ uint32_t finish2(float lo, float hi, uint32_t sh) {
   return finish1(lo, sh & 0xffffu) | (finish1(hi, sh >> 16) << 16);
+}
+
+// Reduction and epilogue shared by every entry point. acc[r][q] is one
+// warp's MMA accumulator for tile r, k half q: c0,c1 -> row 16r+g, latent
+// rows 2tig and 2tig+1; c2,c3 -> row 16r+g+8. The warps' sums go through
+// red[warp][m][n] into slot crank of the LEADER CTA's parts (distributed
+// shared memory, one cluster barrier); the leader adds the slots in rank
+// order (bit-identical reruns), adds `shared` (shv, prefetched by the
+// epilogue threads) and stores.
+template <int M, int TR>
+__device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float* red, float* parts,
+                                             const float (&acc)[TR][2][4], int n0, const uint4& shv,
+                                             bool eok, int em, int ec) {
+  constexpr int ROWS = 16 * TR;
+  constexpr int SP = ROWS + 4;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  const int g = lane >> 2;
+  const int tig = lane & 3;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int csize = (int)cluster.num_blocks();
+  const int crank = (int)cluster.block_rank();
+  {
+    float* mine = red + warp * 8 * SP;
+#pragma unroll
+    for (int r = 0; r < TR; ++r) {
+      mine[(2 * tig) * SP + 16 * r + g] = acc[r][0][0] + acc[r][1][0];
+      mine[(2 * tig + 1) * SP + 16 * r + g] = acc[r][0][1] + acc[r][1][1];
+      mine[(2 * tig) * SP + 16 * r + g + 8] = acc[r][0][2] + acc[r][1][2];
+      mine[(2 * tig + 1) * SP + 16 * r + g + 8] = acc[r][0][3] + acc[r][1][3];
+    }
+  }
+  __syncthreads();
+  // Each CTA's sum goes to slot crank of the LEADER's parts (distributed
+  // shared memory); one cluster barrier publishes them all.
+  float* slot = parts + crank * 8 * SP;
+  if (crank != 0) slot = cluster.map_shared_rank(slot, 0);
+  for (int e = threadIdx.x; e < M * ROWS; e += blockDim.x) {
+    const int i = (e / ROWS) * SP + e % ROWS;
+    float s = red[i];
+    for (int w = 1; w < nwarps; ++w) s += red[w * 8 * SP + i];
+    slot[i] = s;
+  }
+  if (csize > 1) {
+    cluster.sync();  // release the remote stores, acquire them in the leader
+    if (crank != 0) return;
+  } else {
+    __syncthreads();
+  }
+
+  // Epilogue (warp 0 of the leader): 8 consecutive columns of one latent
+  // row per thread, slots added in rank order (bit-identical reruns), one
+  // 16-byte store per destination: whole words, as the receiver checks words.
+  if (!eok) return;
+  float s[8];
+  {
+    const float4 a = *reinterpret_cast<const float4*>(parts + em * SP + ec);
+    const float4 b = *reinterpret_cast<const float4*>(parts + em * SP + ec + 4);
+    s[0] = a.x; s[1] = a.y; s[2] = a.z; s[3] = a.w;
+    s[4] = b.x; s[5] = b.y; s[6] = b.z; s[7] = b.w;
+  }
+  for (int q = 1; q < csize; ++q) {
+    const float* pq = parts + q * 8 * SP + em * SP + ec;
+    const float4 a = *reinterpret_cast<const float4*>(pq);
+    const float4 b = *reinterpret_cast<const float4*>(pq + 4);
+    s[0] += a.x; s[1] += a.y; s[2] += a.z; s[3] += a.w;
+    s[4] += b.x; s[5] += b.y; s[6] += b.z; s[7] += b.w;
+  }
+  uint4 o;
+  o.x = finish2(s[0], s[1], shv.x);
+  o.y = finish2(s[2], s[3], shv.y);
+  o.z = finish2(s[4], s[5], shv.z);
+  o.w = finish2(s[6], s[7], shv.w);
+  const size_t off = (size_t)em * (size_t)p.hidden + (size_t)p.rank * (size_t)p.shard + n0 + ec;
+  for (int d = 0; d < p.ndst; ++d) st_v4(reinterpret_cast<uint16_t*>(p.dst[d]) + off, o);
 }
 
 // U: weight ring depth in 32-k chunks (U*TR*8 registers, U*TR KB per warp in
@@ -267,61 +353,97 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
     bs += 32 * U;
   }
 
-  // Cross-warp reduction. acc[r][q]: c0,c1 -> row 16r+g, latent rows 2tig,
-  // 2tig+1; c2,c3 -> row 16r+g+8. Stored as red[warp][m][n].
+  reduce_store<M, TR>(p, red, parts, acc, n0, shv, eok, em, ec);
+}
+
+// "_c" entry points: the CTA's whole weight slab (16 rows x its K slice) is
+// copied into shared memory with cp.async before griddepcontrol.wait, so
+// the prefetch costs shared memory instead of registers and several
+// kernels' CTAs fit on an SM at once; the latent slice follows after the
+// wait. Rows of both slabs have an odd multiple of 64 bytes as pitch, so
+// the 16-byte fragment loads of a quarter warp hit distinct banks.
+template <int M>
+__device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float* smem) {
+  constexpr int ROWS = 16;
+  constexpr int SP = ROWS + 4;
+  constexpr int NV = M * ROWS / 8;
+
+  if (p.tile_rows != ROWS) __trap();
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  const int g = lane >> 2;
+  const int tig = lane & 3;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int csize = (int)cluster.num_blocks();
+  const int crank = (int)cluster.block_rank();
+  const int n0 = (int)(blockIdx.x / csize) * ROWS;
+
+  const int K = p.latent_dim;
+  const int nchunks = (K + 31) >> 5;
+  const int cs = (int)(((long long)crank * nchunks) / csize);
+  const int ce = (int)(((long long)(crank + 1) * nchunks) / csize);
+  const int nch = ce - cs;
+  const int pitch = (nch | 1) * 32;  // elements
+  const int per_row = nch * 4;       // 16-byte vectors per slab row
+
+  float* red = smem;
+  float* parts = smem + nwarps * 8 * SP;
+  uint16_t* wsl = reinterpret_cast<uint16_t*>(parts + csize * 8 * SP);  // [16][pitch]
+  uint16_t* lsl = wsl + ROWS * pitch;                                     // [M][pitch]
+
   {
-    float* mine = red + warp * 8 * SP;
-#pragma unroll
-    for (int r = 0; r < TR; ++r) {
-      mine[(2 * tig) * SP + 16 * r + g] = acc[r][0][0] + acc[r][1][0];
-      mine[(2 * tig + 1) * SP + 16 * r + g] = acc[r][0][1] + acc[r][1][1];
-      mine[(2 * tig) * SP + 16 * r + g + 8] = acc[r][0][2] + acc[r][1][2];
-      mine[(2 * tig + 1) * SP + 16 * r + g + 8] = acc[r][0][3] + acc[r][1][3];
+    const uint16_t* W = reinterpret_cast<const uint16_t*>(p.weight);
+    const int nvec = ROWS * per_row;
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+      const int r = i / per_row, q = i % per_row;
+      const int row = n0 + r, k = cs * 32 + q * 8;
+      const bool ok = row < p.shard && k < K;
+      cp_async16_w(wsl + r * pitch + q * 8, W + (ok ? (size_t)row * K + k : 0), ok);
     }
   }
-  __syncthreads();
-  // Each CTA's sum goes to slot crank of the LEADER's parts (distributed
-  // shared memory); one cluster barrier publishes them all.
-  float* slot = parts + crank * 8 * SP;
-  if (crank != 0) slot = cluster.map_shared_rank(slot, 0);
-  for (int e = threadIdx.x; e < M * ROWS; e += blockDim.x) {
-    const int i = (e / ROWS) * SP + e % ROWS;
-    float s = red[i];
-    for (int w = 1; w < nwarps; ++w) s += red[w * 8 * SP + i];
-    slot[i] = s;
-  }
-  if (csize > 1) {
-    cluster.sync();  // release the remote stores, acquire them in the leader
-    if (crank != 0) return;
-  } else {
-    __syncthreads();
-  }
-
-  // Epilogue (warp 0 of the leader): 8 consecutive columns of one latent
-  // row per thread, slots added in rank order (bit-identical reruns), one
-  // 16-byte store per destination: whole words, as the receiver checks words.
-  if (!eok) return;
-  float s[8];
+  griddep_launch_dependents();
+  griddep_wait();
   {
-    const float4 a = *reinterpret_cast<const float4*>(parts + em * SP + ec);
-    const float4 b = *reinterpret_cast<const float4*>(parts + em * SP + ec + 4);
-    s[0] = a.x; s[1] = a.y; s[2] = a.z; s[3] = a.w;
-    s[4] = b.x; s[5] = b.y; s[6] = b.z; s[7] = b.w;
+    const uint16_t* L = reinterpret_cast<const uint16_t*>(p.latent);
+    const int nvec = M * per_row;
+    for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+      const int m = i / per_row, q = i % per_row;
+      const int k = cs * 32 + q * 8;
+      const bool ok = k < K;
+      cp_async16(lsl + m * pitch + q * 8, L + (ok ? (size_t)m * K + k : 0), ok);
+    }
   }
-  for (int q = 1; q < csize; ++q) {
-    const float* pq = parts + q * 8 * SP + em * SP + ec;
-    const float4 a = *reinterpret_cast<const float4*>(pq);
-    const float4 b = *reinterpret_cast<const float4*>(pq + 4);
-    s[0] += a.x; s[1] += a.y; s[2] += a.z; s[3] += a.w;
-    s[4] += b.x; s[5] += b.y; s[6] += b.z; s[7] += b.w;
+  const bool eok = crank == 0 && (int)threadIdx.x < NV && n0 + (int)(threadIdx.x % (ROWS / 8)) * 8 < p.shard;
+  const int em = threadIdx.x / (ROWS / 8);
+  const int ec = (threadIdx.x % (ROWS / 8)) * 8;
+  const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) +
+                               (eok ? (size_t)em * (size_t)p.shared_stride + n0 + ec : 0),
+                           eok);
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+
+  // Each warp: a contiguous run of the slab's chunks.
+  const int c0 = (int)(((long long)warp * nch) / nwarps);
+  const int c1 = (int)(((long long)(warp + 1) * nch) / nwarps);
+  const bool lrow = g < M;
+  const uint16_t* a0 = wsl + g * pitch + tig * 8;
+  const uint16_t* a1 = a0 + 8 * pitch;
+  const uint16_t* bp = lsl + (lrow ? g : 0) * pitch + tig * 8;
+  float acc[1][2][4];
+#pragma unroll
+  for (int q = 0; q < 2; ++q) acc[0][q][0] = acc[0][q][1] = acc[0][q][2] = acc[0][q][3] = 0.f;
+#pragma unroll 4
+  for (int c = c0; c < c1; ++c) {
+    const uint4 wa = lds_v4(a0 + c * 32);
+    const uint4 wb = lds_v4(a1 + c * 32);
+    const uint4 b = lrow ? lds_v4(bp + c * 32) : make_uint4(0, 0, 0, 0);
+    mma16816(acc[0][0], wa.x, wb.x, wa.y, wb.y, b.x, b.y);
+    mma16816(acc[0][1], wa.z, wb.z, wa.w, wb.w, b.z, b.w);
   }
-  uint4 o;
-  o.x = finish2(s[0], s[1], shv.x);
-  o.y = finish2(s[2], s[3], shv.y);
-  o.z = finish2(s[4], s[5], shv.z);
-  o.w = finish2(s[6], s[7], shv.w);
-  const size_t off = (size_t)em * (size_t)p.hidden + (size_t)p.rank * (size_t)p.shard + n0 + ec;
-  for (int d = 0; d < p.ndst; ++d) st_v4(reinterpret_cast<uint16_t*>(p.dst[d]) + off, o);
+  reduce_store<M, 1>(p, red, parts, acc, n0, shv, eok, em, ec);
 }
 
 }  // namespace tprun
@@ -333,6 +455,8 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
 //   "_t32"  32 columns, 4 chunks in flight, latent from L2; up to 512 threads
 //   "_s8"   as "_d8" with the latent K slice staged in shared memory
 //   "_s32"  as "_t32" with the latent K slice staged in shared memory
+//   "_c"    16 columns; weight slab and latent slice both copied to shared
+//           memory (cp.async), no register ring; up to 512 threads
 #define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, MAXT, MINB)               \
   extern "C" __global__ void __launch_bounds__(MAXT, MINB)                         \
       tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {  \
@@ -344,7 +468,12 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, 512, 1)      \
   TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, 512, 1)     \
   TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, 512, 1)       \
-  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, 512, 1)
+  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, 512, 1)      \
+  extern "C" __global__ void __launch_bounds__(512, 2)     \
+      tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \
+    extern __shared__ float4 tprun_smem[];                 \
+    tprun::skinny_slab<MM>(p, reinterpret_cast<float*>(tprun_smem)); \
+  }
 
 TPRUN_SKINNY_M(1)
 TPRUN_SKINNY_M(2)

@@ -12,8 +12,8 @@
 #define TPRUN_MAX_RANKS 16
 #define TPRUN_RECEIVE_STATUS_WORDS (1 + TPRUN_MAX_RANKS)
 
-// tprun_skinny_m<M><variant> (M = 1..8; variant "", "_d8", "_t32", "_s8" or
-// "_s32", see kernel/skinny.cu): rank `rank` of the fused up-projection
+// tprun_skinny_m<M><variant> (M = 1..8; variant "", "_d8", "_t32", "_s8",
+// "_s32" or "_c", see kernel/skinny.cu): rank `rank` of the fused up-projection
 //   out[m][n] = bf16(f32(bf16(sum_k latent[m][k]*weight[n][k])) + shared[m][n])
 // for m < M and n < shard, stored (negative zero as +0) at element
 // m*hidden + rank*shard + n of every dst[0..ndst).
@@ -27,7 +27,8 @@
 //              attribute, cluster 1..8: the CTAs of a cluster split K
 //   grid     = (ceil(shard / tile_rows) * cluster, 1, 1)
 //   dynamic shared memory = (warps + cluster) * 8 * (tile_rows + 4) * 4 bytes,
-//              plus for "_s8"/"_s32" M * (ceil(ceil(latent_dim/32)/cluster) | 1) * 64
+//              plus R * (ceil(ceil(latent_dim/32)/cluster) | 1) * 64 with
+//              R = M for "_s8"/"_s32" and R = M + 16 for "_c" (0 otherwise)
 //              (above 48 KiB the function's MAX_DYNAMIC_SHARED_SIZE_BYTES
 //              attribute must be raised first)
 //   programmatic stream serialization allowed (PDL): weight loads are issued

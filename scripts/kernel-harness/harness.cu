@@ -90,11 +90,11 @@ void fill_bf16(std::vector<uint16_t>& v, Rng& rng, float lo, float hi) {
 
 struct Kernels {
   CUmodule mod{};
-  CUfunction skinny[9][5]{};  // [M][variant]
+  CUfunction skinny[9][6]{};  // [M][variant]
   CUfunction receive{};
 };
 
-const char* const kSuffix[5] = {"", "_d8", "_t32", "_s8", "_s32"};
+const char* const kSuffix[6] = {"", "_d8", "_t32", "_s8", "_s32", "_c"};
 
 Kernels load(const char* path) {
   FILE* f = fopen(path, "rb");
@@ -110,7 +110,7 @@ Kernels load(const char* path) {
   Kernels k;
   CK(cuModuleLoadData(&k.mod, bytes.data()));
   for (int m = 1; m <= 8; ++m)
-    for (int v = 0; v < 5; ++v) {
+    for (int v = 0; v < 6; ++v) {
       char name[32];
       snprintf(name, sizeof name, "tprun_skinny_m%d%s", m, kSuffix[v]);
       CK(cuModuleGetFunction(&k.skinny[m][v], k.mod, name));
@@ -128,17 +128,21 @@ Kernels load(const char* path) {
 struct Cfg {
   int tile_rows, depth, stage, warps, cluster;
   int variant() const {
+    if (stage == 2) return 5;
     if (stage) return tile_rows == 32 ? 4 : 3;
     return tile_rows == 32 ? 2 : depth == 8 ? 1 : 0;
   }
   std::string str() const {
     char b[64];
-    snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage ? "s" : "g", warps, cluster);
+    snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
     return b;
   }
 };
 
-const Cfg kVariants[5] = {{16, 4, 0, 0, 0}, {16, 8, 0, 0, 0}, {32, 4, 0, 0, 0}, {16, 8, 1, 0, 0}, {32, 4, 1, 0, 0}};
+// stage 0: latent from L2; 1: latent slice in shared memory; 2 ("_c"): the
+// weight slab too, no register ring (depth 0).
+const Cfg kVariants[6] = {{16, 4, 0, 0, 0}, {16, 8, 0, 0, 0}, {32, 4, 0, 0, 0},
+                          {16, 8, 1, 0, 0}, {32, 4, 1, 0, 0}, {16, 0, 2, 0, 0}};
 
 // Dynamic shared memory: reduction buffers, plus the staged latent slice
 // ([M][pitch], pitch an odd multiple of 64 bytes) for the "_s" entry points.
@@ -146,7 +150,7 @@ size_t smem_bytes(const Cfg& c, int M, int K) {
   size_t b = (size_t)(c.warps + c.cluster) * 8 * (c.tile_rows + 4) * 4;
   if (c.stage) {
     int nchunks = (K + 31) / 32, per = (nchunks + c.cluster - 1) / c.cluster;
-    b += (size_t)M * (per | 1) * 64;
+    b += (size_t)(M + (c.stage == 2 ? c.tile_rows : 0)) * (per | 1) * 64;
   }
   return b;
 }
@@ -595,7 +599,8 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
   CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
   int fails = 0;
-  for (Cfg c : {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1}}) {
+  for (Cfg c : {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1},
+                 Cfg{16, 0, 2, 4, 3}, Cfg{16, 0, 2, 1, 1}}) {
     CK(cuMemsetD16(o0.p, kPoison, (size_t)M * hidden));
     CK(cuMemsetD16(o1.p, kPoison, (size_t)M * hidden));
     tprun_skinny_params p;
@@ -778,6 +783,7 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
         for (int w : {4, 8, 16})
           for (int c : {1, 2, 3, 4, 6, 8}) {
             if (w == 16 && base.variant() == 0) continue;
+            if (base.variant() == 4) continue;  // "_s32": never fastest in the 2026-11-29 sweeps
             if (sh.shard >= 3584 && (c == 3 || c == 6 || c == 8)) continue;
             Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
             double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
@@ -874,7 +880,7 @@ int main(int argc, char** argv) {
   Kernels k = load(argv[1]);
   {
     int regs = 0, lsize = 0;
-    for (int v = 0; v < 5; ++v) {
+    for (int v = 0; v < 6; ++v) {
       CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k.skinny[8][v]));
       CK(cuFuncGetAttribute(&lsize, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.skinny[8][v]));
       printf("tprun_skinny_m8%s: %d registers, %d bytes local\n", kSuffix[v], regs, lsize);

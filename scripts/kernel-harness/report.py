@@ -60,7 +60,7 @@ def main():
                 misses.append(f"shard 896 M {m}: {us:.2f} µs > 2.5")
             if not ok2:
                 misses.append(f"shard 896 M {m}: speedup {t / us if t else 0:.2f} < 3.5")
-        cfg = f'{r["tile_rows"]}/{r["depth"]}/{"s" if r["stage"] == "1" else "g"}/{r["warps"]}/{r["cluster"]}'
+        cfg = f'{r["tile_rows"]}/{r["depth"]}/{ {"0": "g", "1": "s", "2": "c"}[r["stage"]] }/{r["warps"]}/{r["cluster"]}'
         ts = f"{t:.2f}" if t is not None else "-"
         sp = f"{t / us:.2f}×" if t is not None else "-"
         print(f"| {r['latent']} | {shard} | {m} | {cfg} | {us:.2f} | {fl:.2f} | {ratio:.2f} | "
