@@ -194,22 +194,29 @@ func probeGPU(drv *cuda.Driver, noDrv error, ordinal int) gpuProbe {
 // ErrBackendUnavailable (and mailbox.ErrUnavailable or
 // mailbox.ErrMulticastDisabled, naming the variable).
 func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind, drv *cuda.Driver, noDrv error, ordinal int) (mailbox.Kind, string, error) {
+	got, reason, _, err := resolveMailbox(ctx, ex, kind, drv, noDrv, ordinal)
+	return got, reason, err
+}
+
+// resolveMailbox is ResolveMailbox that also returns every rank's device
+// ordinal (nil unless every rank has a usable GPU).
+func resolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind, drv *cuda.Driver, noDrv error, ordinal int) (mailbox.Kind, string, []int, error) {
 	if kind == mailbox.KindHost {
-		return mailbox.KindHost, "host asked for", nil
+		return mailbox.KindHost, "host asked for", nil, nil
 	}
 	if kind == mailbox.KindMulticast {
 		// The safety rule comes first, so that a refusal names the
 		// variable even where the backend could never run.
 		if err := mailbox.CheckMulticastAllowed(os.Getenv); err != nil {
-			return mailbox.KindHost, "", fmt.Errorf("%w: %w", ErrBackendUnavailable, err)
+			return mailbox.KindHost, "", nil, fmt.Errorf("%w: %w", ErrBackendUnavailable, err)
 		}
 	}
 	all, err := ex.AllGather(ctx, probeGPU(drv, noDrv, ordinal).encode())
 	if err != nil {
-		return mailbox.KindHost, "", fmt.Errorf("tp: rank %d: all-gather of the GPU probes: %w", ex.Rank(), err)
+		return mailbox.KindHost, "", nil, fmt.Errorf("tp: rank %d: all-gather of the GPU probes: %w", ex.Rank(), err)
 	}
 	if len(all) != ex.Size() {
-		return mailbox.KindHost, "", fmt.Errorf("tp: rank %d: GPU probe all-gather returned %d entries for %d ranks", ex.Rank(), len(all), ex.Size())
+		return mailbox.KindHost, "", nil, fmt.Errorf("tp: rank %d: GPU probe all-gather returned %d entries for %d ranks", ex.Rank(), len(all), ex.Size())
 	}
 	probes := make([]gpuProbe, len(all))
 	var whys []string              // distinct reasons, in rank order
@@ -217,7 +224,7 @@ func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 	for r, b := range all {
 		p, err := decodeProbe(b)
 		if err != nil {
-			return mailbox.KindHost, "", fmt.Errorf("tp: rank %d: rank %d's %w", ex.Rank(), r, err)
+			return mailbox.KindHost, "", nil, fmt.Errorf("tp: rank %d: rank %d's %w", ex.Rank(), r, err)
 		}
 		probes[r] = p
 		if !p.usable {
@@ -241,9 +248,11 @@ func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 		noGPU = append(noGPU, who+": "+why)
 	}
 	facts := mailbox.Facts{Getenv: os.Getenv, PeerAccess: true}
+	var devices []int
 	if len(noGPU) == 0 {
 		for r, p := range probes {
 			facts.Devices = append(facts.Devices, p.facts)
+			devices = append(devices, p.facts.Device)
 			for q, o := range probes {
 				if q != r && o.facts.Device != p.facts.Device && p.peers&(1<<o.facts.Device) == 0 {
 					facts.PeerAccess = false
@@ -256,12 +265,12 @@ func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 		if len(noGPU) > 0 {
 			err = fmt.Errorf("%w (%s)", err, strings.Join(noGPU, "; "))
 		}
-		return got, "", fmt.Errorf("%w: %w", ErrBackendUnavailable, err)
+		return got, "", nil, fmt.Errorf("%w: %w", ErrBackendUnavailable, err)
 	}
 	if len(noGPU) > 0 {
 		reason = fmt.Sprintf("%s (%s)", reason, strings.Join(noGPU, "; "))
 	}
-	return got, reason, nil
+	return got, reason, devices, nil
 }
 
 // loadStepKernels loads the embedded kernels into the current context.

@@ -28,6 +28,8 @@ type upConfig struct {
 	device    int          // CUDA device ordinal (WithDevice)
 	deviceSet bool         // WithDevice was given
 	drv       *cuda.Driver // WithCUDADriver; nil: the op opens its own
+	// sharedDevice: another rank uses this rank's device (set by newEngine).
+	sharedDevice bool
 }
 
 // WithBackend picks the mailbox backend (DESIGN.md "The mailbox"). The
@@ -151,7 +153,7 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 			closeDrv = drv.Close
 		}
 	}
-	kind, reason, err := ResolveMailbox(ctx, ex, cfg.backend, drv, noDrv, cfg.device)
+	kind, reason, devices, err := resolveMailbox(ctx, ex, cfg.backend, drv, noDrv, cfg.device)
 	if err == nil && kind == mailbox.KindHost {
 		err = closeDrv()
 		var eng upEngine
@@ -166,6 +168,13 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 	own := closeDrv
 	if cfg.drv != nil {
 		own = nil
+	}
+	// Ranks that share this device (other processes under MPS, or
+	// goroutines of this one) run concurrently with ours on its SMs.
+	for r, d := range devices {
+		if r != ex.Rank() && d == cfg.device {
+			cfg.sharedDevice = true
+		}
 	}
 	eng, err := newCUDAEngine(ctx, ex, s, cfg, drv, own, cfg.device, kind, deps)
 	if err != nil {

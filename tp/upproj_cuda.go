@@ -158,6 +158,12 @@ type cudaEngine struct {
 	local    cuda.DevicePtr
 	deadline time.Duration
 	shape    kernel.Shape // M = capacity
+	// chain: a captured step's skinny kernel may start (PDL) while the
+	// previous step's receive still polls. Off when another rank shares
+	// the device: that early kernel's blocks, parked at
+	// griddepcontrol.wait, could then fill the SMs that the other rank's
+	// skinny kernel needs before our receive can end.
+	chain bool
 
 	status    []byte // host-mapped, statusBytes
 	statusDev cuda.DevicePtr
@@ -187,7 +193,7 @@ var _ upEngine = (*cudaEngine)(nil)
 func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig, drv engineDriver, closeDrv func() error,
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
-		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}}
+		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice}
 	if e.deadline == 0 {
 		e.deadline = mailbox.DefaultDeadline
 	}
@@ -360,16 +366,22 @@ func (e *cudaEngine) release(unbind func()) error {
 
 func (e *cudaEngine) name() string { return e.mb.Name() }
 
-// close aborts a step in flight (its receive is made to finish by filling
-// the local slots), waits for it, and releases everything.
+// close aborts the GPU work in flight (see keepAborting), waits for it,
+// and releases everything.
 func (e *cudaEngine) close() error {
 	e.closing.Store(true)
-	var abortErr error
+	var (
+		wg       sync.WaitGroup
+		abortErr error
+	)
+	stop := make(chan struct{})
 	if e.inflight.Load() {
-		abortErr = e.abort()
+		wg.Go(func() { abortErr = e.keepAborting(stop) })
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	close(stop)
+	wg.Wait()
 	if e.closed {
 		return nil
 	}
@@ -377,24 +389,34 @@ func (e *cudaEngine) close() error {
 	return errors.Join(abortErr, e.release(nil))
 }
 
-// abort fills every slot of the local mailbox with zeros, on a stream of
-// its own: a receive polling it then finds no sentinel and finishes, so
-// that a step waiting for a peer ends now instead of at its deadline. The
-// block it copies is garbage, and the caller marks the engine broken or
-// closed. Only the first call does anything.
-func (e *cudaEngine) abort() error {
-	e.abortOnce.Do(func() {
-		unbind, err := e.drv.BindContext(e.cuctx)
-		if err != nil {
-			e.abortErr = fmt.Errorf("abort: %w", err)
-			return
-		}
-		defer unbind()
+// abortEvery is how often keepAborting refills the local slots.
+const abortEvery = time.Millisecond
+
+// keepAborting fills every slot of the local mailbox with zeros, on a
+// stream of its own, now and then every abortEvery until stop is closed:
+// a receive polling a slot then finds no sentinel and finishes, so that
+// work waiting for a peer ends now instead of at its deadline. A receive
+// re-arms what it copied, so the fill is repeated for the receives of the
+// steps queued after it (a graph replay holds many). The blocks copied are
+// garbage; the caller marks the engine broken or closed.
+func (e *cudaEngine) keepAborting(stop <-chan struct{}) error {
+	unbind, err := e.drv.BindContext(e.cuctx)
+	if err != nil {
+		return fmt.Errorf("abort: %w", err)
+	}
+	defer unbind()
+	tick := time.NewTicker(abortEvery)
+	defer tick.Stop()
+	for {
 		if err := e.drv.MemsetD32Async(e.local, 0, uint64(e.layout.Bytes/4), e.abortS); err != nil {
-			e.abortErr = fmt.Errorf("abort: filling the local slots: %w", err)
+			return fmt.Errorf("abort: filling the local slots: %w", err)
 		}
-	})
-	return e.abortErr
+		select {
+		case <-stop:
+			return nil
+		case <-tick.C:
+		}
+	}
 }
 
 // usable reports why no step may start, or nil. Call with e.mu held.
@@ -450,7 +472,7 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 }
 
 // wait synchronizes the step stream. When ctx ends first it aborts the
-// receive (see abort). Afterwards it reads the receive status: a timeout
+// receive (see keepAborting). Afterwards it reads the receive status: a timeout
 // becomes a *mailbox.TimeoutError for step t (the first step of a batch).
 // Any failure leaves the engine broken. Call with e.mu held.
 func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) error {
@@ -458,6 +480,7 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) erro
 		stop     chan struct{}
 		wg       sync.WaitGroup
 		canceled atomic.Bool
+		abortErr error
 	)
 	if done := ctx.Done(); done != nil {
 		stop = make(chan struct{})
@@ -465,7 +488,7 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) erro
 			select {
 			case <-done:
 				canceled.Store(true)
-				_ = e.abort() // its error surfaces from close
+				abortErr = e.keepAborting(stop)
 			case <-stop:
 			}
 		})
@@ -483,7 +506,7 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) erro
 		return mailbox.ErrClosed
 	case canceled.Load():
 		e.broken = fmt.Errorf("step %d canceled: %w", t, ctx.Err())
-		return fmt.Errorf("step %d: %w", t, ctx.Err())
+		return errors.Join(fmt.Errorf("step %d: %w", t, ctx.Err()), abortErr)
 	}
 	var words [kernel.ReceiveStatusWords]uint32
 	for i := range words {
@@ -757,7 +780,7 @@ func (e *cudaEngine) capture(t0 uint64, shapes []kernel.Shape, steps []DeviceSte
 	var lerr error
 	for i, st := range steps {
 		// The first kernel of a graph has no kernel before it to overlap.
-		if lerr = e.launch(t0+uint64(i), shapes[i], st.In, st.Out, i > 0); lerr != nil {
+		if lerr = e.launch(t0+uint64(i), shapes[i], st.In, st.Out, i > 0 && e.chain); lerr != nil {
 			lerr = fmt.Errorf("step %d of the graph: %w", i, lerr)
 			break
 		}

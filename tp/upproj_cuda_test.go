@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -790,10 +792,13 @@ func TestCUDAEngineFakeAbort(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
 		cancel bool // cancel the step's ctx instead of closing the op
+		graph  bool // a long graph replay instead of a step
 		want   error
 	}{
-		{"close", false, mailbox.ErrClosed},
-		{"cancel", true, context.Canceled},
+		{"close", false, false, mailbox.ErrClosed},
+		{"cancel", true, false, context.Canceled},
+		{"close during a replay", false, true, mailbox.ErrClosed},
+		{"cancel during a replay", true, true, context.Canceled},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			gpu := newFakeGPU()
@@ -810,7 +815,17 @@ func TestCUDAEngineFakeAbort(t *testing.T) {
 				stepCtx, stepCancel := context.WithCancel(ctx)
 				defer stepCancel()
 				done := make(chan error, 1)
-				go func() { done <- up.Step(stepCtx, in, make([]kernel.BF16, hidden)) }()
+				if tc.graph {
+					st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, hidden)), In: DeviceInputs{M: 1,
+						Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
+					g, err := up.Capture(ctx, []DeviceStep{st, st, st, st, st, st})
+					if err != nil {
+						return err
+					}
+					go func() { done <- g.Replay(stepCtx, 1000) }()
+				} else {
+					go func() { done <- up.Step(stepCtx, in, make([]kernel.BF16, hidden)) }()
+				}
 				time.Sleep(50 * time.Millisecond)
 				if tc.cancel {
 					stepCancel()
@@ -841,7 +856,7 @@ func TestCUDAEngineFakeAbort(t *testing.T) {
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
 			}
-			if l := gpu.leaks(); l != "" {
+			if l := leaksBut(gpu, "memory regions"); l != "" {
 				t.Errorf("left alive: %s", l)
 			}
 		})
@@ -943,5 +958,469 @@ func TestResolveMailboxWithoutGPU(t *testing.T) {
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// ---- The real GPU. These tests run where libcuda.so.1 and a device are
+// found (build the binary here with scripts/build-gpu-tests, run it there)
+// and skip elsewhere. Goroutine ranks share one device (TPRUN_TEST_DEVICE,
+// default 0) and one driver, through the in-process hub; the unicast
+// mailbox maps every rank's memory into the one process. Multicast is
+// never created here.
+
+// TestMain keeps one driver open for the whole run where there is one:
+// tests that open and close their own would otherwise unload and reload
+// libcuda between them, which the driver is not known to survive.
+func TestMain(m *testing.M) {
+	if drv, err := cuda.Open(); err == nil {
+		defer drv.Close()
+	}
+	m.Run()
+}
+
+// gpuFixture is the test's driver and device, with the device's primary
+// context retained and bound to the test goroutine's thread.
+type gpuFixture struct {
+	drv     *cuda.Driver
+	ordinal int
+	dev     cuda.Device
+	cctx    cuda.Context
+}
+
+// bind binds the device's context to a rank goroutine's thread, for the
+// test's own copies there (the op binds it itself for its calls).
+func (f gpuFixture) bind() (unbind func(), err error) { return f.drv.BindContext(f.cctx) }
+
+func openTestGPU(t *testing.T) gpuFixture {
+	t.Helper()
+	drv, err := OpenGPU()
+	switch {
+	case errors.Is(err, cuda.ErrNoDriver):
+		t.Skipf("no CUDA driver (libcuda.so.1 not loadable): %v", err)
+	case cuda.IsNoDevice(err) || errors.Is(err, ErrNoGPU):
+		t.Skipf("CUDA driver present but no device: %v", err)
+	case err != nil:
+		t.Fatalf("OpenGPU: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := drv.Close(); err != nil {
+			t.Errorf("closing the driver: %v", err)
+		}
+	})
+	ordinal := 0
+	if s := os.Getenv("TPRUN_TEST_DEVICE"); s != "" {
+		if ordinal, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("TPRUN_TEST_DEVICE=%q: %v", s, err)
+		}
+	}
+	dev, err := drv.DeviceGet(ordinal)
+	if err != nil {
+		t.Skipf("device %d: %v", ordinal, err)
+	}
+	cctx, err := drv.DevicePrimaryCtxRetain(dev)
+	if err != nil {
+		t.Fatalf("retaining device %d's primary context: %v", ordinal, err)
+	}
+	unbind, err := drv.BindContext(cctx)
+	if err != nil {
+		t.Fatalf("binding device %d's primary context: %v", ordinal, err)
+	}
+	t.Cleanup(func() {
+		unbind()
+		if err := drv.DevicePrimaryCtxRelease(dev); err != nil {
+			t.Errorf("releasing the primary context: %v", err)
+		}
+	})
+	// The safety rule, for every test here: never a multicast object.
+	t.Setenv("TPRUN_MULTICAST", "0")
+	return gpuFixture{drv: drv, ordinal: ordinal, dev: dev, cctx: cctx}
+}
+
+// newGPUUp is NewUpProjection on the fixture's device with the unicast
+// mailbox.
+func (f gpuFixture) newUp(ctx context.Context, ex mailbox.Exchanger, hidden, latent, maxM int, deadline time.Duration) (*UpProjection, error) {
+	return NewUpProjection(ctx, ex, hidden, latent, maxM, WithBackend(mailbox.KindUnicast), WithDevice(f.ordinal),
+		WithCUDADriver(f.drv), WithDeadline(deadline))
+}
+
+// devAlloc allocates device memory holding v (nil: n poisoned elements),
+// freed at the end of the test. The caller's thread has the context.
+func (f gpuFixture) devAlloc(t *testing.T, v []kernel.BF16, n int) cuda.DevicePtr {
+	t.Helper()
+	if v == nil {
+		v = make([]kernel.BF16, n)
+		for i := range v {
+			v[i] = poison
+		}
+	}
+	p, err := f.drv.MemAlloc(uint64(2 * len(v)))
+	if err != nil {
+		t.Fatalf("MemAlloc(%d): %v", 2*len(v), err)
+	}
+	t.Cleanup(func() {
+		if err := f.drv.MemFree(p); err != nil {
+			t.Errorf("MemFree: %v", err)
+		}
+	})
+	if err := f.drv.MemcpyHtoD(p, cuda.AsBytes(v)); err != nil {
+		t.Fatalf("MemcpyHtoD: %v", err)
+	}
+	if err := f.drv.StreamSynchronize(0); err != nil {
+		t.Fatalf("StreamSynchronize(legacy): %v", err)
+	}
+	return p
+}
+
+func (f gpuFixture) download(p cuda.DevicePtr, n int) ([]kernel.BF16, error) {
+	v := make([]kernel.BF16, n)
+	err := f.drv.MemcpyDtoH(cuda.AsBytes(v), p)
+	return v, err
+}
+
+func TestGPUUpProjectionMatchesReference(t *testing.T) {
+	f := openTestGPU(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d, device %d", seed, f.ordinal)
+	tests := []struct {
+		desc               string
+		tp, hidden, latent int
+		maxM               int
+		ms                 []int
+		device             bool // StepDevice on device operands instead of Step
+	}{
+		{desc: "reference shape, two ranks, every M, host operands", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{1, 2, 3, 4, 5, 6, 7, 8, 8, 1}},
+		{desc: "reference shape, two ranks, device operands", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{8, 4, 1, 2, 7}, device: true},
+		{desc: "one rank, latent not a multiple of the K tile", tp: 1, hidden: 1024, latent: 3600, maxM: 4, ms: []int{1, 4, 3, 2}},
+		{desc: "three ranks, small", tp: 3, hidden: 144, latent: 64, maxM: 4, ms: []int{4, 2, 4, 1, 3, 4}, device: true},
+		{desc: "four ranks, shard 896, latent 512", tp: 4, hidden: 3584, latent: 512, maxM: 8, ms: []int{1, 8, 2, 5}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			steps := newUpSteps(t, seed+uint64(i), tc.hidden, tc.latent, tc.ms)
+			shard := tc.hidden / tc.tp
+			// Device operands are made here, on the test's thread.
+			type devStep struct {
+				in  []DeviceInputs // per rank
+				out []cuda.DevicePtr
+			}
+			dev := make([]devStep, len(steps))
+			if tc.device {
+				for i, d := range steps {
+					lat, sh := f.devAlloc(t, d.latent, 0), f.devAlloc(t, d.shared, 0)
+					for r := range tc.tp {
+						dev[i].in = append(dev[i].in, DeviceInputs{M: d.m, Latent: lat,
+							Weight: f.devAlloc(t, d.weight[r*shard*tc.latent:(r+1)*shard*tc.latent], 0),
+							Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: tc.hidden})
+						dev[i].out = append(dev[i].out, f.devAlloc(t, nil, tc.maxM*tc.hidden))
+					}
+				}
+			}
+			got := make([][][]kernel.BF16, tc.tp)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) (err error) {
+				unbind, err := f.bind()
+				if err != nil {
+					return err
+				}
+				defer unbind()
+				up, err := f.newUp(ctx, ex, tc.hidden, tc.latent, tc.maxM, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, up.Close()) }()
+				if up.Backend() != "unicast" || up.Device() != f.ordinal {
+					return fmt.Errorf("backend %q on device %d (%s)", up.Backend(), up.Device(), up.BackendReason())
+				}
+				for i, d := range steps {
+					var out []kernel.BF16
+					if tc.device {
+						if err := up.StepDevice(ctx, dev[i].in[r], dev[i].out[r]); err != nil {
+							return err
+						}
+						if out, err = f.download(dev[i].out[r], tc.maxM*tc.hidden); err != nil {
+							return err
+						}
+					} else {
+						out = make([]kernel.BF16, tc.maxM*tc.hidden+5)
+						for j := range out {
+							out[j] = poison
+						}
+						w := d.weight[r*shard*tc.latent : (r+1)*shard*tc.latent]
+						in := UpInputs{M: d.m, Latent: d.latent, Weight: w, Shared: d.shared[r*shard:], SharedStride: tc.hidden}
+						if err := up.Step(ctx, in, out); err != nil {
+							return err
+						}
+					}
+					for j, v := range out[d.m*tc.hidden:] {
+						if v != poison {
+							return fmt.Errorf("step %d: out[%d] beyond the block was overwritten", i, d.m*tc.hidden+j)
+						}
+					}
+					for j, v := range out[:d.m*tc.hidden] {
+						if v == kernel.NegZero {
+							return fmt.Errorf("step %d: out[%d] is -0", i, j)
+						}
+					}
+					got[r] = append(got[r], out[:d.m*tc.hidden])
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			checkBlocks(t, steps, got, tc.hidden)
+		})
+	}
+}
+
+// TestGPUUpProjectionGraph captures two rounds of slots with fresh inputs
+// per step, replays the graph several times and checks the last replay.
+func TestGPUUpProjectionGraph(t *testing.T) {
+	const tp, hidden, latent, maxM = 2, 7168, 3584, 8
+	f := openTestGPU(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	ms := []int{1, 8, 4, 2, 3, 8}
+	steps := newUpSteps(t, seed, hidden, latent, ms)
+	shard := hidden / tp
+	ds := make([][]DeviceStep, tp)
+	for _, d := range steps {
+		lat, sh := f.devAlloc(t, d.latent, 0), f.devAlloc(t, d.shared, 0)
+		for r := range tp {
+			ds[r] = append(ds[r], DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: lat,
+				Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
+				Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: hidden}})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	got := make([][][]kernel.BF16, tp)
+	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
+		unbind, err := f.bind()
+		if err != nil {
+			return err
+		}
+		defer unbind()
+		up, err := f.newUp(ctx, ex, hidden, latent, maxM, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		// A plain step first, then a round of steps so that the graph is
+		// captured at slot phase 0 again.
+		for range 3 {
+			if err := up.StepDevice(ctx, ds[r][0].In, ds[r][0].Out); err != nil {
+				return err
+			}
+		}
+		g, err := up.Capture(ctx, ds[r])
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, g.Close()) }()
+		if err := g.Replay(ctx, 4); err != nil {
+			return err
+		}
+		times, err := g.TimeReplays(ctx, 40)
+		if err != nil {
+			return err
+		}
+		slices.Sort(times)
+		if len(times) != 40 || times[0] <= 0 {
+			return fmt.Errorf("TimeReplays(40) gave %v", times)
+		}
+		if r == 0 {
+			t.Logf("median replay %v = %v per step (shared device, two ranks)", times[20], times[20]/time.Duration(len(ms)))
+		}
+		if want := uint64(3 + 44*len(ms)); up.Steps() != want {
+			return fmt.Errorf("Steps() = %d, want %d", up.Steps(), want)
+		}
+		// Poison, replay once more, check.
+		for _, st := range ds[r] {
+			if err := f.drv.MemsetD32(st.Out, 0x7FC17FC1, uint64(maxM*hidden/2)); err != nil {
+				return err
+			}
+		}
+		if err := f.drv.StreamSynchronize(0); err != nil {
+			return err
+		}
+		if err := g.Replay(ctx, 1); err != nil {
+			return err
+		}
+		for i, st := range ds[r] {
+			out, err := f.download(st.Out, ms[i]*hidden)
+			if err != nil {
+				return err
+			}
+			got[r] = append(got[r], out)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	checkBlocks(t, steps, got, hidden)
+}
+
+// TestGPUUpProjectionDeadPeer: a rank that stops stepping makes the
+// others' receive kernels give up at the deadline, naming it.
+func TestGPUUpProjectionDeadPeer(t *testing.T) {
+	const tp, hidden, latent, dead = 3, 384, 256, 1
+	const deadline = 300 * time.Millisecond
+	f := openTestGPU(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	steps := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{2})
+	d := steps[0]
+	shard := hidden / tp
+	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := f.newUp(ctx, ex, hidden, latent, 2, deadline)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		in := UpInputs{M: 2, Latent: d.latent, Weight: d.weight[r*shard*latent : (r+1)*shard*latent], Shared: d.shared[r*shard:], SharedStride: hidden}
+		out := make([]kernel.BF16, 2*hidden)
+		if err := up.Step(ctx, in, out); err != nil {
+			return err
+		}
+		if r == dead {
+			return nil
+		}
+		start := time.Now()
+		err = up.Step(ctx, in, out)
+		waited := time.Since(start)
+		var te *mailbox.TimeoutError
+		switch {
+		case !errors.As(err, &te) || !errors.Is(err, mailbox.ErrTimeout):
+			return fmt.Errorf("rank %d: step 1 gave %v, want a *mailbox.TimeoutError", r, err)
+		case !slices.Equal(te.Missing, []int{dead}) || te.Step != 1:
+			return fmt.Errorf("rank %d: %v names ranks %v at step %d, want [%d] at step 1", r, err, te.Missing, te.Step, dead)
+		case waited < deadline || waited > deadline+5*time.Second:
+			return fmt.Errorf("rank %d: gave up after %v with a deadline of %v", r, waited, deadline)
+		}
+		if err := up.Step(ctx, in, out); !errors.Is(err, mailbox.ErrBroken) {
+			return fmt.Errorf("rank %d: step after the timeout gave %v, want mailbox.ErrBroken", r, err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGPUUpProjectionCloseDuringWait: Close ends a step whose receive
+// waits for a rank that never steps, long before the deadline.
+func TestGPUUpProjectionCloseDuringWait(t *testing.T) {
+	const hidden, latent = 256, 64
+	f := openTestGPU(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{1})[0]
+	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
+		up, err := f.newUp(ctx, ex, hidden, latent, 1, time.Minute)
+		if err != nil {
+			return err
+		}
+		if r == 1 {
+			return up.Close()
+		}
+		in := UpInputs{M: 1, Latent: d.latent, Weight: d.weight[:hidden/2*latent], Shared: d.shared, SharedStride: hidden}
+		done := make(chan error, 1)
+		go func() { done <- up.Step(ctx, in, make([]kernel.BF16, hidden)) }()
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		if err := up.Close(); err != nil {
+			return err
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, mailbox.ErrClosed) {
+				return fmt.Errorf("step during Close gave %v, want mailbox.ErrClosed", err)
+			}
+		case <-time.After(20 * time.Second):
+			return errors.New("step still waiting 20s after Close")
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			return fmt.Errorf("Close took %v with a step waiting", took)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGPUUpProjectionCycles creates and closes a two-rank op (driver
+// shared, everything else made and released each time: streams, module,
+// status page, the unicast mailbox with its exported and imported
+// allocations) up to 1,000 times within a time budget, and checks that
+// neither device memory in use nor open descriptors grew.
+func TestGPUUpProjectionCycles(t *testing.T) {
+	const hidden, latent, maxCycles, minCycles = 7168, 3584, 1000, 200
+	budget := 150 * time.Second
+	if testing.Short() {
+		budget = 20 * time.Second
+	}
+	f := openTestGPU(t)
+	d := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{2})[0]
+	cycle := func(i int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) (err error) {
+			up, err := f.newUp(ctx, ex, hidden, latent, 8, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, up.Close()) }()
+			if i%50 != 0 {
+				return nil
+			}
+			// Now and then a step, so that the staging buffers come and go too.
+			shard := hidden / 2
+			in := UpInputs{M: 2, Latent: d.latent, Weight: d.weight[r*shard*latent : (r+1)*shard*latent], Shared: d.shared[r*shard:], SharedStride: hidden}
+			return up.Step(ctx, in, make([]kernel.BF16, 2*hidden))
+		})
+		return errors.Join(errs...)
+	}
+	usage := func() (used uint64, fds int) {
+		free, total, err := f.drv.MemGetInfo()
+		if err != nil {
+			t.Fatalf("MemGetInfo: %v", err)
+		}
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatalf("counting descriptors: %v", err)
+		}
+		return total - free, len(ents)
+	}
+	for i := range 3 { // warm-up: the first cycles grow the driver's own pools
+		if err := cycle(i + 1); err != nil {
+			t.Fatalf("warm-up cycle %d: %v", i, err)
+		}
+	}
+	used0, fds0 := usage()
+	start := time.Now()
+	n := 0
+	for ; n < maxCycles && time.Since(start) < budget; n++ {
+		if err := cycle(n); err != nil {
+			t.Fatalf("cycle %d: %v", n, err)
+		}
+	}
+	used1, fds1 := usage()
+	t.Logf("%d create/close cycles in %v (%v each); device memory in use %d -> %d MiB; descriptors %d -> %d",
+		n, time.Since(start).Round(time.Millisecond), (time.Since(start) / time.Duration(n)).Round(time.Microsecond),
+		used0>>20, used1>>20, fds0, fds1)
+	if n < minCycles {
+		t.Errorf("only %d cycles within %v, want at least %d", n, budget, minCycles)
+	}
+	// Other tests' work can move the numbers a little; a leak of one
+	// mailbox (2 MiB granularity per rank) per cycle cannot hide in this.
+	if used1 > used0+64<<20 {
+		t.Errorf("device memory in use grew by %d MiB over %d cycles", (used1-used0)>>20, n)
+	}
+	if fds1 > fds0+4 {
+		t.Errorf("open descriptors grew from %d to %d over %d cycles", fds0, fds1, n)
 	}
 }

@@ -82,7 +82,8 @@ func TestUpProjectionMatchesReference(t *testing.T) {
 					return err
 				}
 				defer func() { err = errors.Join(err, up.Close()) }()
-				if up.Backend() != "host" || up.Rank() != r || up.Shape().M != tc.maxM {
+				// Auto is the host backend without a GPU, the CUDA engine with one.
+				if (tc.backend == mailbox.KindHost && up.Backend() != "host") || up.Rank() != r || up.Shape().M != tc.maxM {
 					return fmt.Errorf("backend %q rank %d shape %v", up.Backend(), up.Rank(), up.Shape())
 				}
 				// Each rank gets its own copy of its operands, as a
@@ -299,18 +300,29 @@ func TestUpProjectionBackendsAndOptions(t *testing.T) {
 		opts []UpOption
 		want error // nil: works
 		text string
+		// worksOnGPU: where a GPU is usable the case works instead.
+		worksOnGPU bool
 	}{
 		{desc: "auto is host", opts: []UpOption{WithBackend(mailbox.KindAuto)}},
 		{desc: "host", opts: []UpOption{WithBackend(mailbox.KindHost), WithSlots(2), WithDeadline(time.Second)}},
-		{desc: "unicast not yet", opts: []UpOption{WithBackend(mailbox.KindUnicast)}, want: ErrBackendUnavailable, text: "unicast"},
-		{desc: "multicast not yet", opts: []UpOption{WithBackend(mailbox.KindMulticast)}, want: ErrBackendUnavailable, text: "multicast"},
+		{desc: "unicast needs a GPU", opts: []UpOption{WithBackend(mailbox.KindUnicast)}, want: ErrBackendUnavailable, text: "unicast", worksOnGPU: true},
+		{desc: "multicast needs two devices", opts: []UpOption{WithBackend(mailbox.KindMulticast)}, want: ErrBackendUnavailable, text: "multicast"},
 		{desc: "multicast forbidden names the variable", env: "NCCL_NVLS_ENABLE=0", opts: []UpOption{WithBackend(mailbox.KindMulticast)},
 			want: mailbox.ErrMulticastDisabled, text: "NCCL_NVLS_ENABLE"},
 		{desc: "one slot", opts: []UpOption{WithSlots(1)}, want: mailbox.ErrConfig, text: "1"},
 		{desc: "negative slots", opts: []UpOption{WithSlots(-2)}, want: mailbox.ErrConfig, text: "slots -2"},
 		{desc: "negative deadline", opts: []UpOption{WithDeadline(-time.Second)}, want: mailbox.ErrConfig, text: "deadline -1s"},
 	}
+	drv, noGPU := OpenGPU()
+	if noGPU == nil {
+		if err := drv.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range tests {
+		if tc.worksOnGPU && noGPU == nil {
+			tc.want = nil
+		}
 		t.Run(tc.desc, func(t *testing.T) {
 			if k, v, ok := strings.Cut(tc.env, "="); ok {
 				t.Setenv(k, v)
