@@ -1359,7 +1359,7 @@ func TestGPUUpProjectionCloseDuringWait(t *testing.T) {
 // neither device memory in use nor open descriptors grew.
 func TestGPUUpProjectionCycles(t *testing.T) {
 	const hidden, latent, maxCycles, minCycles = 7168, 3584, 1000, 200
-	budget := 150 * time.Second
+	budget := 90 * time.Second
 	if testing.Short() {
 		budget = 20 * time.Second
 	}
