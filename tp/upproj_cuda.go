@@ -178,14 +178,13 @@ type cudaEngine struct {
 	broken                              error // set by a failed wait; later steps fail
 	graphs                              map[*StepGraph]struct{}
 	closing, inflight                   atomic.Bool
-	abortOnce                           sync.Once
-	abortErr                            error
 }
 
 var _ upEngine = (*cudaEngine)(nil)
 
 // newCUDAEngine sets the engine up on device ordinal with the mailbox kind
-// (unicast or multicast). own says whether the engine closes drv. Local
+// (unicast or multicast). closeDrv, when not nil, closes drv: the engine
+// owns the driver and calls it when it is released. Local
 // setup comes first and every rank learns whether every other rank's
 // succeeded before the mailbox collective starts, so that one rank's
 // failure is an error on all of them rather than a hang. On error
