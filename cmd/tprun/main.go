@@ -41,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runTopo(context.Background(), args[1:], stdout, stderr)
 		case rankCommand:
 			return runRank(args[1:], stdout, stderr)
+		case benchCommand:
+			return runBench(args[1:], stdout, stderr)
 		}
 	}
 	return launch(args, stdout, stderr)

@@ -16,23 +16,44 @@ import (
 // job: `tprun __rank [job flags]`.
 const rankCommand = "__rank"
 
+// benchCommand is the hidden subcommand for the fused-step benchmark on
+// GPUs: `tprun --tp N -- tprun __bench [job and bench flags]`
+// (scripts/bench-step runs it).
+const benchCommand = "__bench"
+
 func runRank(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tprun "+rankCommand, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	cfg := job.RegisterFlags(fs)
+	return runWorker(rankCommand, fs, args, stderr, func(ctx context.Context) error {
+		return job.Main(ctx, cfg, stdout)
+	})
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tprun "+benchCommand, flag.ContinueOnError)
+	bc := job.RegisterBenchFlags(fs)
+	return runWorker(benchCommand, fs, args, stderr, func(ctx context.Context) error {
+		return job.BenchMain(ctx, bc, stdout)
+	})
+}
+
+// runWorker parses a rank worker's flags and runs it until it ends or the
+// launcher signals it.
+func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, main func(context.Context) error) int {
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "tprun %s: %v\n", rankCommand, err)
+		fmt.Fprintf(stderr, "tprun %s: %v\n", name, err)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tprun %s: unexpected argument %q\n", rankCommand, fs.Arg(0))
+		fmt.Fprintf(stderr, "tprun %s: unexpected argument %q\n", name, fs.Arg(0))
 		return exitUsage
 	}
 	// SIGTERM from the launcher cancels the job's ctx so it can leave the
 	// hub and its shared memory cleanly within the grace period.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := job.Main(ctx, cfg, stdout); err != nil {
+	if err := main(ctx); err != nil {
 		// The launcher prefixes the line with the rank; the error names
 		// the job's operation itself.
 		fmt.Fprintln(stderr, err)
