@@ -24,6 +24,12 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	// On a GPU machine there is no Go toolchain: scripts/gpu-test names the
+	// prebuilt binary instead.
+	if bin := os.Getenv("TPRUN_BIN"); bin != "" {
+		tprunBin = bin
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "tprun-job-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
