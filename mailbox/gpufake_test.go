@@ -69,6 +69,11 @@ func (c gpuCase) run(t testing.TB, rng *rand.Rand, prep func(drvs []*fakeDrv)) g
 		}
 		var err error
 		if c.multicast {
+			// The fake driver stands in for an NVSwitch node: the
+			// machine's own safety variables (set on the GPU machines
+			// that run this binary too) must not decide these tests; a
+			// case that wants them passes its own WithGetenv after this.
+			opts = append([]GPUOption{WithGetenv(noSafetyEnv)}, opts...)
 			var m *Multicast
 			if m, err = NewMulticast(ctx, ex, d, d.dev, cfg, opts...); m != nil {
 				run.backends[r] = m
@@ -653,7 +658,7 @@ func TestNoLeakAfter1000Cycles(t *testing.T) {
 					var err error
 					if c.c.multicast {
 						var m *Multicast
-						if m, err = NewMulticast(ctx, ex, drvs[r], drvs[r].dev, c.c.mbox); err == nil {
+						if m, err = NewMulticast(ctx, ex, drvs[r], drvs[r].dev, c.c.mbox, WithGetenv(noSafetyEnv)); err == nil {
 							b = m
 						}
 					} else {
@@ -738,3 +743,7 @@ func FuzzDecodeGPUMsg(f *testing.F) {
 		}
 	})
 }
+
+// noSafetyEnv is an environment without any multicast safety variable, for
+// fake-driver tests that must behave the same on a GPU machine that sets them.
+func noSafetyEnv(string) string { return "" }

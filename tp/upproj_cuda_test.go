@@ -1053,11 +1053,25 @@ func (f gpuFixture) devAlloc(t *testing.T, v []kernel.BF16, n int) cuda.DevicePt
 			v[i] = poison
 		}
 	}
+	// The calling goroutine may run on any OS thread: make the context
+	// current on this one for the allocation and the copy (and again in
+	// the cleanup, which runs on another goroutine).
+	unbind, err := f.bind()
+	if err != nil {
+		t.Fatalf("binding the context: %v", err)
+	}
+	defer unbind()
 	p, err := f.drv.MemAlloc(uint64(2 * len(v)))
 	if err != nil {
 		t.Fatalf("MemAlloc(%d): %v", 2*len(v), err)
 	}
 	t.Cleanup(func() {
+		unbind, err := f.bind()
+		if err != nil {
+			t.Errorf("binding the context: %v", err)
+			return
+		}
+		defer unbind()
 		if err := f.drv.MemFree(p); err != nil {
 			t.Errorf("MemFree: %v", err)
 		}
