@@ -191,16 +191,15 @@ func unwrapExecErr(err error) error {
 
 func checkDevices(devs []string, worldSize int) error {
 	list := strings.Join(devs, ",")
-	seen := make(map[int]bool, len(devs))
+	// A GPU may be listed more than once: several ranks then share it
+	// (their processes time-slice the GPU), which is how a one-GPU machine
+	// runs --tp 4. Whether the GPU's compute mode allows that is the
+	// topology check's business.
 	for _, d := range devs {
 		n, err := strconv.Atoi(strings.TrimSpace(d))
 		if err != nil || n < 0 {
 			return &ConfigError{Field: "--devices", Value: list, Rule: fmt.Sprintf("entry %q is not a non-negative GPU index", d)}
 		}
-		if seen[n] {
-			return &ConfigError{Field: "--devices", Value: list, Rule: fmt.Sprintf("GPU %d is listed twice", n)}
-		}
-		seen[n] = true
 	}
 	if worldSize > len(devs) {
 		return &ConfigError{Field: "--tp", Value: strconv.Itoa(worldSize),

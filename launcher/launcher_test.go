@@ -129,6 +129,7 @@ func TestRunEnvironment(t *testing.T) {
 		{desc: "one rank", n: 1, wantDev: "<unset>"},
 		{desc: "two ranks with --devices longer than --tp", n: 2, devices: []string{"3", "5", "7"}, wantDev: "3,5"},
 		{desc: "eight ranks", n: 8, wantDev: "<unset>"},
+		{desc: "four ranks sharing one GPU", n: 4, devices: []string{"0", "0", "0", "0"}, wantDev: "0,0,0,0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -473,7 +474,6 @@ func TestRunBadConfig(t *testing.T) {
 		{desc: "--tp above the number of devices", cfg: Config{WorldSize: 3, Devices: []string{"0", "1"}}, field: "--tp"},
 		{desc: "device not an index", cfg: Config{WorldSize: 2, Devices: []string{"0", "gpu1"}}, field: "--devices"},
 		{desc: "negative device", cfg: Config{WorldSize: 1, Devices: []string{"-1"}}, field: "--devices"},
-		{desc: "device twice", cfg: Config{WorldSize: 2, Devices: []string{"1", "1"}}, field: "--devices"},
 		{desc: "no command", cfg: Config{WorldSize: 1, Command: []string{}}, field: "command"},
 		{desc: "command not in PATH", cfg: Config{WorldSize: 1, Command: []string{"tprun-no-such-program"}}, field: "command"},
 		{desc: "command path missing", cfg: Config{WorldSize: 1, Command: []string{"/nonexistent/prog"}}, field: "command"},
