@@ -3,7 +3,6 @@ module github.com/tprun/tprun
 go 1.26.8
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
-	golang.org/x/sync v0.25.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	github.com/NVIDIA/go-nvml v0.13.4-1
+	golang.org/x/sys v0.50.0
 )
