@@ -9,6 +9,16 @@
 // from the job id found in the environment, and the others connect to it.
 // That hub is node-local, so such a job must run on one node.
 //
+// The fused op is UpProjection (upproj.go): Step takes the rank's operands
+// and returns the whole [M, hidden] block. It runs on one of two engines:
+// the host engine (the CPU kernel and the shared-memory mailbox) or, where
+// a GPU is usable, the CUDA engine (upproj_cuda.go, cuda.go): the skinny
+// kernel stores the rank's slice into every rank's unicast VMM mailbox and
+// the Lamport receive kernel, chained with programmatic dependent launch,
+// collects the block. StepDevice takes operands already on the device, and
+// Capture records a sequence of steps into a CUDA graph that every rank
+// replays in lockstep.
+//
 // What this package must not do: import the launcher, start or signal
 // processes, exit the process, or read the real environment when a test
 // passes WithEnv. It never hides which variable was missing or wrong.
