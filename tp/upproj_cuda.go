@@ -46,7 +46,6 @@ type engineDriver interface {
 	MemHostGetDevicePointer(b []byte) (cuda.DevicePtr, error)
 	MemcpyHtoD(dst cuda.DevicePtr, src []byte) error
 	MemcpyDtoH(dst []byte, src cuda.DevicePtr) error
-	MemsetD32Async(ptr cuda.DevicePtr, v uint32, n uint64, s cuda.Stream) error
 	EventCreate(flags cuda.EventFlags) (cuda.Event, error)
 	EventDestroy(e cuda.Event) error
 	EventRecord(e cuda.Event, s cuda.Stream) error
@@ -149,8 +148,7 @@ type cudaEngine struct {
 	dev      cuda.Device
 	cuctx    cuda.Context
 	retained bool
-	stream   cuda.Stream // the steps
-	abortS   cuda.Stream // Close's and cancellation's slot fill
+	stream   cuda.Stream // the steps; non-blocking, which the abort needs
 	kern     stepKernels
 	mb       gpuMailbox
 	layout   mailbox.Layout
@@ -167,6 +165,11 @@ type cudaEngine struct {
 
 	status    []byte // host-mapped, statusBytes
 	statusDev cuda.DevicePtr
+	// fill is page-locked host memory without a sentinel word (zeros),
+	// capacity*hidden*2 bytes: what keepAborting copies over the start of
+	// every local slot. Made at setup: a page-locked allocation during an
+	// abort could itself be ordered behind the receive it must end.
+	fill []byte
 
 	// Staging for hostStep, allocated on first use: latent, weight,
 	// shared (packed) and out, each 256-byte aligned in one allocation.
@@ -217,11 +220,10 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		if unbind, err = drv.BindContext(e.cuctx); err != nil {
 			return err
 		}
+		// Non-blocking: the abort's copies run on the legacy stream, which
+		// must not wait for the step stream's receive.
 		if e.stream, err = drv.StreamCreate(cuda.StreamNonBlocking); err != nil {
 			return fmt.Errorf("step stream: %w", err)
-		}
-		if e.abortS, err = drv.StreamCreate(cuda.StreamNonBlocking); err != nil {
-			return fmt.Errorf("abort stream: %w", err)
 		}
 		if e.kern, err = deps.loadKernels(drv); err != nil {
 			return fmt.Errorf("loading the kernels: %w", err)
@@ -232,6 +234,10 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		if e.statusDev, err = drv.MemHostGetDevicePointer(e.status); err != nil {
 			return fmt.Errorf("receive status buffer: %w", err)
 		}
+		if e.fill, err = drv.MemHostAlloc(s.M*s.Hidden*2, cuda.HostAllocPortable); err != nil {
+			return fmt.Errorf("abort fill buffer (%d bytes): %w", s.M*s.Hidden*2, err)
+		}
+		clear(e.fill)
 		return nil
 	}
 	if err := agree(ctx, ex, "CUDA engine setup", local()); err != nil {
@@ -316,9 +322,6 @@ func (e *cudaEngine) release(unbind func()) error {
 		// Nothing may be running when memory goes away.
 		note("synchronizing the step stream", e.drv.StreamSynchronize(e.stream))
 	}
-	if e.abortS != 0 {
-		note("synchronizing the abort stream", e.drv.StreamSynchronize(e.abortS))
-	}
 	for g := range e.graphs {
 		note("destroying a step graph", g.destroy())
 	}
@@ -334,13 +337,13 @@ func (e *cudaEngine) release(unbind func()) error {
 		note("freeing the status buffer", e.drv.MemFreeHost(e.status))
 		e.status = nil
 	}
+	if e.fill != nil {
+		note("freeing the abort fill buffer", e.drv.MemFreeHost(e.fill))
+		e.fill = nil
+	}
 	if e.kern != nil {
 		note("unloading the kernels", e.kern.unload())
 		e.kern = nil
-	}
-	if e.abortS != 0 {
-		note("destroying the abort stream", e.drv.StreamDestroy(e.abortS))
-		e.abortS = 0
 	}
 	if e.stream != 0 {
 		note("destroying the step stream", e.drv.StreamDestroy(e.stream))
@@ -388,16 +391,38 @@ func (e *cudaEngine) close() error {
 	return errors.Join(abortErr, e.release(nil))
 }
 
-// abortEvery is how often keepAborting refills the local slots.
-const abortEvery = time.Millisecond
+// abortEvery is the pause between two fills of keepAborting.
+const abortEvery = 200 * time.Microsecond
 
-// keepAborting fills every slot of the local mailbox with zeros, on a
-// stream of its own, now and then every abortEvery until stop is closed:
-// a receive polling a slot then finds no sentinel and finishes, so that
-// work waiting for a peer ends now instead of at its deadline. A receive
-// re-arms what it copied, so the fill is repeated for the receives of the
-// steps queued after it (a graph replay holds many). The blocks copied are
-// garbage; the caller marks the engine broken or closed.
+// keepAborting overwrites the start of every slot of the local mailbox
+// with e.fill (no sentinel word), now and then again every abortEvery
+// until stop is closed: a receive polling a slot then finds every word
+// there and finishes, so that work waiting for a peer ends now instead of
+// at its deadline. A receive re-arms what it copied, so the fill is
+// repeated for the receives of the steps queued after it (a graph replay
+// holds up to replayChunk of them). The blocks copied out are garbage;
+// the caller marks the engine broken or closed.
+//
+// The fill must overtake a kernel that spins until it lands, and CUDA
+// orders work behind a running kernel more readily than one would guess:
+// a memset is one of the operations after which the driver may hold back
+// every later command of the context until the earlier ones finish (the
+// Programming Guide's "Implicit Synchronization"), which a memset fill on
+// a stream of its own leaves to chance. So the fill is a synchronous copy
+// from page-locked memory: it runs on the legacy stream, which the
+// non-blocking step stream neither waits for nor holds back, on a copy
+// engine, so it needs no SM the receive or a parked kernel occupies; and
+// as it returns once landed, no more than one fill is ever queued.
+//
+// What it cannot overtake: a call that synchronizes the context
+// (cuMemFree, cuMemFreeHost, cuMemUnmap, cuModuleUnload, a memset, ...)
+// issued by another thread of this process, in the same context, after
+// the receive started. That call waits for the receive, and the driver may
+// hold the later work and calls of the context behind it, this copy
+// included (another UpProjection on the same device closing in the
+// meantime is one such thread). The receive then ends at its deadline.
+// Only a receive that also polls a host-mapped word, which the host stores
+// to without the driver, would end at once whatever the driver does.
 func (e *cudaEngine) keepAborting(stop <-chan struct{}) error {
 	unbind, err := e.drv.BindContext(e.cuctx)
 	if err != nil {
@@ -407,8 +432,11 @@ func (e *cudaEngine) keepAborting(stop <-chan struct{}) error {
 	tick := time.NewTicker(abortEvery)
 	defer tick.Stop()
 	for {
-		if err := e.drv.MemsetD32Async(e.local, 0, uint64(e.layout.Bytes/4), e.abortS); err != nil {
-			return fmt.Errorf("abort: filling the local slots: %w", err)
+		for slot := range e.layout.Slots {
+			dst := e.local + cuda.DevicePtr(e.layout.SlotOffset(uint64(slot)))
+			if err := e.drv.MemcpyHtoD(dst, e.fill); err != nil {
+				return fmt.Errorf("abort: filling local slot %d: %w", slot, err)
+			}
 		}
 		select {
 		case <-stop:
@@ -676,7 +704,11 @@ func (u *UpProjection) Device() int {
 // host backend refuses it with ErrBackendUnavailable.
 //
 // Cancelling ctx while the step waits for peers ends the wait at once and
-// leaves the op broken (later steps fail with mailbox.ErrBroken).
+// leaves the op broken (later steps fail with mailbox.ErrBroken); so does
+// Close, with mailbox.ErrClosed. "At once" has one exception: a call of
+// another thread of this process that synchronizes the same CUDA context
+// (freeing memory, unloading a module) while the step waits holds the
+// abort back until the step's deadline (see keepAborting).
 func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out DevicePtr) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
