@@ -1580,18 +1580,33 @@ func TestGPUUpProjectionDeadPeer(t *testing.T) {
 	steps := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{2})
 	d := steps[0]
 	shard := hidden / tp
+	// The dead rank stays open until the live ones are done: the goroutine
+	// ranks share one CUDA context, and its Close (memory frees, module
+	// unload) would wait for the live ranks' spinning receives and hold
+	// back a live rank's own step behind them, so that rank would miss the
+	// deadline too (see TestGPUUpProjectionCloseDuringWait). Separate rank
+	// processes have separate contexts and no such coupling.
+	var live sync.WaitGroup
+	live.Add(tp - 1)
 	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
 		up, err := f.newUp(ctx, ex, hidden, latent, 2, deadline)
 		if err != nil {
+			if r != dead {
+				live.Done()
+			}
 			return err
 		}
 		defer func() { err = errors.Join(err, up.Close()) }()
+		if r != dead {
+			defer live.Done()
+		}
 		in := UpInputs{M: 2, Latent: d.latent, Weight: d.weight[r*shard*latent : (r+1)*shard*latent], Shared: d.shared[r*shard:], SharedStride: hidden}
 		out := make([]kernel.BF16, 2*hidden)
 		if err := up.Step(ctx, in, out); err != nil {
 			return err
 		}
 		if r == dead {
+			live.Wait()
 			return nil
 		}
 		start := time.Now()
