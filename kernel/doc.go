@@ -15,12 +15,18 @@
 // The CUDA sources (skinny.cu, receive.cu, skinny.h), the embedded compiled
 // kernels (fatbin.go), their launch table (config.go) and the Go launch of
 // them (launch.go, through internal/cuda and so cgo) live in this package
-// too. The numeric files (bf16, shape, reference, cpu, random) are pure Go
-// and must stay so: no cgo, no device calls, no package state. Everything validates its shape and buffer lengths and
-// returns an error wrapping ErrShape instead of panicking, because shapes
-// come from command-line flags and other ranks.
+// too. Among them is the GPU half of the Lamport receive (receive.cu,
+// LaunchReceive, DecodeReceiveStatus): it polls a slot it is given for the
+// sentinel word, copies it out and re-arms it; where the slot lives and
+// which step uses it is the mailbox package's business. The numeric files
+// (bf16, shape, reference, cpu, random) are pure Go and must stay so: no
+// cgo, no device calls, no package state. Everything validates its shape
+// and buffer lengths and returns an error wrapping ErrShape instead of
+// panicking, because shapes come from command-line flags and other ranks.
 //
-// What this package must not do: talk to other ranks, know about mailbox
-// slots or the Lamport protocol (it only promises that it never produces the
-// sentinel word), or pick a backend.
+// What this package must not do: talk to other ranks, allocate, map or
+// choose mailbox slots, order steps (the Lamport protocol's rules live in
+// the mailbox package; the kernels only promise that a store never
+// produces the sentinel word and that the receive ends at its deadline),
+// or pick a backend.
 package kernel
