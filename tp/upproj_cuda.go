@@ -678,8 +678,8 @@ type StepGraph struct {
 	events []cuda.Event // for TimeReplays, made on first use
 }
 
-// deviceEngine is the part of the CUDA engine the UpProjection methods
-// reach.
+// cudaEngine returns the op's CUDA engine, or an error wrapping
+// ErrBackendUnavailable naming op when the op runs on the host engine.
 func (u *UpProjection) cudaEngine(op string) (*cudaEngine, error) {
 	e, ok := u.eng.(*cudaEngine)
 	if !ok {
@@ -876,8 +876,8 @@ func (g *StepGraph) run(ctx context.Context, n int, timed bool) ([]time.Duration
 		switch {
 		case n < 0:
 			return fmt.Errorf("%w: %d replays", mailbox.ErrArgument, n)
-		case g.closed:
-			return fmt.Errorf("%w: the step graph is closed", mailbox.ErrClosed)
+		case g.isClosed():
+			return errGraphClosed
 		case g.e.layout.Slot(u.next) != g.phase:
 			return fmt.Errorf("%w: captured at slot %d, the op's next step %d uses slot %d (every Step moves the phase by one)",
 				ErrGraphPhase, g.phase, u.next, g.e.layout.Slot(u.next))
@@ -907,6 +907,11 @@ func (e *cudaEngine) replay(ctx context.Context, g *StepGraph, t uint64, k int, 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// Checked under e.mu, which StepGraph.Close holds while it destroys
+	// the graph: a check before taking it could launch a freed graph.
+	if g.closed {
+		return nil, errGraphClosed
+	}
 	end, err := e.begin()
 	if err != nil {
 		return nil, err
@@ -958,8 +963,18 @@ func (e *cudaEngine) replay(ctx context.Context, g *StepGraph, t uint64, k int, 
 	return times, nil
 }
 
-// Close frees the graph; it is idempotent. Closing the op frees its graphs
-// too.
+var errGraphClosed = fmt.Errorf("%w: the step graph is closed", mailbox.ErrClosed)
+
+// isClosed reads g.closed under e.mu, which Close holds while it sets it.
+func (g *StepGraph) isClosed() bool {
+	g.e.mu.Lock()
+	defer g.e.mu.Unlock()
+	return g.closed
+}
+
+// Close frees the graph; it is idempotent and may run while another
+// goroutine replays the graph (that replay, or the next, fails with
+// mailbox.ErrClosed). Closing the op frees its graphs too.
 func (g *StepGraph) Close() error {
 	e := g.e
 	e.mu.Lock()

@@ -457,8 +457,11 @@ func (d *fakeDrv) LaunchKernelEx(cuda.LaunchConfig, cuda.Function, ...[]byte) er
 func (d *fakeDrv) GraphUpload(cuda.GraphExec, cuda.Stream) error { return nil }
 func (d *fakeDrv) GraphLaunch(e cuda.GraphExec, s cuda.Stream) error {
 	d.mu.Lock()
-	ops := d.graphs[uintptr(e)]
+	ops, ok := d.graphs[uintptr(e)]
 	d.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("fake: launch of graph exec %#x, which does not exist (destroyed?)", uintptr(e))
+	}
 	for _, op := range ops {
 		if err := d.enqueue(s, op); err != nil {
 			return err
@@ -466,8 +469,14 @@ func (d *fakeDrv) GraphLaunch(e cuda.GraphExec, s cuda.Stream) error {
 	}
 	return nil
 }
-func (d *fakeDrv) GraphDestroy(cuda.Graph) error         { d.gpu.add("graph", -1); return nil }
-func (d *fakeDrv) GraphExecDestroy(cuda.GraphExec) error { d.gpu.add("graph exec", -1); return nil }
+func (d *fakeDrv) GraphDestroy(cuda.Graph) error { d.gpu.add("graph", -1); return nil }
+func (d *fakeDrv) GraphExecDestroy(e cuda.GraphExec) error {
+	d.mu.Lock()
+	delete(d.graphs, uintptr(e))
+	d.mu.Unlock()
+	d.gpu.add("graph exec", -1)
+	return nil
+}
 
 // fakeKernels compute like the real kernels, from and into fake memory.
 type fakeKernels struct{ d *fakeDrv }
@@ -812,6 +821,49 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 	checkBlocks(t, steps, got, hidden)
 	if l := leaksBut(gpu, "memory regions"); l != "" {
 		t.Errorf("left alive: %s", l)
+	}
+}
+
+// TestCUDAEngineFakeGraphCloseDuringReplay: closing a StepGraph while
+// another goroutine replays it never launches the destroyed graph; the
+// replays end with mailbox.ErrClosed.
+func TestCUDAEngineFakeGraphCloseDuringReplay(t *testing.T) {
+	const hidden, latent, maxM, slots = 64, 32, 2, 2
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	d := newUpSteps(t, seed, hidden, latent, []int{2})[0]
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := onUpRanks(1, func(_ int, ex mailbox.Exchanger) (err error) {
+		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
+			Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight), Shared: devBuf(t, gpu, d.shared), SharedStride: hidden}}
+		g, err := up.Capture(ctx, []DeviceStep{st, st})
+		if err != nil {
+			return err
+		}
+		var wg sync.WaitGroup
+		var replayErr error
+		wg.Go(func() {
+			for replayErr == nil {
+				replayErr = g.Replay(ctx, 1)
+			}
+		})
+		time.Sleep(time.Millisecond)
+		closeErr := g.Close()
+		wg.Wait()
+		if !errors.Is(replayErr, mailbox.ErrClosed) {
+			return errors.Join(closeErr, fmt.Errorf("replay racing Close ended with %v, want mailbox.ErrClosed", replayErr))
+		}
+		return closeErr
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
 
