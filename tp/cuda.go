@@ -88,12 +88,17 @@ type gpuProbe struct {
 	why    string // when not usable
 	facts  mailbox.DeviceFacts
 	peers  uint64 // bit d: this rank's device can map device d's memory
+	// mcBlockedBy is "NAME=value" when a variable of the multicast safety
+	// rule is set in this rank's environment, else "". It travels so that
+	// every rank applies every rank's rule and all pick the same backend.
+	mcBlockedBy string
 }
 
 const (
-	probeMagic   = 0x54504750 // "TPGP"
-	probeFixed   = 4 + 1 + 4 + 1 + 8
-	maxProbeText = 512
+	probeMagic     = 0x54504750 // "TPGP"
+	probeFixed     = 4 + 1 + 4 + 1 + 8
+	maxProbeText   = 512
+	maxBlockedText = 255 // its length travels in one byte
 )
 
 func (p gpuProbe) encode() []byte {
@@ -106,8 +111,13 @@ func (p gpuProbe) encode() []byte {
 	}
 	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint32(b, uint32(int32(p.facts.Device)))
-	b = append(b, 0) // reserved
+	blocked := p.mcBlockedBy
+	if len(blocked) > maxBlockedText {
+		blocked = blocked[:maxBlockedText]
+	}
+	b = append(b, byte(len(blocked)))
 	b = binary.LittleEndian.AppendUint64(b, p.peers)
+	b = append(b, blocked...)
 	why := p.why
 	if len(why) > maxProbeText {
 		why = why[:maxProbeText]
@@ -119,8 +129,12 @@ func decodeProbe(b []byte) (gpuProbe, error) {
 	if len(b) < probeFixed || binary.LittleEndian.Uint32(b) != probeMagic {
 		return gpuProbe{}, fmt.Errorf("GPU probe of %d bytes without its header", len(b))
 	}
-	if len(b) > probeFixed+maxProbeText {
-		return gpuProbe{}, fmt.Errorf("GPU probe of %d bytes, at most %d allowed", len(b), probeFixed+maxProbeText)
+	nb := int(b[9])
+	if len(b) < probeFixed+nb {
+		return gpuProbe{}, fmt.Errorf("GPU probe of %d bytes cut short in its %d-byte safety variable", len(b), nb)
+	}
+	if len(b) > probeFixed+nb+maxProbeText {
+		return gpuProbe{}, fmt.Errorf("GPU probe of %d bytes, at most %d allowed", len(b), probeFixed+nb+maxProbeText)
 	}
 	flags := b[4]
 	bit := func(i int) bool { return flags&(1<<i) != 0 }
@@ -129,7 +143,8 @@ func decodeProbe(b []byte) (gpuProbe, error) {
 		VMM:    bit(1), POSIXFD: bit(2), Fabric: bit(3), Multicast: bit(4),
 	}}
 	p.peers = binary.LittleEndian.Uint64(b[10:])
-	p.why = string(b[probeFixed:])
+	p.mcBlockedBy = string(b[probeFixed : probeFixed+nb])
+	p.why = string(b[probeFixed+nb:])
 	if p.usable && (p.facts.Device < 0 || p.facts.Device > 63) {
 		return gpuProbe{}, fmt.Errorf("GPU probe names device %d, want 0..63", p.facts.Device)
 	}
@@ -186,7 +201,11 @@ func probeGPU(drv *cuda.Driver, noDrv error, ordinal int) gpuProbe {
 }
 
 // ResolveMailbox picks the mailbox backend for kind (mailbox.Resolve) from
-// every rank's device: a collective, so every rank gets the same answer.
+// every rank's device and every rank's environment: a collective, so every
+// rank gets the same answer, even when the multicast safety rule's
+// variables are set on some ranks only (multicast is then refused, or not
+// picked, on all of them).
+//
 // drv is this rank's driver (nil where none could be opened; noDrv then
 // says why) and ordinal its device. A rank without a usable GPU makes the
 // group GPU-less: auto gives host, unicast and multicast are refused.
@@ -194,24 +213,21 @@ func probeGPU(drv *cuda.Driver, noDrv error, ordinal int) gpuProbe {
 // ErrBackendUnavailable (and mailbox.ErrUnavailable or
 // mailbox.ErrMulticastDisabled, naming the variable).
 func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind, drv *cuda.Driver, noDrv error, ordinal int) (mailbox.Kind, string, error) {
-	got, reason, _, err := resolveMailbox(ctx, ex, kind, drv, noDrv, ordinal)
+	got, reason, _, err := resolveMailbox(ctx, ex, kind, probeGPU(drv, noDrv, ordinal), os.Getenv)
 	return got, reason, err
 }
 
-// resolveMailbox is ResolveMailbox that also returns every rank's device
-// ordinal (nil unless every rank has a usable GPU).
-func resolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind, drv *cuda.Driver, noDrv error, ordinal int) (mailbox.Kind, string, []int, error) {
+// resolveMailbox is ResolveMailbox from this rank's probe and environment
+// (getenv) that also returns every rank's device ordinal (nil unless every
+// rank has a usable GPU).
+func resolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind, local gpuProbe, getenv func(string) string) (mailbox.Kind, string, []int, error) {
 	if kind == mailbox.KindHost {
 		return mailbox.KindHost, "host asked for", nil, nil
 	}
-	if kind == mailbox.KindMulticast {
-		// The safety rule comes first, so that a refusal names the
-		// variable even where the backend could never run.
-		if err := mailbox.CheckMulticastAllowed(os.Getenv); err != nil {
-			return mailbox.KindHost, "", nil, fmt.Errorf("%w: %w", ErrBackendUnavailable, err)
-		}
+	if name, blocked := mailbox.MulticastBlockedBy(getenv); blocked {
+		local.mcBlockedBy = name + "=" + strings.TrimSpace(getenv(name))
 	}
-	all, err := ex.AllGather(ctx, probeGPU(drv, noDrv, ordinal).encode())
+	all, err := ex.AllGather(ctx, local.encode())
 	if err != nil {
 		return mailbox.KindHost, "", nil, fmt.Errorf("tp: rank %d: all-gather of the GPU probes: %w", ex.Rank(), err)
 	}
@@ -219,6 +235,7 @@ func resolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 		return mailbox.KindHost, "", nil, fmt.Errorf("tp: rank %d: GPU probe all-gather returned %d entries for %d ranks", ex.Rank(), len(all), ex.Size())
 	}
 	probes := make([]gpuProbe, len(all))
+	blockedRank := -1              // the first rank whose environment forbids multicast
 	var whys []string              // distinct reasons, in rank order
 	whyRanks := map[string][]int{} // reason -> ranks
 	for r, b := range all {
@@ -227,6 +244,9 @@ func resolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 			return mailbox.KindHost, "", nil, fmt.Errorf("tp: rank %d: rank %d's %w", ex.Rank(), r, err)
 		}
 		probes[r] = p
+		if p.mcBlockedBy != "" && blockedRank < 0 {
+			blockedRank = r
+		}
 		if !p.usable {
 			if whyRanks[p.why] == nil {
 				whys = append(whys, p.why)
@@ -247,7 +267,24 @@ func resolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 		}
 		noGPU = append(noGPU, who+": "+why)
 	}
-	facts := mailbox.Facts{Getenv: os.Getenv, PeerAccess: true}
+	// The safety rule as the first rank that has a variable of it set
+	// reads it: Resolve then refuses or skips multicast on every rank, and
+	// names the variable.
+	groupEnv := func(string) string { return "" }
+	where := ""
+	if blockedRank >= 0 {
+		name, value, _ := strings.Cut(probes[blockedRank].mcBlockedBy, "=")
+		groupEnv = func(v string) string {
+			if v == name {
+				return value
+			}
+			return ""
+		}
+		if blockedRank != ex.Rank() {
+			where = fmt.Sprintf(" (set on rank %d)", blockedRank)
+		}
+	}
+	facts := mailbox.Facts{Getenv: groupEnv, PeerAccess: true}
 	var devices []int
 	if len(noGPU) == 0 {
 		for r, p := range probes {
@@ -262,10 +299,17 @@ func resolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 	}
 	got, reason, err := mailbox.Resolve(kind, facts)
 	if err != nil {
-		if len(noGPU) > 0 {
+		// A refusal by the safety rule stands on its own: a rank that
+		// asked for multicast under it did not even open its driver.
+		if errors.Is(err, mailbox.ErrMulticastDisabled) {
+			err = fmt.Errorf("%w%s", err, where)
+		} else if len(noGPU) > 0 {
 			err = fmt.Errorf("%w (%s)", err, strings.Join(noGPU, "; "))
 		}
 		return got, "", nil, fmt.Errorf("%w: %w", ErrBackendUnavailable, err)
+	}
+	if where != "" && strings.Contains(reason, probes[blockedRank].mcBlockedBy) {
+		reason += where
 	}
 	if len(noGPU) > 0 {
 		reason = fmt.Sprintf("%s (%s)", reason, strings.Join(noGPU, "; "))

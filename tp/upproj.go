@@ -153,7 +153,7 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 			closeDrv = drv.Close
 		}
 	}
-	kind, reason, devices, err := resolveMailbox(ctx, ex, cfg.backend, drv, noDrv, cfg.device)
+	kind, reason, devices, err := resolveMailbox(ctx, ex, cfg.backend, probeGPU(drv, noDrv, cfg.device), os.Getenv)
 	if err == nil && kind == mailbox.KindHost {
 		err = closeDrv()
 		var eng upEngine

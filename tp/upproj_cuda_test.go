@@ -1256,16 +1256,86 @@ func TestGPUProbeRoundTrip(t *testing.T) {
 		{why: "no CUDA driver: libcuda.so.1: cannot open shared object file"},
 		{usable: true, facts: mailbox.DeviceFacts{Device: 7, VMM: true, POSIXFD: true, Fabric: false, Multicast: true}, peers: 0xF0F0},
 		{usable: true, facts: mailbox.DeviceFacts{Device: 0, VMM: true, Fabric: true}, peers: 1},
+		{usable: true, facts: mailbox.DeviceFacts{Device: 3, VMM: true, Multicast: true}, peers: 8, mcBlockedBy: "NCCL_NVLS_ENABLE=0"},
+		{why: "no CUDA driver", mcBlockedBy: "TPRUN_MULTICAST=0"},
 	} {
 		got, err := decodeProbe(p.encode())
 		if err != nil || got != p {
 			t.Errorf("round trip of %+v gave %+v, %v", p, got, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, []byte("TPGP"), append(gpuProbe{}.encode(), make([]byte, 600)...)} {
+	cut := gpuProbe{mcBlockedBy: "TPRUN_MULTICAST=0"}.encode()
+	for _, bad := range [][]byte{nil, []byte("TPGP"), append(gpuProbe{}.encode(), make([]byte, 600)...), cut[:len(cut)-1]} {
 		if _, err := decodeProbe(bad); err == nil {
 			t.Errorf("decodeProbe(%d bytes) accepted", len(bad))
 		}
+	}
+}
+
+// TestResolveMailboxSafetyRuleOnSomeRanks: a variable of the multicast
+// safety rule set on one rank only refuses multicast, or keeps auto from
+// picking it, on every rank; all ranks agree, and the variable and the rank
+// are named.
+func TestResolveMailboxSafetyRuleOnSomeRanks(t *testing.T) {
+	const size = 3
+	probe := func(r int) gpuProbe {
+		return gpuProbe{usable: true, peers: 1<<size - 1,
+			facts: mailbox.DeviceFacts{Device: r, VMM: true, POSIXFD: true, Fabric: true, Multicast: true}}
+	}
+	env := func(vars map[string]string) func(string) string { return func(k string) string { return vars[k] } }
+	tests := []struct {
+		desc     string
+		kind     mailbox.Kind
+		envOf    map[int]map[string]string // rank -> its environment
+		want     mailbox.Kind
+		wantErr  error
+		mentions string // in every rank's reason or error
+	}{
+		{"auto, nothing set: multicast", mailbox.KindAuto, nil, mailbox.KindMulticast, nil, "multicast"},
+		{"auto, NCCL_NVLS_ENABLE=0 on rank 1 only: unicast everywhere", mailbox.KindAuto,
+			map[int]map[string]string{1: {"NCCL_NVLS_ENABLE": "0"}}, mailbox.KindUnicast, nil, "NCCL_NVLS_ENABLE=0"},
+		{"multicast asked for, TPRUN_MULTICAST=off on rank 2 only: refused everywhere", mailbox.KindMulticast,
+			map[int]map[string]string{2: {"TPRUN_MULTICAST": " off "}}, 0, mailbox.ErrMulticastDisabled, "TPRUN_MULTICAST=off"},
+		{"multicast asked for, different variables on ranks 0 and 2: rank 0's is named", mailbox.KindMulticast,
+			map[int]map[string]string{0: {"NVSHMEM_DISABLE_NVLS": "1"}, 2: {"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}},
+			0, mailbox.ErrMulticastDisabled, "NVSHMEM_DISABLE_NVLS=1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			kinds := make([]mailbox.Kind, size)
+			texts := make([]string, size)
+			errs := onUpRanks(size, func(r int, ex mailbox.Exchanger) error {
+				kind, reason, devices, err := resolveMailbox(ctx, ex, tc.kind, probe(r), env(tc.envOf[r]))
+				kinds[r], texts[r] = kind, reason
+				if err != nil {
+					texts[r] = err.Error()
+					if tc.wantErr == nil || !errors.Is(err, tc.wantErr) || !errors.Is(err, ErrBackendUnavailable) {
+						return err
+					}
+					return nil
+				}
+				if tc.wantErr != nil {
+					return fmt.Errorf("got %v (%s), want an error wrapping %v", kind, reason, tc.wantErr)
+				}
+				if kind != tc.want || len(devices) != size {
+					return fmt.Errorf("got %v with devices %v, want %v on %d devices", kind, devices, tc.want, size)
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+				if !strings.Contains(texts[r], tc.mentions) {
+					t.Errorf("rank %d: %q does not mention %q", r, texts[r], tc.mentions)
+				}
+				if kinds[r] != kinds[0] {
+					t.Errorf("rank %d picked %v, rank 0 %v", r, kinds[r], kinds[0])
+				}
+			}
+		})
 	}
 }
 
