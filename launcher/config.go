@@ -110,7 +110,7 @@ type Config struct {
 
 	// Signals delivers SIGINT/SIGTERM that the caller received (the caller
 	// owns signal.Notify). The first one stops the job gracefully; a second
-	// one kills every rank at once. Nil means none.
+	// one kills every rank at once. Nil, or closed, means none.
 	Signals <-chan os.Signal
 
 	// listen opens the rendezvous hub; nil means the real internal/hub.

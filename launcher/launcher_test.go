@@ -458,6 +458,29 @@ func TestRunStops(t *testing.T) {
 	}
 }
 
+// TestRunClosedSignals: a Signals channel the caller closes is no signal;
+// the ranks run to their end.
+func TestRunClosedSignals(t *testing.T) {
+	sigs := make(chan os.Signal)
+	close(sigs)
+	var stderr lockedBuffer
+	res, err := Run(context.Background(), Config{
+		WorldSize: 2, Command: helperCommand("job"), Env: helperEnviron("HELPER_SLEEP=300ms"),
+		Signals: sigs, Stdout: io.Discard, Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus != 0 || res.StopReason != "" || res.FirstFailed != -1 {
+		t.Fatalf("status %d reason %q first %d, want 0 \"\" -1\n%s", res.ExitStatus, res.StopReason, res.FirstFailed, stderr.String())
+	}
+	for _, rr := range res.Ranks {
+		if rr.Stopped || rr.Killed || rr.Status.Failed() {
+			t.Errorf("rank %d: stopped %v killed %v status %s", rr.Rank, rr.Stopped, rr.Killed, rr.Status)
+		}
+	}
+}
+
 func TestRunBadConfig(t *testing.T) {
 	notDir := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(notDir, nil, 0o644); err != nil {

@@ -254,7 +254,13 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 		case <-grace:
 			grace = nil
 			j.killAll()
-		case s := <-sigs:
+		case s, ok := <-sigs:
+			if !ok {
+				// A closed channel is no signal; without this it would
+				// read as "signal 0" on every turn of the loop.
+				sigs = nil
+				continue
+			}
 			sig, _ := s.(syscall.Signal)
 			if j.stopping {
 				j.printf("got %s again, killing all ranks", signalName(sig))
