@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tprun/tprun/internal/hub"
+	"github.com/tprun/tprun/mailbox"
 )
 
 // Group is this rank's view of the job: who it is, and the collectives it
@@ -27,6 +28,9 @@ type Group struct {
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// A Group is what the mailbox exchanges its handles through.
+var _ mailbox.Exchanger = (*Group)(nil)
 
 // drainTimeout bounds how long the hub's host waits, when it closes, for
 // its peers' last results to leave.

@@ -16,21 +16,6 @@ import (
 	"github.com/tprun/tprun/internal/hub"
 )
 
-// exchanger mirrors mailbox.Exchanger, which *Group must satisfy. It is
-// copied rather than imported so that this package's tests build while
-// mailbox is being changed; the tp code that hands a Group to mailbox
-// checks the real interface at compile time.
-type exchanger interface {
-	Rank() int
-	Size() int
-	Barrier(ctx context.Context) error
-	AllGather(ctx context.Context, b []byte) ([][]byte, error)
-	AllGatherFDs(ctx context.Context, fd int) ([]int, error)
-	BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, error)
-}
-
-var _ exchanger = (*Group)(nil)
-
 // exercise runs every collective once and checks the results. Rank 0
 // broadcasts a fresh salt first, so every rank knows what every other
 // rank contributes without sharing memory with it.
