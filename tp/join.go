@@ -180,12 +180,17 @@ func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello
 	defer cancel()
 	c, err := hub.Dial(dctx, path, hello)
 	if err != nil {
-		_ = g.stopHub()
 		if l.rank != 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return nil, fmt.Errorf("tp: rank %d of %s job %q: rank 0 did not open the hub at %s within %v: %w",
 				l.rank, l.launcher, l.jobID, path, cfg.timeout, err)
 		}
-		return nil, fmt.Errorf("tp: rank %d of %d (%s job %q): %w", l.rank, l.size, l.launcher, l.jobID, blameHost(l, l.rank == 0, err))
+		err = fmt.Errorf("tp: rank %d of %d (%s job %q): %w", l.rank, l.size, l.launcher, l.jobID, blameHost(l, l.rank == 0, err))
+		// On rank 0 the hub it opened goes too; a failure to remove its
+		// socket is worth knowing beside the join's own error.
+		if herr := g.stopHub(); herr != nil {
+			err = errors.Join(err, fmt.Errorf("tp: rank 0 stopping the hub: %w", herr))
+		}
+		return nil, err
 	}
 	g.c = c
 	return g, nil
