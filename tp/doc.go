@@ -13,13 +13,18 @@
 // and returns the whole [M, hidden] block. It runs on one of two engines:
 // the host engine (the CPU kernel and the shared-memory mailbox) or, where
 // a GPU is usable, the CUDA engine (upproj_cuda.go, cuda.go): the skinny
-// kernel stores the rank's slice into every rank's unicast VMM mailbox and
-// the Lamport receive kernel, chained with programmatic dependent launch,
-// collects the block. StepDevice takes operands already on the device, and
+// kernel stores the rank's slice into every rank's mailbox (the unicast VMM
+// backend, or the multicast one where the group resolves to it) and the
+// Lamport receive kernel, chained with programmatic dependent launch,
+// collects the block. The mailbox choice is collective: every rank probes
+// its device and its multicast safety variables, and all ranks apply the
+// same verdict. StepDevice takes operands already on the device, and
 // Capture records a sequence of steps into a CUDA graph that every rank
 // replays in lockstep.
 //
 // What this package must not do: import the launcher, start or signal
-// processes, exit the process, or read the real environment when a test
-// passes WithEnv. It never hides which variable was missing or wrong.
+// processes, exit the process, or read the real environment for joining
+// when a test passes WithEnv. (The multicast safety variables are always
+// read from the real environment: for that rule the safe reading is the
+// one that can only forbid.) It never hides which variable was missing or wrong.
 package tp
