@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,7 +228,7 @@ func TestRunOutput(t *testing.T) {
 		wantErr = append(wantErr, fmt.Sprintf("last err %d", r))
 		checkLines(t, fmt.Sprintf("rank %d stdout", r), outs[r], wantOut)
 		checkLines(t, fmt.Sprintf("rank %d stderr", r), errs[r], wantErr)
-		if got, want := res.Ranks[r].Tail, wantErr[len(wantErr)-TailLines:]; !equalLines(got, want) {
+		if got, want := res.Ranks[r].Tail, wantErr[len(wantErr)-TailLines:]; !slices.Equal(got, want) {
 			t.Errorf("rank %d tail = %q, want %q", r, got, want)
 		}
 
@@ -266,18 +267,6 @@ func checkLines(t *testing.T, what string, got, want []string) {
 			return
 		}
 	}
-}
-
-func equalLines(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestRunExitStatus(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -266,7 +267,7 @@ func TestInputsAgreeAcrossRanks(t *testing.T) {
 				t.Fatal(err)
 			}
 			shard := p.shape.Shard()
-			if !equalBF16(in.weight, full[r*shard*cfg.Latent:(r+1)*shard*cfg.Latent]) {
+			if !slices.Equal(in.weight, full[r*shard*cfg.Latent:(r+1)*shard*cfg.Latent]) {
 				t.Errorf("tp %d: rank %d's shard differs from its rows of the full weight", size, r)
 			}
 			want, err := kernel.Expect(kernel.Shape{M: p.rows, Hidden: cfg.Hidden, Latent: cfg.Latent, TP: 1}, in.latent, full, in.shared, cfg.Hidden)
@@ -286,21 +287,9 @@ func TestInputsAgreeAcrossRanks(t *testing.T) {
 	pb, _ := newPlan(testConfig("--hidden", "16", "--latent", "64", "--seed", "2"), 2)
 	pa.fillWeight(a, 3)
 	pb.fillWeight(b, 3)
-	if equalBF16(a, b) {
+	if slices.Equal(a, b) {
 		t.Error("seeds 1 and 2 draw the same weight row")
 	}
-}
-
-func equalBF16(a, b []kernel.BF16) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestPercentile(t *testing.T) {
