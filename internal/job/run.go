@@ -431,7 +431,7 @@ func (p *plan) pickBackend(ctx context.Context, g group, gpu func() (*cuda.Drive
 	if drv == nil {
 		switch {
 		case p.backend == "cuda":
-			return nil, fmt.Errorf("job: %w: --backend cuda: no CUDA engine can run here: no usable GPU (%v)", tp.ErrBackendUnavailable, noGPU)
+			return nil, fmt.Errorf("job: %w: --backend cuda: no CUDA engine can run here: no usable GPU (%w)", tp.ErrBackendUnavailable, noGPU)
 		case p.mailbox == mailbox.KindUnicast || p.mailbox == mailbox.KindMulticast:
 			return nil, &FlagError{Flag: "mailbox", Value: p.cfg.Mailbox,
 				Rule: fmt.Sprintf("no usable GPU here (%v), and the CPU backend runs only the host mailbox", noGPU)}
