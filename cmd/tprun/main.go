@@ -143,6 +143,9 @@ func launch(args []string, stdout, stderr io.Writer) int {
 		if err := job.CheckShape(jc, lf.tp); err != nil {
 			return usageError(stderr, err.Error())
 		}
+		if err := job.CheckMailboxAllowed(jc, os.Getenv); err != nil {
+			return usageError(stderr, err.Error())
+		}
 		cfg.Preflight = preflight(jc)
 	}
 	if cfg.Grace == 0 {

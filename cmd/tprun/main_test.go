@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -300,4 +301,40 @@ func TestDefaultJob(t *testing.T) {
 		t.Errorf("no output from rank 0:\n%s", r.stdout)
 	}
 	assertEmptyDir(t, tmp)
+}
+
+// TestMulticastSafetyRule: --mailbox multicast is refused before any rank
+// starts, naming the variable, while any multicast safety variable is set
+// (DESIGN.md, "Safety rule"), whether or not the machine has a GPU.
+func TestMulticastSafetyRule(t *testing.T) {
+	safety := []string{"NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1", "TPRUN_MULTICAST=0"}
+	var base []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(safety, func(s string) bool { return strings.HasPrefix(s, name+"=") }) {
+			base = append(base, kv)
+		}
+	}
+	for _, kv := range safety {
+		t.Run(kv, func(t *testing.T) {
+			tmp := shortTempDir(t)
+			cmd := exec.Command(tprunBin, "--tp", "2", "--mailbox", "multicast", "--iters", "1")
+			cmd.Env = append(slices.Clone(base), "TMPDIR="+tmp, kv)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Fatalf("tprun gave %v, want exit status 2; stderr %q", err, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], kv) || !strings.Contains(lines[0], "multicast") {
+				t.Errorf("stderr %q, want one line naming %s", stderr.String(), kv)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout %q: a rank ran", stdout.String())
+			}
+			assertEmptyDir(t, tmp)
+		})
+	}
 }

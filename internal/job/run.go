@@ -92,6 +92,20 @@ type plan struct {
 	wScale   float32
 }
 
+// CheckMailboxAllowed applies the multicast safety rule of DESIGN.md to
+// the job flags: --mailbox multicast is refused, naming the variable, while
+// any of the safety variables is set, before anything else is tried (even
+// on a machine with no GPU, the variable is the first thing to fix).
+func CheckMailboxAllowed(cfg *Config, getenv func(string) string) error {
+	if k, err := mailbox.ParseKind(cfg.Mailbox); err != nil || k != mailbox.KindMulticast {
+		return nil // a bad value is Config.Validate's to report
+	}
+	if err := mailbox.CheckMulticastAllowed(getenv); err != nil {
+		return fmt.Errorf("--mailbox %q: %w", cfg.Mailbox, err)
+	}
+	return nil
+}
+
 // CheckShape reports, as a one-line *FlagError, the first rule of the
 // kernel that the job flags break for worldSize ranks (M, hidden_dim,
 // latent_dim, shard alignment), or nil. The launcher may call it before it
@@ -422,6 +436,9 @@ func (h *hostStepper) close() error        { return h.up.Close() }
 func (p *plan) pickBackend(ctx context.Context, g group, gpu func() (*cuda.Driver, error)) (*cuda.Driver, error) {
 	if p.backend == "cpu" {
 		return nil, nil
+	}
+	if err := CheckMailboxAllowed(p.cfg, os.Getenv); err != nil {
+		return nil, fmt.Errorf("job: rank %d: %w", g.Rank(), err)
 	}
 	var drv *cuda.Driver
 	noGPU := errors.New("no GPU probe")
