@@ -903,22 +903,7 @@ func TestCUDAEngineFakeDeadPeer(t *testing.T) {
 		if r == dead {
 			return nil
 		}
-		start := time.Now()
-		err = up.Step(ctx, in, out)
-		waited := time.Since(start)
-		var te *mailbox.TimeoutError
-		switch {
-		case !errors.As(err, &te) || !errors.Is(err, mailbox.ErrTimeout):
-			return fmt.Errorf("rank %d: step 1 gave %v, want a *mailbox.TimeoutError", r, err)
-		case !slices.Equal(te.Missing, []int{dead}) || te.Step != 1 || te.Rank != r:
-			return fmt.Errorf("rank %d: %v names ranks %v at step %d, want [%d] at step 1", r, err, te.Missing, te.Step, dead)
-		case waited < deadline || waited > deadline+5*time.Second:
-			return fmt.Errorf("rank %d: gave up after %v with a deadline of %v", r, waited, deadline)
-		}
-		if err := up.Step(ctx, in, out); !errors.Is(err, mailbox.ErrBroken) {
-			return fmt.Errorf("rank %d: step after the timeout gave %v, want mailbox.ErrBroken", r, err)
-		}
-		return nil
+		return stepToDeadPeer(ctx, up, r, dead, deadline, in, out)
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -1731,22 +1716,7 @@ func TestGPUUpProjectionDeadPeer(t *testing.T) {
 			live.Wait()
 			return nil
 		}
-		start := time.Now()
-		err = up.Step(ctx, in, out)
-		waited := time.Since(start)
-		var te *mailbox.TimeoutError
-		switch {
-		case !errors.As(err, &te) || !errors.Is(err, mailbox.ErrTimeout):
-			return fmt.Errorf("rank %d: step 1 gave %v, want a *mailbox.TimeoutError", r, err)
-		case !slices.Equal(te.Missing, []int{dead}) || te.Step != 1:
-			return fmt.Errorf("rank %d: %v names ranks %v at step %d, want [%d] at step 1", r, err, te.Missing, te.Step, dead)
-		case waited < deadline || waited > deadline+5*time.Second:
-			return fmt.Errorf("rank %d: gave up after %v with a deadline of %v", r, waited, deadline)
-		}
-		if err := up.Step(ctx, in, out); !errors.Is(err, mailbox.ErrBroken) {
-			return fmt.Errorf("rank %d: step after the timeout gave %v, want mailbox.ErrBroken", r, err)
-		}
-		return nil
+		return stepToDeadPeer(ctx, up, r, dead, deadline, in, out)
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)

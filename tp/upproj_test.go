@@ -266,24 +266,7 @@ func TestUpProjectionDeadRank(t *testing.T) {
 		if r == dead {
 			return nil
 		}
-		start := time.Now()
-		err = up.Step(ctx, in, out)
-		waited := time.Since(start)
-		var te *mailbox.TimeoutError
-		switch {
-		case !errors.As(err, &te) || !errors.Is(err, mailbox.ErrTimeout):
-			return fmt.Errorf("rank %d: step 1 gave %v, want a *mailbox.TimeoutError", r, err)
-		case len(te.Missing) != 1 || te.Missing[0] != dead || te.Step != 1:
-			return fmt.Errorf("rank %d: %v names ranks %v at step %d, want [%d] at step 1", r, err, te.Missing, te.Step, dead)
-		case !strings.Contains(err.Error(), fmt.Sprint(dead)):
-			return fmt.Errorf("rank %d: error %q does not name rank %d", r, err, dead)
-		case waited < deadline || waited > deadline+5*time.Second:
-			return fmt.Errorf("rank %d: gave up after %v with a deadline of %v", r, waited, deadline)
-		}
-		if err := up.Step(ctx, in, out); !errors.Is(err, mailbox.ErrBroken) {
-			return fmt.Errorf("rank %d: step after the timeout gave %v, want mailbox.ErrBroken", r, err)
-		}
-		return nil
+		return stepToDeadPeer(ctx, up, r, dead, deadline, in, out)
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -392,4 +375,29 @@ func TestUpProjectionClose(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// stepToDeadPeer runs step 1 on a live rank whose peer dead never stepped
+// and checks the outcome: a *mailbox.TimeoutError at step 1 that names only
+// dead, after the deadline and not much later, then mailbox.ErrBroken on
+// the next step.
+func stepToDeadPeer(ctx context.Context, up *UpProjection, r, dead int, deadline time.Duration, in UpInputs, out []kernel.BF16) error {
+	start := time.Now()
+	err := up.Step(ctx, in, out)
+	waited := time.Since(start)
+	var te *mailbox.TimeoutError
+	switch {
+	case !errors.As(err, &te) || !errors.Is(err, mailbox.ErrTimeout):
+		return fmt.Errorf("rank %d: step 1 gave %v, want a *mailbox.TimeoutError", r, err)
+	case len(te.Missing) != 1 || te.Missing[0] != dead || te.Step != 1 || te.Rank != r:
+		return fmt.Errorf("rank %d: %v names ranks %v at step %d (rank %d), want [%d] at step 1", r, err, te.Missing, te.Step, te.Rank, dead)
+	case !strings.Contains(err.Error(), fmt.Sprint(dead)):
+		return fmt.Errorf("rank %d: error %q does not name rank %d", r, err, dead)
+	case waited < deadline || waited > deadline+5*time.Second:
+		return fmt.Errorf("rank %d: gave up after %v with a deadline of %v", r, waited, deadline)
+	}
+	if err := up.Step(ctx, in, out); !errors.Is(err, mailbox.ErrBroken) {
+		return fmt.Errorf("rank %d: step after the timeout gave %v, want mailbox.ErrBroken", r, err)
+	}
+	return nil
 }
