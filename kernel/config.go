@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,22 @@ type LaunchConfig struct {
 	GridX       int    // ceil(shard/TileRows) * Cluster
 	BlockX      int    // 32 * Warps
 	SharedBytes int    // dynamic shared memory per CTA
+	// L2Prefetch is SkinnyParams.L2Prefetch, the plan of L2 prefetches the
+	// kernel issues before its weight loads (skinny.h; 0: none). A hint
+	// measured per shape: it never changes the result.
+	L2Prefetch int
+}
+
+// L2 prefetch plan fields (skinny.h, TPRUN_PF_*): helpers in bits 0-15,
+// sixteenths (0..16) in bits 16-23, "own" in bit 24.
+const (
+	pfSixteenthsShift = 16
+	pfValidBits       = 1<<25 - 1
+)
+
+// validPrefetch says whether x is a well-formed L2 prefetch plan.
+func validPrefetch(x int) bool {
+	return x >= 0 && x&^pfValidBits == 0 && (x>>pfSixteenthsShift)&0xff <= 16
 }
 
 // variant is one compiled entry point family.
@@ -130,7 +147,12 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	case c.Cluster < 1 || c.Cluster > MaxCluster:
 		return fmt.Errorf("kernel: cluster %d outside 1..%d", c.Cluster, MaxCluster)
 	}
-	if want := makeConfig(m, shard, latent, v, c.Warps, c.Cluster); c != want {
+	if !validPrefetch(c.L2Prefetch) {
+		return fmt.Errorf("kernel: L2 prefetch plan %#x is not one skinny.h defines", c.L2Prefetch)
+	}
+	want := makeConfig(m, shard, latent, v, c.Warps, c.Cluster)
+	want.L2Prefetch = c.L2Prefetch
+	if c != want {
 		return fmt.Errorf("kernel: launch config %+v inconsistent, want %+v", c, want)
 	}
 	if c.Stage > 0 && c.SharedBytes > MaxStagedShared {
@@ -147,10 +169,37 @@ type tableEntry struct {
 	latent, shard, m int
 	v                variant
 	warps, cluster   int
+	prefetch         int // LaunchConfig.L2Prefetch
 }
 
-// measured parses config_table.tsv once; the result is never modified.
-var measured = sync.OnceValues(func() ([]tableEntry, error) { return parseConfigTable(configTableTSV) })
+// ConfigTableEnv names a config table file (config_table.tsv format) that
+// ConfigFor uses instead of the embedded one: for kernel development only,
+// with FatbinEnv, to try a new sweep's table without rebuilding Go. Load
+// fails when the file cannot be read or parsed.
+const ConfigTableEnv = "TPRUN_KERNELS_CONFIG_TABLE"
+
+// ConfigTableOverride is the path in ConfigTableEnv, or "".
+func ConfigTableOverride() string { return os.Getenv(ConfigTableEnv) }
+
+// measured parses the config table once; the result is never modified.
+var measured = sync.OnceValues(loadConfigTable)
+
+// loadConfigTable parses ConfigTableEnv's file, or else the embedded table.
+func loadConfigTable() ([]tableEntry, error) {
+	path := ConfigTableOverride()
+	if path == "" {
+		return parseConfigTable(configTableTSV)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %s: %w", ConfigTableEnv, err)
+	}
+	e, err := parseConfigTable(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %s=%s: %w", ConfigTableEnv, path, err)
+	}
+	return e, nil
+}
 
 func parseConfigTable(text string) ([]tableEntry, error) {
 	var out []tableEntry
@@ -159,9 +208,19 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
+		// latent shard m tile_rows depth stage warps cluster [l2_prefetch median_us]:
+		// 10 fields; 8 or 9 (without l2_prefetch) in tables older than it.
 		f := strings.Fields(line)
-		if len(f) < 8 {
-			return nil, fmt.Errorf("kernel: config_table.tsv line %d: %d fields, want 8 or 9", i+1, len(f))
+		if len(f) < 8 || len(f) > 10 {
+			return nil, fmt.Errorf("kernel: config_table.tsv line %d: %d fields, want 8 to 10", i+1, len(f))
+		}
+		prefetch := 0
+		if len(f) == 10 {
+			x, err := strconv.Atoi(f[8])
+			if err != nil || !validPrefetch(x) {
+				return nil, fmt.Errorf("kernel: config_table.tsv line %d: l2_prefetch %q is not a plan skinny.h defines", i+1, f[8])
+			}
+			prefetch = x
 		}
 		var n [8]int
 		for j := range n {
@@ -176,7 +235,7 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 			n[2] < 1 || n[2] > MaxM || n[0] < LatentAlign || n[1] < ShardAlign {
 			return nil, fmt.Errorf("kernel: config_table.tsv line %d: invalid entry %q", i+1, line)
 		}
-		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7]})
+		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7], prefetch: prefetch})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("kernel: config_table.tsv has no entries")
@@ -218,7 +277,9 @@ func ConfigFor(m, shard, latent int) LaunchConfig {
 	if v.stage > 0 && SkinnySharedBytes(m, latent, v.tileRows, best.warps, best.cluster, v.stage) > MaxStagedShared {
 		v = unstaged(v)
 	}
-	return makeConfig(m, shard, latent, v, best.warps, best.cluster)
+	c := makeConfig(m, shard, latent, v, best.warps, best.cluster)
+	c.L2Prefetch = best.prefetch
+	return c
 }
 
 // ReceiveConfig is the launch geometry of tprun_receive (no cluster, no
@@ -254,7 +315,7 @@ type SkinnyParams struct {
 	SharedStride int32 // elements
 	NDst         int32 // 1..16
 	TileRows     int32 // LaunchConfig.TileRows
-	Reserved     int32 // 0
+	L2Prefetch   int32 // LaunchConfig.L2Prefetch
 }
 
 // ReceiveParams mirrors tprun_receive_params (kernel/skinny.h).
@@ -266,8 +327,14 @@ type ReceiveParams struct {
 	M         int32
 	Hidden    int32
 	Shard     int32
-	Reserved  int32 // 0
+	Flags     int32 // 0 or ReceiveAbortable
 }
+
+// Receive flags and the abort word (skinny.h, TPRUN_RECEIVE_ABORTABLE).
+const (
+	ReceiveAbortable = 1
+	ReceiveAbortWord = 32
+)
 
 // ReceiveStatusWords is the length of the receive kernel's status array:
 // word 0 is 1 after a timeout, word 1+r is 1 when rank r's slice (r < 16)

@@ -3,6 +3,8 @@ package kernel
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
@@ -36,7 +38,7 @@ func TestParamLayoutMatchesSkinnyH(t *testing.T) {
 		{"shared_stride", unsafe.Offsetof(s.SharedStride), 168},
 		{"ndst", unsafe.Offsetof(s.NDst), 172},
 		{"tile_rows", unsafe.Offsetof(s.TileRows), 176},
-		{"reserved", unsafe.Offsetof(s.Reserved), 180},
+		{"l2_prefetch", unsafe.Offsetof(s.L2Prefetch), 180},
 		{"sizeof tprun_receive_params", unsafe.Sizeof(r), 48},
 		{"slot", unsafe.Offsetof(r.Slot), 0},
 		{"out", unsafe.Offsetof(r.Out), 8},
@@ -45,7 +47,7 @@ func TestParamLayoutMatchesSkinnyH(t *testing.T) {
 		{"m", unsafe.Offsetof(r.M), 32},
 		{"receive hidden", unsafe.Offsetof(r.Hidden), 36},
 		{"receive shard", unsafe.Offsetof(r.Shard), 40},
-		{"receive reserved", unsafe.Offsetof(r.Reserved), 44},
+		{"receive flags", unsafe.Offsetof(r.Flags), 44},
 	}
 	for _, tc := range cases {
 		if tc.got != tc.want {
@@ -71,6 +73,7 @@ func TestConfigTableParses(t *testing.T) {
 		seen[key] = true
 		got := ConfigFor(e.m, e.shard, e.latent)
 		want := makeConfig(e.m, e.shard, e.latent, e.v, e.warps, e.cluster)
+		want.L2Prefetch = e.prefetch
 		if got != want {
 			t.Errorf("measured shape latent %d shard %d m %d: ConfigFor %+v, table %+v", e.latent, e.shard, e.m, got, want)
 		}
@@ -166,6 +169,8 @@ func TestLaunchConfigValidateRejects(t *testing.T) {
 		{"M 0", good, 0, 896, 3584},
 		{"shard not a multiple of 8", good, 4, 900, 3584},
 		{"latent not a multiple of 8", good, 4, 896, 3590},
+		{"prefetch plan with unknown bits", mod(func(c *LaunchConfig) { c.L2Prefetch = 1 << 25 }), 4, 896, 3584},
+		{"prefetch plan of 17 sixteenths", mod(func(c *LaunchConfig) { c.L2Prefetch = 17 << 16 }), 4, 896, 3584},
 	}
 	for _, tc := range cases {
 		if err := tc.c.Validate(tc.m, tc.shard, tc.latent); err == nil {
@@ -185,6 +190,9 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"M 9", "3584 896 9 16 8 0 16 1\n"},
 		{"stage 2 with depth 8", "3584 896 1 16 8 2 16 1\n"},
 		{"stage 3", "3584 896 1 16 0 3 16 1\n"},
+		{"11 fields", "3584 896 1 16 8 0 16 1 0 2.5 7\n"},
+		{"prefetch not a number", "3584 896 1 16 8 0 16 1 x 2.5\n"},
+		{"prefetch plan with unknown bits", "3584 896 1 16 8 0 16 1 33554432 2.5\n"},
 	}
 	for _, tc := range cases {
 		if _, err := parseConfigTable(tc.text); err == nil {
@@ -192,8 +200,13 @@ func TestParseConfigTableRejects(t *testing.T) {
 		}
 	}
 	e, err := parseConfigTable("# c\n3584\t896\t1\t32\t4\t1\t16\t2\t2.5\n")
-	if err != nil || len(e) != 1 || e[0].v.stage != 1 || e[0].v.tileRows != 32 || e[0].warps != 16 || e[0].cluster != 2 {
+	if err != nil || len(e) != 1 || e[0].v.stage != 1 || e[0].v.tileRows != 32 || e[0].warps != 16 || e[0].cluster != 2 || e[0].prefetch != 0 {
 		t.Errorf("valid line: %+v, %v", e, err)
+	}
+	plan := 32 | 8<<16 | 1<<24
+	e, err = parseConfigTable(fmt.Sprintf("# c\n3584\t3584\t2\t16\t8\t0\t8\t1\t%d\t6.9\n", plan))
+	if err != nil || len(e) != 1 || e[0].prefetch != plan || e[0].warps != 8 {
+		t.Errorf("valid line with a prefetch plan: %+v, %v", e, err)
 	}
 }
 
@@ -213,5 +226,35 @@ func TestReceiveConfigFor(t *testing.T) {
 		if c.GridX != tc.grid || c.BlockX != 256 || c.Function != "tprun_receive" {
 			t.Errorf("%s: %+v, want grid %d", tc.desc, c, tc.grid)
 		}
+	}
+}
+
+// ConfigTableEnv replaces the embedded table; an unreadable or invalid
+// file is an error naming the variable.
+func TestConfigTableOverride(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "table.tsv")
+	plan := 16 | 8<<16 | 1<<24
+	if err := os.WriteFile(good, fmt.Appendf(nil, "# dev\n3584\t3584\t2\t16\t4\t0\t8\t1\t%d\t7.0\n", plan), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(ConfigTableEnv, good)
+	e, err := loadConfigTable()
+	if err != nil || len(e) != 1 || e[0].prefetch != plan || e[0].v.depth != 4 {
+		t.Errorf("override table: %+v, %v", e, err)
+	}
+	bad := filepath.Join(dir, "bad.tsv")
+	if err := os.WriteFile(bad, []byte("3584 3584 2 16 6 0 8 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{bad, filepath.Join(dir, "missing.tsv")} {
+		t.Setenv(ConfigTableEnv, path)
+		if _, err := loadConfigTable(); err == nil || !strings.Contains(err.Error(), ConfigTableEnv) {
+			t.Errorf("%s: %v; want an error naming %s", path, err, ConfigTableEnv)
+		}
+	}
+	t.Setenv(ConfigTableEnv, "")
+	if e, err := loadConfigTable(); err != nil || len(e) < 8 {
+		t.Errorf("embedded table: %d entries, %v", len(e), err)
 	}
 }

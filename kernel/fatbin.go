@@ -2,6 +2,8 @@ package kernel
 
 import (
 	_ "embed"
+	"fmt"
+	"os"
 	"strings"
 )
 
@@ -24,6 +26,29 @@ var FatbinSources = [...]string{"kernel/skinny.h", "kernel/skinny.cu", "kernel/r
 // Its functions: tprun_receive and tprun_skinny_m<M><variant>, see
 // LaunchConfig.Function.
 func Fatbin() []byte { return []byte(fatbin) }
+
+// FatbinEnv names a fatbin file that Load uses instead of the embedded one.
+// It is for kernel development only: a fatbin built by scripts/build-kernels
+// from changed sources can be tried without rebuilding the Go binaries. Its
+// entry points and parameter blocks must be this build's (same skinny.h).
+const FatbinEnv = "TPRUN_KERNELS_FATBIN"
+
+// FatbinOverride is the path in FatbinEnv, or "" when the embedded fatbin
+// is used. Programs should say so when it is set.
+func FatbinOverride() string { return os.Getenv(FatbinEnv) }
+
+// image is the fatbin Load loads: the embedded one, or FatbinEnv's file.
+func image() ([]byte, error) {
+	path := FatbinOverride()
+	if path == "" {
+		return Fatbin(), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %s: %w", FatbinEnv, err)
+	}
+	return b, nil
+}
 
 // FatbinStamp is the hex sha256 of the kernel sources the embedded fatbin
 // was built from, as written by scripts/build-kernels.

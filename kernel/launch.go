@@ -87,7 +87,13 @@ type Kernels struct {
 // ceiling (what a launch uses is what it asks for). The caller closes the
 // result before it releases the context.
 func Load(drv KernelDriver) (*Kernels, error) {
-	image := Fatbin()
+	image, err := image()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := measured(); err != nil {
+		return nil, fmt.Errorf("kernel: load kernels: the launch table: %w", err)
+	}
 	mod, err := drv.ModuleLoadData(image)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: load kernels (%d-byte fatbin): %w", len(image), err)
@@ -177,6 +183,7 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 			s, a.Rank, c, c.SharedBytes, MaxStagedShared)
 	}
 	p.TileRows = int32(c.TileRows)
+	p.L2Prefetch = int32(c.L2Prefetch)
 	b := encodeSkinnyParams(&p)
 	cfg := cuda.LaunchConfig{
 		Grid:                      [3]uint32{uint32(c.GridX), 1, 1},
@@ -259,7 +266,7 @@ func encodeSkinnyParams(p *SkinnyParams) [SkinnyParamsSize]byte {
 	for i, d := range p.Dst {
 		le.PutUint64(b[24+8*i:], d)
 	}
-	for i, v := range [...]int32{p.LatentDim, p.Shard, p.Hidden, p.Rank, p.SharedStride, p.NDst, p.TileRows, p.Reserved} {
+	for i, v := range [...]int32{p.LatentDim, p.Shard, p.Hidden, p.Rank, p.SharedStride, p.NDst, p.TileRows, p.L2Prefetch} {
 		le.PutUint32(b[152+4*i:], uint32(v))
 	}
 	return b
@@ -279,6 +286,12 @@ type ReceiveArgs struct {
 	// Timeout is how long the receive waits for a missing word before it
 	// gives up and reports (at least 1 ns).
 	Timeout time.Duration
+	// Abortable makes word ReceiveAbortWord of Status the abort word: the
+	// host sets it (to any nonzero value) to end the receive as if its
+	// deadline had passed; a waiting thread looks at it every 200 µs after
+	// its first 200 µs. Status must then hold ReceiveAbortWord+1 words in
+	// host-mapped memory, and that word must be zero before the launch.
+	Abortable bool
 }
 
 // LaunchReceive queues the Lamport receive of a on stream: wait until the
@@ -346,8 +359,13 @@ func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
 	if err := errors.Join(errs...); err != nil {
 		return ReceiveParams{}, err
 	}
+	var flags int32
+	if a.Abortable {
+		flags = ReceiveAbortable
+	}
 	return ReceiveParams{Slot: uint64(a.Slot), Out: uint64(a.Out), Status: uint64(a.Status),
-		TimeoutNs: uint64(a.Timeout.Nanoseconds()), M: int32(a.M), Hidden: int32(a.Hidden), Shard: int32(a.Shard)}, nil
+		TimeoutNs: uint64(a.Timeout.Nanoseconds()), M: int32(a.M), Hidden: int32(a.Hidden), Shard: int32(a.Shard),
+		Flags: flags}, nil
 }
 
 // encodeReceiveParams lays p out as tprun_receive_params (skinny.h).
@@ -358,7 +376,7 @@ func encodeReceiveParams(p *ReceiveParams) [ReceiveParamsSize]byte {
 	le.PutUint64(b[8:], p.Out)
 	le.PutUint64(b[16:], p.Status)
 	le.PutUint64(b[24:], p.TimeoutNs)
-	for i, v := range [...]int32{p.M, p.Hidden, p.Shard, p.Reserved} {
+	for i, v := range [...]int32{p.M, p.Hidden, p.Shard, p.Flags} {
 		le.PutUint32(b[32+4*i:], uint32(v))
 	}
 	return b

@@ -24,6 +24,14 @@ __device__ __forceinline__ void st_global_v4(uint4* p, uint4 v) {
                : "memory");
 }
 
+// The host's abort word: system scope, since the host writes it while the
+// kernel runs.
+__device__ __forceinline__ uint32_t ld_sys_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ unsigned long long globaltimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -35,12 +43,21 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 extern "C" __global__ void __launch_bounds__(1024)
     tprun_receive(const __grid_constant__ tprun_receive_params p) {
   constexpr uint32_t kSentinel = 0x80000000u;
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  // The next step's kernel may start streaming its weights while we poll.
+  constexpr unsigned long long kAbortEvery = 200000;  // ns between two looks at the abort word
+  // The next step's kernel may launch now and start streaming its weights
+  // (its blocks then wait for this grid at their own griddepcontrol.wait):
+  // triggering before our wait lets that prefetch overlap the skinny kernel
+  // of this step too, not just the polling.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   const long long nvec = (long long)p.m * p.hidden / 8;  // 16-byte vectors
-  const unsigned long long deadline = tprun::globaltimer() + p.timeout_ns;
+  const unsigned long long start = tprun::globaltimer();
+  const unsigned long long deadline = start + p.timeout_ns;
+  const uint32_t* abort_word = (p.flags & TPRUN_RECEIVE_ABORTABLE)
+                                   ? reinterpret_cast<const uint32_t*>(p.status) + TPRUN_RECEIVE_ABORT_WORD
+                                   : nullptr;
+  unsigned long long next_abort_check = start + kAbortEvery;
   const uint4* slot = reinterpret_cast<const uint4*>(p.slot);
   uint4* slot_w = reinterpret_cast<uint4*>(p.slot);
   uint4* out = reinterpret_cast<uint4*>(p.out);
@@ -59,7 +76,12 @@ extern "C" __global__ void __launch_bounds__(1024)
       // After the deadline every remaining vector is looked at once more,
       // so the report names every rank that is missing, not just the first.
       if (ok || expired) break;
-      if (tprun::globaltimer() >= deadline) expired = true;
+      const unsigned long long now = tprun::globaltimer();
+      if (now >= deadline) expired = true;
+      if (abort_word != nullptr && now >= next_abort_check) {
+        next_abort_check = now + kAbortEvery;
+        if (tprun::ld_sys_u32(abort_word) != 0) expired = true;
+      }
     }
     if (ok) {
       tprun::st_global_v4(out + v, x);

@@ -76,6 +76,36 @@ __device__ __forceinline__ void cp_async16_w(uint16_t* dst, const uint16_t* src,
                : "memory");
 }
 
+// Ask for bytes at p to be brought into L2 (a hint: no landing space, no
+// completion to wait for).
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+// The L2 prefetch plan of skinny.h (l2_prefetch), run by warp 0 of a
+// cluster's leader CTA before its weight loads: tile t (ROWS weight rows,
+// all of K: one contiguous block) is prefetched with one instruction per
+// tile, the helpers' tiles spread over the lanes.
+template <int ROWS>
+__device__ __forceinline__ void l2_prefetch_tiles(const tprun_skinny_params& p, int tile, int ntiles, int lane) {
+  const int plan = p.l2_prefetch;
+  const int helpers = TPRUN_PF_HELPERS(plan);
+  const int s16 = TPRUN_PF_SIXTEENTHS(plan);
+  const int lim = s16 == 0 ? ntiles : min(ntiles, (ntiles * s16 + 15) / 16);
+  const size_t row_bytes = (size_t)p.latent_dim * 2;
+  const char* w = reinterpret_cast<const char*>(p.weight);
+  auto one = [&](int t) {
+    const int rows = min(ROWS, p.shard - t * ROWS);
+    prefetch_l2(w + (size_t)t * ROWS * row_bytes, (uint32_t)(rows * row_bytes));
+  };
+  if (tile < helpers) {
+    for (int t = tile + lane * helpers; t < lim; t += 32 * helpers) one(t);
+    if (lane == 0 && tile >= lim) one(tile);
+  } else if (TPRUN_PF_OWN(plan) && lane == 0) {
+    one(tile);
+  }
+}
+
 __device__ __forceinline__ uint4 lds_v4(const uint16_t* p) {
   return *reinterpret_cast<const uint4*>(p);
 }
@@ -253,6 +283,9 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   }
   const bool lrow = g < M;
   const uint16_t* lp = reinterpret_cast<const uint16_t*>(p.latent) + (size_t)(lrow ? g : 0) * K + kb;
+
+  if (p.l2_prefetch != 0 && crank == 0 && warp == 0)
+    l2_prefetch_tiles<ROWS>(p, (int)(blockIdx.x / csize), (int)(gridDim.x / csize), lane);
 
   uint4 wa[U][TR][2];
   // Weight prologue: independent of the previous kernel's results.

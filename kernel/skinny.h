@@ -11,6 +11,15 @@
 #define TPRUN_MAX_DST 16
 #define TPRUN_MAX_RANKS 16
 #define TPRUN_RECEIVE_STATUS_WORDS (1 + TPRUN_MAX_RANKS)
+// With TPRUN_RECEIVE_ABORTABLE in tprun_receive_params.flags, status[32] is
+// the abort word: the host sets it to end a receive early (status then holds
+// at least TPRUN_RECEIVE_ABORT_WORD + 1 words, in host-mapped memory).
+#define TPRUN_RECEIVE_ABORT_WORD 32
+#define TPRUN_RECEIVE_ABORTABLE 1
+// tprun_skinny_params.l2_prefetch fields (0: no L2 prefetch).
+#define TPRUN_PF_HELPERS(x) ((x) & 0xffff)
+#define TPRUN_PF_SIXTEENTHS(x) (((x) >> 16) & 0xff)
+#define TPRUN_PF_OWN(x) (((x) >> 24) & 1)
 
 // tprun_skinny_m<M><variant> (M = 1..8; variant "", "_d8", "_t32", "_s8",
 // "_s32" or "_c", see kernel/skinny.cu): rank `rank` of the fused up-projection
@@ -34,9 +43,18 @@
 //   programmatic stream serialization allowed (PDL): weight loads are issued
 //   before griddepcontrol.wait, latent and shared are read after it, and
 //   griddepcontrol.launch_dependents comes right after the weight loads.
+// L2 prefetch (l2_prefetch != 0): before its weight loads, the leader CTA
+// of tile t (a tile: tile_rows weight rows, all of K, one contiguous
+// block) asks for whole tiles to be brought into L2 with
+// cp.async.bulk.prefetch.L2, so that HBM keeps streaming while this
+// kernel's later CTAs are not yet resident:
+//   H = TPRUN_PF_HELPERS: the tiles t < H ("helpers", the CTAs the GPU
+//       places first) prefetch tiles t, t+H, t+2H, ... below the limit;
+//   S = TPRUN_PF_SIXTEENTHS: the limit is ceil(ntiles*S/16) (S 0: ntiles);
+//   O = TPRUN_PF_OWN: every other tile prefetches itself.
+// Prefetches are hints: the result never depends on them.
 // Requirements: all pointers 16-byte aligned; latent_dim % 8 == 0;
-// shard % 8 == 0; hidden % 8 == 0; shared_stride % 8 == 0; 1 <= ndst <= 16;
-// reserved == 0.
+// shard % 8 == 0; hidden % 8 == 0; shared_stride % 8 == 0; 1 <= ndst <= 16.
 typedef struct tprun_skinny_params {
   unsigned long long latent;   // offset   0: bf16 [M][latent_dim], row stride latent_dim
   unsigned long long weight;   // offset   8: bf16 [shard][latent_dim], this rank's rows
@@ -49,7 +67,7 @@ typedef struct tprun_skinny_params {
   int shared_stride;           // offset 168: in elements
   int ndst;                    // offset 172
   int tile_rows;               // offset 176: 16 or 32 (the entry point's), columns per CTA
-  int reserved;                // offset 180: must be 0
+  int l2_prefetch;             // offset 180: see above; 0 = none
 } tprun_skinny_params;         // size 184, alignment 8
 
 // tprun_receive: the Lamport receive of one rank. Polls the first m*hidden
@@ -63,8 +81,13 @@ typedef struct tprun_skinny_params {
 // The kernel only ever writes 1s (plain 32-bit stores, no atomics, so status
 // may live in host-mapped memory); the caller zeroes the 17 words before the
 // launch. Words that arrived are copied and re-armed even on a timeout.
+// With flags & TPRUN_RECEIVE_ABORTABLE, a thread that has polled for 200 µs
+// also reads status[TPRUN_RECEIVE_ABORT_WORD] (system scope) every 200 µs;
+// nonzero ends its wait as the deadline would (status[0] and the missing
+// ranks are reported the same way). The caller zeroes that word too.
 // Launch: any grid and block (block a multiple of 32, at most 1024; see
-// ReceiveConfigFor); PDL allowed: it waits with griddepcontrol.wait first.
+// ReceiveConfigFor); PDL allowed: it lets the next kernel launch first
+// (griddepcontrol.launch_dependents), then waits with griddepcontrol.wait.
 // Requirements: slot and out 16-byte aligned; hidden % 8 == 0; shard % 8 == 0;
 // hidden % shard == 0.
 typedef struct tprun_receive_params {
@@ -75,7 +98,7 @@ typedef struct tprun_receive_params {
   int m;                          // offset 32
   int hidden;                     // offset 36
   int shard;                      // offset 40
-  int reserved;                   // offset 44: must be 0
+  int flags;                      // offset 44: 0 or TPRUN_RECEIVE_ABORTABLE
 } tprun_receive_params;           // size 48, alignment 8
 
 #ifdef __cplusplus

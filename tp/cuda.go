@@ -340,7 +340,7 @@ func (l *loadedKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) er
 // waits for the skinny kernel before it touches memory.
 func (l *loadedKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
 	return l.k.LaunchReceive(s, kernel.ReceiveArgs{M: a.m, Hidden: a.hidden, Shard: a.shard, Slot: a.slot, Out: a.out,
-		Status: a.status, Timeout: a.timeout}, true)
+		Status: a.status, Timeout: a.timeout, Abortable: a.abortable}, true)
 }
 
 func (l *loadedKernels) unload() error { return l.k.Close() }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tprun/tprun/internal/cuda"
 	"github.com/tprun/tprun/kernel"
@@ -76,6 +77,7 @@ type receiveLaunch struct {
 	slot, out, status cuda.DevicePtr
 	timeout           time.Duration
 	m, hidden, shard  int
+	abortable         bool // status holds the abort word (kernel.ReceiveArgs.Abortable)
 }
 
 // stepKernels is what the engine needs from the loaded kernels.
@@ -127,11 +129,17 @@ func realEngineDeps() engineDeps {
 }
 
 // Status words of the receive kernel (kernel/skinny.h): word 0 is 1 after
-// a timeout, word 1+r is 1 when rank r's slice never arrived.
+// a timeout, word 1+r is 1 when rank r's slice never arrived; word
+// kernel.ReceiveAbortWord is the host's abort word (see keepAborting).
 const (
 	statusWords = kernel.ReceiveStatusWords
 	statusBytes = 4096 // one page of host-mapped memory
 )
+
+// abortWord is the receive's abort word in the host-mapped status page.
+func (e *cudaEngine) abortWord() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&e.status[4*kernel.ReceiveAbortWord]))
+}
 
 // replayChunk bounds how many graph replays are queued before the engine
 // waits and reads the status: a missing peer then costs at most a chunk's
@@ -421,9 +429,14 @@ const abortEvery = 200 * time.Microsecond
 // hold the later work and calls of the context behind it, this copy
 // included (another UpProjection on the same device closing in the
 // meantime is one such thread). The receive then ends at its deadline.
-// Only a receive that also polls a host-mapped word, which the host stores
-// to without the driver, would end at once whatever the driver does.
+// So before any of that, and again before every fill, it sets the abort
+// word of the host-mapped status page: the receive (launched Abortable)
+// reads it every 200 µs once it has waited that long, and ends as at its
+// deadline. The store is a plain store to host memory, with no driver call
+// to be held back, so the receive ends within about 200 µs whatever else
+// the process does.
 func (e *cudaEngine) keepAborting(stop <-chan struct{}) error {
+	e.abortWord().Store(1)
 	unbind, err := e.drv.BindContext(e.cuctx)
 	if err != nil {
 		return fmt.Errorf("abort: %w", err)
@@ -432,6 +445,7 @@ func (e *cudaEngine) keepAborting(stop <-chan struct{}) error {
 	tick := time.NewTicker(abortEvery)
 	defer tick.Stop()
 	for {
+		e.abortWord().Store(1)
 		for slot := range e.layout.Slots {
 			dst := e.local + cuda.DevicePtr(e.layout.SlotOffset(uint64(slot)))
 			if err := e.drv.MemcpyHtoD(dst, e.fill); err != nil {
@@ -491,7 +505,7 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 		return fmt.Errorf("launching the skinny kernel: %w", err)
 	}
 	err = e.kern.launchReceive(e.stream, receiveLaunch{slot: e.local + cuda.DevicePtr(e.layout.SlotOffset(t)), out: out,
-		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard()})
+		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard(), abortable: true})
 	if err != nil {
 		return fmt.Errorf("launching the receive kernel: %w", err)
 	}
@@ -548,8 +562,14 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) erro
 	return te
 }
 
-// clearStatus zeroes the receive status words; no kernel may be running.
-func (e *cudaEngine) clearStatus() { clear(e.status[:4*statusWords]) }
+// clearStatus zeroes the receive status words and the abort word; no
+// kernel may be running. The abort word is stored atomically: an abort of
+// Close may be setting it at the same time (and sets it again on its next
+// round).
+func (e *cudaEngine) clearStatus() {
+	clear(e.status[:4*statusWords])
+	e.abortWord().Store(0)
+}
 
 // deviceStep runs step t with operands in device memory and waits for it.
 func (e *cudaEngine) deviceStep(ctx context.Context, t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr) error {

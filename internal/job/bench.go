@@ -184,6 +184,12 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 		size, cfg.Hidden, cfg.Latent, shard, up.Backend(), p.reason)
 	out.printf("# per rank: weight shard %.1f MB, rotated through %d copies (%.0f MB) so that it streams from HBM;\n",
 		float64(sb)/1e6, rig.k, float64(rig.k*sb)/1e6)
+	if f := kernel.FatbinOverride(); f != "" {
+		out.printf("# kernels from %s=%s, not the embedded build\n", kernel.FatbinEnv, f)
+	}
+	if f := kernel.ConfigTableOverride(); f != "" {
+		out.printf("# launch table from %s=%s, not the embedded one\n", kernel.ConfigTableEnv, f)
+	}
 	out.printf("# one CUDA graph = %d steps (skinny kernel + stores to every rank + receive, PDL-chained), %d warm-up and %d timed replays per M\n",
 		rig.k, bc.Warmup, bc.Replays)
 

@@ -214,6 +214,12 @@ func (p *printer) header(pl *plan) {
 	p.printf("# tprun default job: tp %d, hidden %d, latent %d, shard %d, M %s, %d steps per M\n",
 		pl.size, c.Hidden, c.Latent, pl.shape.Shard(), mList(c.M).String(), c.Iters)
 	p.printf("# backend %s, mailbox %s (%d slots, receive deadline %v)\n", pl.backend, pl.mailbox, c.Slots, c.Deadline)
+	if f := kernel.FatbinOverride(); f != "" && pl.backend == "cuda" {
+		p.printf("# kernels from %s=%s, not the embedded build\n", kernel.FatbinEnv, f)
+	}
+	if f := kernel.ConfigTableOverride(); f != "" && pl.backend == "cuda" {
+		p.printf("# launch table from %s=%s, not the embedded one\n", kernel.ConfigTableEnv, f)
+	}
 	p.printf("# every received block is checked against a float64 reference of the whole block, per element:\n#   %s\n",
 		kernel.ToleranceFormula)
 	p.printf("# and all ranks must receive bit-identical blocks (per-step SHA-256, all-gathered)\n")

@@ -5,6 +5,7 @@
 //                                      launch config; receive kernel; exit 1 on failure
 //   harness FATBIN small               one small case of each kernel (for compute-sanitizer)
 //   harness FATBIN sweep OUT.tsv       time every launch config at the benchmark shapes
+//   harness FATBIN pfsweep OUT.tsv     time L2 prefetch plans (l2_prefetch) on a few geometries
 //   harness FATBIN bench TABLE OUT.tsv time the configs of TABLE (kernel/config_table.tsv
 //                                      format) at the benchmark shapes, plus copy bandwidth
 //
@@ -127,14 +128,16 @@ Kernels load(const char* path) {
 // and CTAs per cluster (the K split).
 struct Cfg {
   int tile_rows, depth, stage, warps, cluster;
+  int pf = 0;  // tprun_skinny_params.l2_prefetch
   int variant() const {
     if (stage == 2) return 5;
     if (stage) return tile_rows == 32 ? 4 : 3;
     return tile_rows == 32 ? 2 : depth == 8 ? 1 : 0;
   }
   std::string str() const {
-    char b[64];
-    snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
+    char b[96];
+    int n = snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
+    if (pf) snprintf(b + n, sizeof b - n, "/pf%d.%d%s", TPRUN_PF_HELPERS(pf), TPRUN_PF_SIXTEENTHS(pf), TPRUN_PF_OWN(pf) ? "o" : "");
     return b;
   }
 };
@@ -159,6 +162,7 @@ int grid_x(const Cfg& c, int shard) { return (shard + c.tile_rows - 1) / c.tile_
 CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg& c, CUstream s,
                        bool pdl) {
   p.tile_rows = c.tile_rows;
+  p.l2_prefetch = c.pf;
   CUlaunchAttribute at[2];
   memset(at, 0, sizeof at);
   int na = 0;
@@ -391,7 +395,11 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
             p.dst[d] = dout[d]->p;
           }
           p.ndst = ndst;
-          CUresult r = launch_skinny(k, M, p, c, s, false);
+          Cfg cc = c;
+          // A third of the runs with a random L2 prefetch plan: a hint that
+          // must never change the result.
+          if (rng.below(3) == 0) cc.pf = (1 + rng.below(40)) | (rng.below(17) << 16) | (rng.below(2) << 24);
+          CUresult r = launch_skinny(k, M, p, cc, s, false);
           if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
           if (r != CUDA_SUCCESS) {
             printf("FAIL M=%d shard=%d K=%d cfg=%s: launch %s\n", M, shard, K, c.str().c_str(), errname(r));
@@ -489,15 +497,19 @@ int check_negzero(const Kernels& k, CUstream s) {
   return bad ? 1 : 0;
 }
 
-int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true) {
+// flags: tprun_receive_params.flags. Status has room for the abort word in
+// every mode.
+int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int flags = 0) {
   int failures = 0;
+  printf("check receive, flags %#x:\n", flags);
   const int M = 5, tp = 4, shard = 896, hidden = tp * shard;
   const size_t n = (size_t)M * hidden;
   std::vector<uint16_t> data(n);
   fill_bf16(data, rng, -4.f, 4.f);
   for (auto& x : data)
     if (x == 0x8000) x = 0;  // writers sanitize: no sentinel word can appear
-  DevBuf slot(n * 2), out(n * 2), status(TPRUN_RECEIVE_STATUS_WORDS * 4);
+  DevBuf slot(n * 2), out(n * 2), status(64 * 4);
+  CK(cuMemsetD32(status.p, 0, 64));
   std::vector<uint32_t> st(TPRUN_RECEIVE_STATUS_WORDS);
   std::vector<uint16_t> got(n);
   tprun_receive_params p;
@@ -508,6 +520,7 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true) {
   p.m = M;
   p.hidden = hidden;
   p.shard = shard;
+  p.flags = flags;
   auto rearmed = [&]() {
     std::vector<uint32_t> w(n / 2);
     CK(cuMemcpyDtoH(w.data(), slot.p, n * 2));
@@ -582,6 +595,33 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true) {
   failures += !ok;
   CK(cuMemFreeHost(pinned));
   CK(cuStreamDestroy(s2));
+  if (!(flags & TPRUN_RECEIVE_ABORTABLE)) return failures;
+
+  // 4. Two words never arrive, the deadline is 10 s, the status page is
+  //    host-mapped, and the host sets the abort word after 20 ms: the
+  //    receive ends soon after, reporting as on a timeout.
+  void* hst;
+  CK(cuMemHostAlloc(&hst, 4096, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  memset(hst, 0, 4096);
+  CUdeviceptr dev_status;
+  CK(cuMemHostGetDevicePointer(&dev_status, hst, 0));
+  CK(cuMemcpyHtoD(slot.p, partial.data(), n * 2));
+  CK(cuMemsetD16(out.p, kPoison, n));
+  CK(cuCtxSynchronize());
+  tprun_receive_params q = p;
+  q.status = dev_status;
+  q.timeout_ns = 10000000000ull;
+  auto a0 = std::chrono::steady_clock::now();
+  CK(launch_receive(k, q, s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  reinterpret_cast<volatile uint32_t*>(hst)[TPRUN_RECEIVE_ABORT_WORD] = 1;
+  CK(cuStreamSynchronize(s));
+  double ams = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0).count();
+  const volatile uint32_t* hs = reinterpret_cast<const volatile uint32_t*>(hst);
+  ok = ams < 1000 && hs[0] == 1 && hs[1 + 0] == 1 && hs[1 + 2] == 1 && hs[1 + 1] == 0;
+  printf("check receive abort word: %s (ended %.1f ms after the launch, abort set at 20 ms)\n", ok ? "ok" : "FAIL", ams);
+  failures += !ok;
+  CK(cuMemFreeHost(hst));
   return failures;
 }
 
@@ -600,7 +640,8 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
   int fails = 0;
   for (Cfg c : {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1},
-                 Cfg{16, 0, 2, 4, 3}, Cfg{16, 0, 2, 1, 1}}) {
+                 Cfg{16, 0, 2, 4, 3}, Cfg{16, 0, 2, 1, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24)},
+                 Cfg{32, 4, 0, 2, 2, 1 | (5 << 16)}}) {
     CK(cuMemsetD16(o0.p, kPoison, (size_t)M * hidden));
     CK(cuMemsetD16(o1.p, kPoison, (size_t)M * hidden));
     tprun_skinny_params p;
@@ -626,6 +667,7 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
     fails += !v.ok;
   }
   fails += check_receive(k, rng, s, false);
+  fails += check_receive(k, rng, s, false, TPRUN_RECEIVE_ABORTABLE);
   return fails;
 }
 
@@ -772,7 +814,7 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
     fprintf(stderr, "cannot write %s\n", outpath);
     return 1;
   }
-  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tus\n");
+  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tus\n");
   for (const Shape& sh : bench_shapes()) {
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
@@ -787,7 +829,7 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
             if (sh.shard >= 3584 && (c == 3 || c == 6 || c == 8)) continue;
             Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
             double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
-            fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, cfg.tile_rows, cfg.depth,
+            fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t0\t%.3f\n", sh.latent, sh.shard, M, cfg.tile_rows, cfg.depth,
                     cfg.stage, w, c, us);
             if (us > 0 && us < best) {
               best = us;
@@ -804,6 +846,68 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
   return 0;
 }
 
+// The L2 prefetch sweep: for the shapes HARNESS_SHARDS (default 3584,896,7168,1792;
+// latent 3584, hidden 7168) and M in HARNESS_MS (default 1..8), a few
+// launch geometries, each with no prefetch and with a set of plans
+// (helpers x sixteenths, every tile its own slab or not). Same TSV as sweep.
+int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
+  auto ints = [](const char* env, std::vector<int> def) {
+    const char* e = getenv(env);
+    if (!e || !*e) return def;
+    std::vector<int> v;
+    for (const char* q = e; *q;) {
+      v.push_back(atoi(q));
+      while (*q && *q != ',') ++q;
+      if (*q == ',') ++q;
+    }
+    return v;
+  };
+  const std::vector<int> shards = ints("HARNESS_SHARDS", {3584, 896, 7168, 1792});
+  const std::vector<int> ms = ints("HARNESS_MS", {1, 2, 3, 4, 5, 6, 7, 8});
+  FILE* f = fopen(outpath, "w");
+  if (!f) return 1;
+  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tus\n");
+  std::vector<int> plans = {0, 1 << 24};
+  for (int h : {8, 16, 32, 64, 128})
+    for (int s16 : {8, 16}) plans.push_back(h | (s16 << 16) | (1 << 24));
+  for (int h : {16, 32, 64}) plans.push_back(h | (16 << 16));
+  // Geometries per shard: the 2026-11-29 table's winners plus leaner ones
+  // (fewer registers: more CTAs of the next kernel resident early).
+  auto geos_for = [](int shard) -> std::vector<Cfg> {
+    if (shard >= 7168) return {{16, 8, 0, 4, 1}, {32, 4, 0, 8, 1}, {16, 4, 0, 8, 1}, {16, 8, 0, 8, 1}};
+    if (shard >= 3584) return {{16, 8, 1, 8, 1}, {16, 8, 0, 8, 1}, {16, 4, 0, 8, 1}, {16, 8, 0, 4, 1}, {16, 4, 0, 4, 1}};
+    if (shard >= 1792) return {{16, 8, 0, 8, 1}, {16, 8, 0, 16, 1}, {16, 8, 0, 8, 2}, {32, 4, 0, 16, 2}, {16, 4, 0, 8, 1}};
+    return {{16, 8, 1, 16, 1}, {16, 8, 0, 16, 1}, {32, 4, 0, 16, 2}, {16, 4, 0, 8, 1}, {16, 4, 0, 4, 1},
+            {16, 8, 0, 8, 1}, {16, 8, 0, 8, 2}};
+  };
+  for (int shard : shards) {
+    const std::vector<Cfg> geos = geos_for(shard);
+    Pool pool(shard, 3584, rng);
+    Acts acts(3584, 7168, rng);
+    for (int M : ms) {
+      double best0 = 1e30, best = 1e30;
+      Cfg b0{}, b{};
+      for (const Cfg& g : geos)
+        for (int pf : plans) {
+          Cfg c = g;
+          c.pf = pf;
+          double us = time_skinny(k, pool, acts, M, 7168, c, s, 7);
+          fprintf(f, "3584\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", shard, M, c.tile_rows, c.depth, c.stage, c.warps,
+                  c.cluster, pf, us);
+          if (us <= 0) continue;
+          if (pf == 0 && us < best0) best0 = us, b0 = c;
+          if (us < best) best = us, b = c;
+        }
+      fflush(f);
+      printf("pfsweep shard %d M %d: no prefetch best %.2f us (%s); best %.2f us (%s)\n", shard, M, best0,
+             b0.str().c_str(), best, b.str().c_str());
+      fflush(stdout);
+    }
+  }
+  fclose(f);
+  return 0;
+}
+
 int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const char* outpath) {
   std::map<std::tuple<int, int, int>, Cfg> table;
   FILE* tf = fopen(tablepath, "r");
@@ -813,17 +917,20 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   }
   char line[256];
   while (fgets(line, sizeof line, tf)) {
-    int lat, shard, m, tr, dp, st, w, c;
+    int lat, shard, m, tr, dp, st, w, c, pf = 0;
     if (line[0] == '#') continue;
-    if (sscanf(line, "%d %d %d %d %d %d %d %d", &lat, &shard, &m, &tr, &dp, &st, &w, &c) == 8)
-      table[{lat, shard, m}] = {tr, dp, st, w, c};
+    // 10 fields: ... cluster l2_prefetch median_us; 9 (older): no prefetch column.
+    double dummy;
+    int n = sscanf(line, "%d %d %d %d %d %d %d %d %d %lf", &lat, &shard, &m, &tr, &dp, &st, &w, &c, &pf, &dummy);
+    if (n < 10) pf = 0;
+    if (n >= 8) table[{lat, shard, m}] = {tr, dp, st, w, c, pf};
   }
   fclose(tf);
   double bw0 = copy_bandwidth(s);
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
   fprintf(f, "# copy bandwidth (read+write) %.1f GB/s\n", bw0 / 1e9);
-  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tours_us\tnopdl_us\tfloor_us\n");
+  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tours_us\tnopdl_us\tfloor_us\n");
   for (const Shape& sh : bench_shapes()) {
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
@@ -838,8 +945,8 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
       double us2 = time_skinny(k, pool, acts, M, sh.hidden, c, s, 25);
       double nopdl = time_skinny(k, pool, acts, M, sh.hidden, c, s, 15, false);
       double floor_us = pool.weight_bytes() / bw0 * 1e6;
-      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard, M,
-              c.tile_rows, c.depth, c.stage, c.warps, c.cluster, std::min(us, us2), nopdl, floor_us);
+      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard, M,
+              c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, std::min(us, us2), nopdl, floor_us);
       printf("bench latent %d shard %d M %d cfg %s: %.2f us (repeat %.2f, no PDL %.2f), floor %.2f, ratio %.2f\n",
              sh.latent, sh.shard, M, c.str().c_str(), us, us2, nopdl, floor_us, us / floor_us);
       fflush(stdout);
@@ -856,7 +963,7 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|bench TABLE OUT\n");
+    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|pfsweep OUT|bench TABLE OUT\n");
     return 2;
   }
   const std::string mode = argv[2];
@@ -892,6 +999,7 @@ int main(int argc, char** argv) {
   if (mode == "check") {
     int f = check_negzero(k, s);
     f += check_receive(k, rng, s);
+    f += check_receive(k, rng, s, true, TPRUN_RECEIVE_ABORTABLE);
     f += check_skinny(k, rng, s);
     printf("CHECK %s: %d failures\n", f ? "FAILED" : "PASSED", f);
     rc = f ? 1 : 0;
@@ -901,6 +1009,8 @@ int main(int argc, char** argv) {
     rc = f ? 1 : 0;
   } else if (mode == "sweep" && argc >= 4) {
     rc = sweep(k, rng, s, argv[3]);
+  } else if (mode == "pfsweep" && argc >= 4) {
+    rc = pfsweep(k, rng, s, argv[3]);
   } else if (mode == "bench" && argc >= 5) {
     rc = bench(k, rng, s, argv[3], argv[4]);
   } else {

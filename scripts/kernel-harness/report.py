@@ -34,7 +34,7 @@ def main():
         print(c)
     tt = {(r["latent"], r["shard"], r["m"]): float(r["torch_us"]) for r in torch_rows}
     print()
-    print("| latent | shard | M | config (rows/depth/stage/warps/cluster) | ours µs | floor µs | ours/floor "
+    print("| latent | shard | M | config (rows/depth/stage/warps/cluster[/L2 prefetch]) | ours µs | floor µs | ours/floor "
           "| no-PDL µs | torch µs | speedup | target |")
     print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     misses = []
@@ -61,6 +61,9 @@ def main():
             if not ok2:
                 misses.append(f"shard 896 M {m}: speedup {t / us if t else 0:.2f} < 3.5")
         cfg = f'{r["tile_rows"]}/{r["depth"]}/{ {"0": "g", "1": "s", "2": "c"}[r["stage"]] }/{r["warps"]}/{r["cluster"]}'
+        pf = int(r.get("l2_prefetch", "0"))
+        if pf:
+            cfg += f'/pf{pf & 0xffff}.{(pf >> 16) & 0xff}{"o" if (pf >> 24) & 1 else ""}'
         ts = f"{t:.2f}" if t is not None else "-"
         sp = f"{t / us:.2f}×" if t is not None else "-"
         print(f"| {r['latent']} | {shard} | {m} | {cfg} | {us:.2f} | {fl:.2f} | {ratio:.2f} | "
