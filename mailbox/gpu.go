@@ -63,17 +63,29 @@ type GPUOption func(*gpuOptions)
 type gpuOptions struct {
 	getenv     func(string) string
 	handleType cuda.HandleType // 0: fabric where every rank can, else POSIX FD
+	closeFD    func(fd int) error
 }
 
 func gpuDefaults(opts []GPUOption) gpuOptions {
-	o := gpuOptions{getenv: os.Getenv}
+	o := gpuOptions{getenv: os.Getenv, closeFD: unix.Close}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.getenv == nil {
 		o.getenv = os.Getenv
 	}
+	if o.closeFD == nil {
+		o.closeFD = unix.Close
+	}
 	return o
+}
+
+// withCloseFD replaces unix.Close for the descriptors a GPU backend owns,
+// so that tests can make a close fail (the real one fails too rarely to
+// test, and closing a descriptor twice on purpose would race with other
+// goroutines reusing its number).
+func withCloseFD(closeFD func(fd int) error) GPUOption {
+	return func(o *gpuOptions) { o.closeFD = closeFD }
 }
 
 // WithGetenv replaces os.Getenv for the multicast safety rule (tests).
@@ -285,13 +297,61 @@ func groupOf(ex Exchanger) (rank, size int, err error) {
 	return rank, size, nil
 }
 
-// closeFDs closes descriptors this package owns (negative ones are skipped).
-func closeFDs(fds []int) {
+// gpuBase is what both GPU backends hold once their ranks have agreed,
+// with the accessors that read the same for both, and how they close the
+// descriptors they own. Name and Local differ and stay with each backend.
+type gpuBase struct {
+	layout Layout
+	rank   int
+	dev    cuda.Device
+
+	handleType   cuda.HandleType
+	handleReason string
+
+	closeFD func(fd int) error // unix.Close outside tests
+}
+
+func newGPUBase(rank int, dev cuda.Device, o gpuOptions) gpuBase {
+	return gpuBase{rank: rank, dev: dev, closeFD: o.closeFD}
+}
+
+// Layout is the geometry every rank agreed on.
+func (b *gpuBase) Layout() Layout { return b.layout }
+
+// Rank is this rank.
+func (b *gpuBase) Rank() int { return b.rank }
+
+// Device is this rank's device, where its mailbox memory lives.
+func (b *gpuBase) Device() cuda.Device { return b.dev }
+
+// HandleType is the handle type every rank used to share the mailbox
+// memory (for multicast, the multicast object): cuda.HandleTypeFabric or
+// cuda.HandleTypePOSIXFD.
+func (b *gpuBase) HandleType() cuda.HandleType { return b.handleType }
+
+// HandleReason says why POSIX descriptors were used instead of fabric
+// handles ("" when fabric handles were used).
+func (b *gpuBase) HandleReason() string { return b.handleReason }
+
+// closeFDs closes descriptors this backend owns (negative ones are
+// skipped). It closes every one even when one fails and joins the errors,
+// each naming its descriptor. Linux frees a descriptor even when close
+// reports an error, so the caller must not close a failed one again.
+func (b *gpuBase) closeFDs(fds ...int) error {
+	closeFD := b.closeFD
+	if closeFD == nil {
+		closeFD = unix.Close
+	}
+	var errs []error
 	for _, fd := range fds {
-		if fd >= 0 {
-			_ = unix.Close(fd)
+		if fd < 0 {
+			continue
+		}
+		if err := closeFD(fd); err != nil {
+			errs = append(errs, fmt.Errorf("close descriptor %d: %w", fd, err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // requireAttr fails unless attr reads nonzero on dev.

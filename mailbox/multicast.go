@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tprun/tprun/internal/cuda"
 )
 
@@ -21,13 +19,8 @@ import (
 // holds no stream; Close must not run while a kernel using its pointers is
 // in flight.
 type Multicast struct {
-	drv    MulticastVMM
-	layout Layout
-	rank   int
-	dev    cuda.Device
-
-	handleType   cuda.HandleType
-	handleReason string
+	gpuBase // Layout, Rank, Device, HandleType, HandleReason
+	drv     MulticastVMM
 
 	mu     sync.Mutex
 	closed bool
@@ -71,8 +64,9 @@ func NewMulticast(ctx context.Context, ex Exchanger, drv MulticastVMM, dev cuda.
 	if err != nil {
 		return nil, err
 	}
-	m := &Multicast{drv: drv, rank: rank, dev: dev, exportFD: -1}
-	if err := m.setup(ctx, ex, cfg, gpuDefaults(opts)); err != nil {
+	o := gpuDefaults(opts)
+	m := &Multicast{gpuBase: newGPUBase(rank, dev, o), drv: drv, exportFD: -1}
+	if err := m.setup(ctx, ex, cfg, o); err != nil {
 		cerr := m.Close()
 		var refused *MulticastDisabledError
 		if cerr == nil && errors.As(err, &refused) {
@@ -171,13 +165,9 @@ func (m *Multicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOp
 	if _, err := exchange(ctx, ex, phaseBind, local, 0, nil, nil); err != nil {
 		return err
 	}
-	// Every rank has bound: the creator may drop its export now.
-	m.dropExport()
-
-	local = nil
-	if err := armSlots(m.drv, m.localPtr, m.layout); err != nil {
-		local = err
-	}
+	// Every rank has bound: the creator may drop its export now. A
+	// failed close fails every rank, like a failed arm.
+	local = errors.Join(m.dropExport(), armSlots(m.drv, m.localPtr, m.layout))
 	_, err = exchange(ctx, ex, phaseArm, local, 0, nil, nil)
 	return err
 }
@@ -270,12 +260,16 @@ func (m *Multicast) create(n int, tryFabric, forcedFabric bool) (blob []byte, er
 }
 
 // addDevice imports the multicast object (rank 0 has it already) and
-// adds this rank's device to it. It closes every descriptor in fds.
-func (m *Multicast) addDevice(fds []int, blob []byte) error {
-	defer closeFDs(fds)
+// adds this rank's device to it. It closes every descriptor in fds, on
+// every path, and reports a close that fails.
+func (m *Multicast) addDevice(fds []int, blob []byte) (err error) {
+	defer func() {
+		if cerr := m.closeFDs(fds...); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("the multicast descriptors from rank 0: %w", cerr))
+		}
+	}()
 	if m.rank != 0 {
 		var h cuda.GenericAllocationHandle
-		var err error
 		if m.handleType == cuda.HandleTypePOSIXFD {
 			if len(fds) != 1 {
 				return fmt.Errorf("%w: the multicast broadcast brought %d descriptors, want 1", ErrPeer, len(fds))
@@ -333,33 +327,22 @@ func (m *Multicast) bindAndMap() error {
 	return m.drv.MemSetAccess(m.localPtr, m.size, access)
 }
 
-// dropExport closes the creator's exported descriptor.
-func (m *Multicast) dropExport() {
-	if m.exportFD >= 0 {
-		_ = unix.Close(m.exportFD)
-		m.exportFD = -1
+// dropExport closes the creator's exported descriptor, once: it is
+// forgotten even when the close fails (Linux frees it either way).
+func (m *Multicast) dropExport() error {
+	if m.exportFD < 0 {
+		return nil
 	}
+	fd := m.exportFD
+	m.exportFD = -1
+	if err := m.closeFDs(fd); err != nil {
+		return fmt.Errorf("drop the multicast export: %w", err)
+	}
+	return nil
 }
 
 // Name is "multicast".
 func (m *Multicast) Name() string { return "multicast" }
-
-// Layout is the geometry every rank agreed on.
-func (m *Multicast) Layout() Layout { return m.layout }
-
-// Rank is this rank.
-func (m *Multicast) Rank() int { return m.rank }
-
-// Device is this rank's device.
-func (m *Multicast) Device() cuda.Device { return m.dev }
-
-// HandleType is how the multicast object travelled: cuda.HandleTypeFabric
-// or cuda.HandleTypePOSIXFD.
-func (m *Multicast) HandleType() cuda.HandleType { return m.handleType }
-
-// HandleReason says why POSIX descriptors were used instead of fabric
-// handles ("" when fabric handles were used).
-func (m *Multicast) HandleReason() string { return m.handleReason }
 
 // MulticastPtr is the mailbox as mapped through the multicast object: the
 // destination of the kernel's stores, each of which reaches every rank's
@@ -422,7 +405,9 @@ func (m *Multicast) Close() error {
 	step(&m.localResv, localUnmapped, "free the local address range", func() error { return m.drv.MemAddressFree(m.localPtr, m.size) })
 	step(&m.memHeld, unbound && localUnmapped, "release the local memory", func() error { return m.drv.MemRelease(m.mem) })
 	step(&m.mcHeld, unbound && mcUnmapped, "release the multicast object", func() error { return m.drv.MemRelease(m.mc) })
-	m.dropExport()
+	if err := m.dropExport(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("mailbox: rank %d: close multicast: %w", m.rank, err)
 	}

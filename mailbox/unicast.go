@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tprun/tprun/internal/cuda"
 )
 
@@ -21,13 +19,8 @@ import (
 // A Unicast holds no stream and launches nothing; Close must not run while
 // a kernel that uses its pointers is in flight.
 type Unicast struct {
-	drv    VMM
-	layout Layout
-	rank   int
-	dev    cuda.Device
-
-	handleType   cuda.HandleType
-	handleReason string
+	gpuBase // Layout, Rank, Device, HandleType, HandleReason
+	drv     VMM
 
 	mu     sync.Mutex
 	closed bool
@@ -69,8 +62,9 @@ func NewUnicast(ctx context.Context, ex Exchanger, drv VMM, dev cuda.Device, cfg
 	if err != nil {
 		return nil, err
 	}
-	u := &Unicast{drv: drv, rank: rank, dev: dev, mems: make([]unicastMem, size)}
-	if err := u.setup(ctx, ex, cfg, gpuDefaults(opts)); err != nil {
+	o := gpuDefaults(opts)
+	u := &Unicast{gpuBase: newGPUBase(rank, dev, o), drv: drv, mems: make([]unicastMem, size)}
+	if err := u.setup(ctx, ex, cfg, o); err != nil {
 		return nil, fmt.Errorf("mailbox: rank %d: unicast setup on device %d: %w", rank, dev, errors.Join(err, u.Close()))
 	}
 	return u, nil
@@ -88,7 +82,7 @@ const (
 	uHelloN
 )
 
-func (u *Unicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOptions) error {
+func (u *Unicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOptions) (err error) {
 	size := len(u.mems)
 	local := o.check()
 	if local == nil {
@@ -117,8 +111,16 @@ func (u *Unicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOpti
 
 	// Export, in the agreed type. A rank that made a fabric allocation
 	// while a peer could not swaps it for a POSIX one.
+	//
+	// The exchanger hands out copies of our descriptor; ours is only lent
+	// to it. An early return closes it here; otherwise it is closed
+	// before the last exchange, so that a failed close fails every rank.
 	fd := -1
-	defer func() { closeFDs([]int{fd}) }() // the exchanger hands out copies; ours is only lent
+	defer func() {
+		if cerr := u.closeFDs(fd); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("own mailbox export: %w", cerr))
+		}
+	}()
 	var blob []byte
 	fd, blob, local = u.export()
 	msgs, err = exchange(ctx, ex, phaseExport, local, 1, []uint64{u.mems[u.rank].size}, blob)
@@ -133,6 +135,10 @@ func (u *Unicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOpti
 		}
 	}
 	local = u.mapAll(msgs, fds) // closes fds
+	if cerr := u.closeFDs(fd); cerr != nil {
+		local = errors.Join(local, fmt.Errorf("own mailbox export: %w", cerr))
+	}
+	fd = -1
 	_, err = exchange(ctx, ex, phaseMap, local, 0, nil, nil)
 	return err
 }
@@ -239,9 +245,16 @@ func (u *Unicast) export() (fd int, blob []byte, err error) {
 
 // mapAll imports every peer's allocation, reserves one range for all of
 // them, maps each with read-write access for this device and arms this
-// rank's own slots. It closes every descriptor in fds.
-func (u *Unicast) mapAll(msgs []gpuMsg, fds []int) error {
-	defer closeFDs(fds)
+// rank's own slots. It closes every descriptor in fds, on every path; a
+// close that fails does not stop the mapping, but mapAll reports it.
+func (u *Unicast) mapAll(msgs []gpuMsg, fds []int) (err error) {
+	var closeErrs []error
+	defer func() {
+		if cerr := u.closeFDs(fds...); cerr != nil { // those not spent on an import
+			closeErrs = append(closeErrs, fmt.Errorf("mailbox descriptors: %w", cerr))
+		}
+		err = errors.Join(err, errors.Join(closeErrs...))
+	}()
 	size := len(u.mems)
 	if u.handleType == cuda.HandleTypePOSIXFD && len(fds) != size {
 		return fmt.Errorf("%w: descriptor all-gather returned %d descriptors for %d ranks", ErrPeer, len(fds), size)
@@ -259,11 +272,12 @@ func (u *Unicast) mapAll(msgs []gpuMsg, fds []int) error {
 			continue
 		}
 		var h cuda.GenericAllocationHandle
-		var err error
 		if u.handleType == cuda.HandleTypePOSIXFD {
 			h, err = u.drv.MemImportPOSIXFD(fds[r])
 			// The handle keeps the memory; the descriptor is spent.
-			_ = unix.Close(fds[r])
+			if cerr := u.closeFDs(fds[r]); cerr != nil {
+				closeErrs = append(closeErrs, fmt.Errorf("rank %d's mailbox descriptor: %w", r, cerr))
+			}
 			fds[r] = -1
 		} else {
 			var fh cuda.FabricHandle
@@ -312,23 +326,6 @@ func armSlots(drv VMM, ptr cuda.DevicePtr, l Layout) error {
 
 // Name is "unicast".
 func (u *Unicast) Name() string { return "unicast" }
-
-// Layout is the geometry every rank agreed on.
-func (u *Unicast) Layout() Layout { return u.layout }
-
-// Rank is this rank.
-func (u *Unicast) Rank() int { return u.rank }
-
-// Device is the device this rank's mailbox lives on.
-func (u *Unicast) Device() cuda.Device { return u.dev }
-
-// HandleType is the handle type every rank used: cuda.HandleTypeFabric or
-// cuda.HandleTypePOSIXFD.
-func (u *Unicast) HandleType() cuda.HandleType { return u.handleType }
-
-// HandleReason says why POSIX descriptors were used instead of fabric
-// handles ("" when fabric handles were used).
-func (u *Unicast) HandleReason() string { return u.handleReason }
 
 // Peers is the base address of every rank's mailbox as mapped in this
 // process (index = rank); the kernel stores rank r's slice into each. Nil
