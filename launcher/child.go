@@ -136,8 +136,8 @@ type child struct {
 
 	// Set by the supervisor.
 	exited  bool
-	stopped bool // sent SIGTERM by tprun
-	killed  bool // sent SIGKILL by tprun
+	stopped bool // tprun sent it SIGTERM while it still ran
+	killed  bool // tprun sent it SIGKILL while it still ran
 }
 
 // childSpec is what startChild needs to know about one rank.
@@ -236,6 +236,42 @@ func (c *child) wait(done chan<- *child) {
 	c.outR.Close()
 	c.errR.Close()
 	done <- c
+}
+
+// running reports whether the rank's process has not ended yet. The exit
+// reaches the supervisor only after the output is drained (up to
+// drainTimeout later), so exited says too little: a rank that died on its
+// own just before tprun stops the job must not count as stopped by tprun.
+// waitid with WNOWAIT looks without reaping; ECHILD means the waiter has
+// reaped it already.
+func (c *child) running() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, c.pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if err != nil {
+		return !errors.Is(err, unix.ECHILD)
+	}
+	// With WNOHANG and nothing to report, Linux leaves si_signo zero.
+	return info.Signo == 0
+}
+
+// failedOnItsOwn reports whether the rank's end was a failure that tprun's
+// stop did not cause. A rank tprun signalled while it ran ended because of
+// that when it died by tprun's signal or exited (a rank that catches
+// SIGTERM and exits non-zero); any other signal, a crash or a SIGKILL tprun
+// did not send, is its own.
+func (c *child) failedOnItsOwn() bool {
+	if !c.status.Failed() {
+		return false
+	}
+	switch c.status.Signal {
+	case 0:
+		return !c.stopped && !c.killed
+	case syscall.SIGTERM:
+		return !c.stopped
+	case syscall.SIGKILL:
+		return !c.killed
+	}
+	return true
 }
 
 // signalGroup sends sig to the child's process group, and to the child

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -66,6 +67,9 @@ func helperMain(args []string) int {
 		return helperLaunch(args[1:])
 	case "hub":
 		return helperHub(rank)
+	case "idle":
+		time.Sleep(30 * time.Second)
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "helper: unknown mode %q\n", args[0])
 	return 99
@@ -180,6 +184,17 @@ func helperLaunch(args []string) int {
 // "barrier-failed <unix ns> rank <R named by the error>" and exits 3.
 // HELPER_IGNORE_TERM=1 keeps them alive through the launcher's SIGTERM so
 // that the hub's abort is what ends their call.
+//
+// HELPER_VICTIM_END changes how V ends: "exit5" (exit 5 without saying
+// goodbye), "term" (SIGTERM to itself), "leave" (a clean Close, then it
+// lives on until signalled), "leave-exit0" and "leave-exit7" (a clean
+// Close, then that exit code).
+// HELPER_PEER_DELAY makes the others wait that long after their barrier
+// failed, so that V ends before they do.
+// HELPER_VICTIM_HOLD=1 makes V first start a process that inherits its
+// stdout and stderr, so the launcher learns of V's end only once that
+// process is gone (when tprun stops V's process group) or after its drain
+// timeout: V's peers are reaped before V.
 func helperHub(rank int) int {
 	if os.Getenv("HELPER_IGNORE_TERM") == "1" {
 		signal.Ignore(syscall.SIGTERM)
@@ -220,13 +235,41 @@ func helperHub(rank int) int {
 		return 0
 	}
 	if rank == victim {
+		if os.Getenv("HELPER_VICTIM_HOLD") == "1" {
+			hold := exec.Command(os.Args[0], "idle")
+			hold.Stdout, hold.Stderr = os.Stdout, os.Stderr
+			if err := hold.Start(); err != nil {
+				fmt.Fprintln(os.Stderr, "hold:", err)
+				return 15
+			}
+		}
 		time.Sleep(300 * time.Millisecond) // let the others block
 		fmt.Printf("killed-at %d\n", time.Now().UnixNano())
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		switch os.Getenv("HELPER_VICTIM_END") {
+		case "exit5":
+			os.Exit(5) // no deferred Close: no goodbye
+		case "term":
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		case "leave", "leave-exit0", "leave-exit7":
+			if err := c.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "close:", err)
+				return 16
+			}
+			if code, ok := strings.CutPrefix(os.Getenv("HELPER_VICTIM_END"), "leave-exit"); ok {
+				n, _ := strconv.Atoi(code)
+				return n
+			}
+		default:
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
 		time.Sleep(time.Minute)
+		return 17
 	}
 	err = c.Barrier(ctx)
 	now := time.Now().UnixNano()
+	if d, perr := time.ParseDuration(os.Getenv("HELPER_PEER_DELAY")); perr == nil {
+		time.Sleep(d)
+	}
 	var re *hub.RankError
 	if !errors.As(err, &re) || !errors.Is(err, hub.ErrAborted) {
 		fmt.Fprintf(os.Stderr, "barrier without rank %d: %v\n", victim, err)

@@ -31,7 +31,9 @@ type hubVerdict interface {
 var _ hubVerdict = (*hub.Server)(nil)
 
 // hubBlame returns the rank the hub holds responsible for the job's
-// failure, or -1.
+// failure, or -1. The hub can name a rank that did not fail: one that said
+// goodbye before a peer's collective, or whose connection dropped while it
+// ran on; job.firstFailed weighs that.
 func hubBlame(s hubServer) int {
 	v, ok := s.(hubVerdict)
 	if !ok {

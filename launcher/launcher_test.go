@@ -735,6 +735,93 @@ func TestRankKilledInBarrier(t *testing.T) {
 	}
 }
 
+// TestFailedFirst: the rank named as failing first is the first whose own
+// end was a failure. A rank that closed its hub connection cleanly is not
+// it, though the hub names it when a peer then waits for it, and neither is
+// a rank whose only failure is tprun's own SIGTERM; a rank that ended on
+// its own is, with its real status, even when the launcher reaps it after
+// the peers that failed because of it.
+func TestFailedFirst(t *testing.T) {
+	const n, victim = 3, 1
+	tests := []struct {
+		desc       string
+		end        string // HELPER_VICTIM_END
+		hold       bool   // the victim is reaped after its peers
+		peerDelay  bool   // its peers end only after it did
+		wantVictim bool   // the victim is named; else a peer, with exit 3
+		wantStatus int
+		victimEnd  string // how the victim ended
+		victimStop bool   // tprun stopped the victim
+	}{
+		{desc: "closed cleanly and lived on: tprun's SIGTERM is not its failure", end: "leave",
+			wantStatus: 3, victimEnd: "killed by signal SIGTERM", victimStop: true},
+		{desc: "closed cleanly and exited 0", end: "leave-exit0", peerDelay: true, wantStatus: 3, victimEnd: "exit status 0"},
+		{desc: "closed cleanly, then exited 7, reaped after its peers", end: "leave-exit7", hold: true, peerDelay: true,
+			wantVictim: true, wantStatus: 7, victimEnd: "exit status 7"},
+		{desc: "exited 5 without a goodbye, reaped after its peers", end: "exit5", hold: true,
+			wantVictim: true, wantStatus: 5, victimEnd: "exit status 5"},
+		{desc: "SIGTERM not from tprun, reaped after its peers", end: "term", hold: true,
+			wantVictim: true, wantStatus: 143, victimEnd: "killed by signal SIGTERM"},
+		{desc: "SIGKILLed, reaped after its peers", end: "kill", hold: true,
+			wantVictim: true, wantStatus: 137, victimEnd: "killed by signal SIGKILL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			env := []string{"HELPER_VICTIM=" + strconv.Itoa(victim), "HELPER_VICTIM_END=" + tc.end,
+				// Under -race a helper would linger a second at exit, and
+				// the order of the ends is what each case is about.
+				"GORACE=atexit_sleep_ms=0"}
+			if tc.hold {
+				env = append(env, "HELPER_VICTIM_HOLD=1")
+			}
+			if tc.peerDelay {
+				// Well under drainTimeout, which would reap a held victim.
+				env = append(env, "HELPER_PEER_DELAY=700ms")
+			}
+			var stdout, stderr lockedBuffer
+			start := time.Now()
+			res, err := Run(context.Background(), Config{
+				WorldSize: n, Command: helperCommand("hub"), Env: helperEnviron(env...),
+				Grace: 5 * time.Second, Stdout: &stdout, Stderr: &stderr,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("Run took %s", d)
+			}
+			first := res.FirstFailed
+			if tc.wantVictim != (first == victim) || first < 0 || res.ExitStatus != tc.wantStatus {
+				t.Fatalf("first %d status %d; want the victim (rank %d) named: %v, status %d\n%s",
+					first, res.ExitStatus, victim, tc.wantVictim, tc.wantStatus, stderr.String())
+			}
+			v := res.Ranks[victim]
+			if v.Status.String() != tc.victimEnd || v.Stopped != tc.victimStop || v.Killed {
+				t.Errorf("victim: %s stopped %v killed %v; want %s stopped %v\n%s", v.Status, v.Stopped, v.Killed, tc.victimEnd, tc.victimStop, stderr.String())
+			}
+			f := res.Ranks[first]
+			if f.Stopped || f.Killed || f.Status.ExitStatus() != tc.wantStatus {
+				t.Errorf("named rank %d: %s stopped %v killed %v", first, f.Status, f.Stopped, f.Killed)
+			}
+			report := res.Report()
+			for _, want := range []string{
+				fmt.Sprintf("tprun: rank %d failed first: %s after ", first, f.Status),
+				fmt.Sprintf("tprun: exit status %d\n", tc.wantStatus),
+			} {
+				if !strings.Contains(report, want) {
+					t.Errorf("report lacks %q:\n%s", want, report)
+				}
+			}
+			if want := fmt.Sprintf("rank %d (%s)", victim, tc.victimEnd); tc.victimStop && !strings.Contains(report, want) {
+				t.Errorf("report lacks %q:\n%s", want, report)
+			}
+			if !strings.Contains(stderr.String(), report) {
+				t.Errorf("stderr lacks the report:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
 // blamingHub is the real hub whose verdict names a fixed rank.
 type blamingHub struct {
 	hubServer
@@ -743,9 +830,9 @@ type blamingHub struct {
 
 func (h *blamingHub) Err() error { return &hub.RankError{Rank: h.rank, Reason: "connection lost"} }
 
-// TestHubBlame: the rank the hub saw fail first is reported, even when a
-// peer that failed because of it was reaped first; unless that rank then
-// exits cleanly.
+// TestHubBlame: a rank the hub blames is not reported as failing first
+// when its own end was no failure of its own: it ran on until tprun's
+// SIGTERM, or exited 0. (TestFailedFirst has the hub's rank win.)
 func TestHubBlame(t *testing.T) {
 	tests := []struct {
 		desc       string
@@ -754,7 +841,7 @@ func TestHubBlame(t *testing.T) {
 		wantFirst  int
 		wantStatus int
 	}{
-		{desc: "hub names a rank that dies later", blamed: 2, wantFirst: 2, wantStatus: 143},
+		{desc: "hub names a rank that runs until tprun stops it", blamed: 2, wantFirst: 1, wantStatus: 3},
 		{desc: "hub names a rank that exits 0", blamed: 0, env: []string{"HELPER_IGNORE_TERM=1", "HELPER_SLEEP=200ms"},
 			wantFirst: 1, wantStatus: 3},
 	}
@@ -786,6 +873,38 @@ func TestHubBlame(t *testing.T) {
 				t.Errorf("report:\n%s", report)
 			}
 		})
+	}
+}
+
+// TestFailedOnItsOwn: which ends count as a rank's own failure, given
+// what tprun sent it while it ran.
+func TestFailedOnItsOwn(t *testing.T) {
+	term := Status{Code: -1, Signal: syscall.SIGTERM}
+	kill := Status{Code: -1, Signal: syscall.SIGKILL}
+	segv := Status{Code: -1, Signal: syscall.SIGSEGV, CoreDumped: true}
+	tests := []struct {
+		desc            string
+		st              Status
+		stopped, killed bool
+		want            bool
+	}{
+		{desc: "exit 0", st: Status{}, want: false},
+		{desc: "exit 0 after tprun's SIGTERM", st: Status{}, stopped: true, want: false},
+		{desc: "exit 7, not signalled", st: Status{Code: 7}, want: true},
+		{desc: "exit 7 after tprun's SIGTERM (caught it)", st: Status{Code: 7}, stopped: true, want: false},
+		{desc: "SIGTERM, not from tprun", st: term, want: true},
+		{desc: "SIGTERM from tprun", st: term, stopped: true, want: false},
+		{desc: "SIGKILL, not from tprun", st: kill, want: true},
+		{desc: "SIGKILL when tprun sent only SIGTERM", st: kill, stopped: true, want: true},
+		{desc: "SIGKILL from tprun", st: kill, stopped: true, killed: true, want: false},
+		{desc: "SIGTERM from tprun, then its SIGKILL too late", st: term, stopped: true, killed: true, want: false},
+		{desc: "crash while tprun stopped it", st: segv, stopped: true, killed: true, want: true},
+	}
+	for _, tc := range tests {
+		c := &child{status: tc.st, stopped: tc.stopped, killed: tc.killed}
+		if got := c.failedOnItsOwn(); got != tc.want {
+			t.Errorf("%s: failedOnItsOwn = %v, want %v", tc.desc, got, tc.want)
+		}
 	}
 }
 

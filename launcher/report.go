@@ -31,8 +31,9 @@ func (r *Result) Report() string {
 	}
 	var stopped []string
 	for _, rr := range r.Ranks {
-		// The first failing rank may have been signalled too, when the hub
-		// named it before it was reaped; it is reported above.
+		// The first failing rank may have been signalled too (it crashed
+		// while tprun stopped it, after the hub had named it); it is
+		// reported above.
 		if !rr.Stopped || rr.Rank == r.FirstFailed {
 			continue
 		}

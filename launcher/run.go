@@ -27,8 +27,13 @@ type Result struct {
 	// signal killed it); 128+signal when tprun was signalled; ExitTimeout
 	// after --timeout; ExitInternal for a cancelled ctx or a hub failure.
 	ExitStatus int
-	// FirstFailed is the first rank that exited non-zero or died by a
-	// signal before tprun began stopping the job; -1 when none did.
+	// FirstFailed is the first rank whose own end was a failure: it exited
+	// non-zero or died by a signal, and not because tprun was stopping the
+	// job. That is the first such rank tprun reaped, unless the hub saw
+	// another one fail earlier (its connection dropped before that rank
+	// was reaped) and that one's end was a failure of its own too. A rank
+	// that left the hub cleanly or exited 0 is never named, nor one tprun
+	// signalled while it still ran. -1 when no rank failed on its own.
 	FirstFailed int
 	// StopReason says why tprun stopped the job; empty when the ranks ran
 	// to their end.
@@ -42,8 +47,8 @@ type RankResult struct {
 	Rank, PID int
 	Status    Status
 	Duration  time.Duration
-	Stopped   bool     // tprun sent its process group SIGTERM
-	Killed    bool     // tprun sent its process group SIGKILL
+	Stopped   bool     // tprun sent its process group SIGTERM while it ran
+	Killed    bool     // tprun sent its process group SIGKILL while it ran
 	Tail      []string // its last stderr lines, oldest first
 }
 
@@ -97,7 +102,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(hubCtx) }()
 
-	j := &job{cfg: cfg, out: out, srv: srv, first: -1, firstSeen: -1, serveErr: serveErr}
+	j := &job{cfg: cfg, out: out, srv: srv, firstSeen: -1, hubFirst: -1, serveErr: serveErr}
 	res, runErr := j.run(ctx, token, logs)
 
 	stopHub()
@@ -158,8 +163,8 @@ type job struct {
 	stopping   bool
 	stopReason string
 	stopStatus int // exit status when no rank failed first
-	first      int // first failing rank, or -1
-	firstSeen  int // first rank reaped with a failure; first unless the hub knew better
+	firstSeen  int // first rank reaped with a failure before the stop, or -1
+	hubFirst   int // the rank the hub blamed by then, or -1; see firstFailed
 
 	serveErr  <-chan error // the hub's Serve result; nil once received
 	serveDone bool         // serveErr was received by supervise
@@ -243,7 +248,8 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 				// will never answer.
 				j.srv.Abort(c.rank, c.status.String())
 				if !j.stopping {
-					j.first, j.firstSeen = j.blame(c), c.rank
+					// Nothing was signalled yet: this failure is c's own.
+					j.firstSeen, j.hubFirst = c.rank, hubBlame(j.srv)
 					startStop(fmt.Sprintf("rank %d %s", c.rank, c.status), c.status.ExitStatus())
 				}
 			}
@@ -296,44 +302,46 @@ func (j *job) stop(reason string, status int) bool {
 	}
 	j.stopping, j.stopReason, j.stopStatus = true, reason, status
 	for _, c := range j.children {
-		// The blamed rank too: the hub may blame a rank that is still
-		// alive (one that aborted the job itself).
 		if !c.exited {
-			c.stopped = true
+			// A rank that already ended (not yet reaped) is not stopped
+			// by tprun: how it ended is its own. Its group still gets the
+			// signal, for whatever it left behind.
+			c.stopped = c.running()
 			c.signalGroup(syscall.SIGTERM)
 		}
 	}
 	return true
 }
 
-// blame picks the first failing rank when c is the first rank reaped with
-// a failure. The hub can know better: it sees a rank's connection drop the
-// moment the rank dies, fails its peers' calls, and one of those peers may
-// exit and be reaped before the dead rank is. So when the hub names
-// another rank that has not exited cleanly, that rank is the one to blame;
-// result checks, once everything is reaped, that it really failed.
-func (j *job) blame(c *child) int {
-	r := hubBlame(j.srv)
-	if r < 0 || r >= len(j.children) || r == c.rank {
-		return c.rank
+// firstFailed picks the rank to name as failing first, once every rank is
+// reaped. The first rank reaped with a failure failed on its own (tprun
+// had signalled nobody yet), but the hub can know better: it sees a rank's
+// connection drop the moment the rank dies and fails its peers' calls, and
+// one of those peers may be reaped before the dead rank is. The hub's rank
+// wins only when its end, too, was a failure of its own: the hub also
+// names a rank whose connection dropped while it ran on (tprun then
+// stopped it), and one that exited 0 without saying goodbye.
+func (j *job) firstFailed() int {
+	if r := j.hubFirst; r >= 0 && r < len(j.children) && j.children[r].failedOnItsOwn() {
+		return r
 	}
-	if p := j.children[r]; p.exited && !p.status.Failed() {
-		return c.rank
-	}
-	return r
+	return j.firstSeen
 }
 
 func (j *job) killAll() {
 	for _, c := range j.children {
-		if !c.exited {
-			c.killed = true
-			c.signalGroup(syscall.SIGKILL)
+		if c.exited {
+			continue
 		}
+		if c.running() {
+			c.killed = true
+		}
+		c.signalGroup(syscall.SIGKILL)
 	}
 }
 
 func (j *job) result() *Result {
-	res := &Result{FirstFailed: j.first, StopReason: j.stopReason}
+	res := &Result{FirstFailed: j.firstFailed(), StopReason: j.stopReason}
 	for _, c := range j.children {
 		res.Ranks = append(res.Ranks, RankResult{
 			Rank: c.rank, PID: c.pid, Status: c.status,
@@ -342,15 +350,9 @@ func (j *job) result() *Result {
 			Tail: c.tail.get(),
 		})
 	}
-	if j.first >= 0 && !j.children[j.first].status.Failed() {
-		// The hub blamed a rank that then exited cleanly (it left the
-		// job early): the rank seen failing first is the answer.
-		j.first = j.firstSeen
-		res.FirstFailed = j.first
-	}
 	switch {
-	case j.first >= 0:
-		res.ExitStatus = j.children[j.first].status.ExitStatus()
+	case res.FirstFailed >= 0:
+		res.ExitStatus = j.children[res.FirstFailed].status.ExitStatus()
 	case j.stopping:
 		res.ExitStatus = j.stopStatus
 	}
