@@ -316,6 +316,10 @@ type SkinnyParams struct {
 	NDst         int32 // 1..16
 	TileRows     int32 // LaunchConfig.TileRows
 	L2Prefetch   int32 // LaunchConfig.L2Prefetch
+	// The fused receive (SkinnyArgs.Receive; RecvSlot 0: none).
+	RecvSlot, RecvOut, RecvStatus, RecvTimeoutNs uint64
+	RecvFlags                                    int32 // 0 or ReceiveAbortable
+	RecvReserved                                 int32 // 0
 }
 
 // ReceiveParams mirrors tprun_receive_params (kernel/skinny.h).

@@ -25,7 +25,7 @@ func TestParamLayoutMatchesSkinnyH(t *testing.T) {
 		desc      string
 		got, want uintptr
 	}{
-		{"sizeof tprun_skinny_params", unsafe.Sizeof(s), 184},
+		{"sizeof tprun_skinny_params", unsafe.Sizeof(s), 224},
 		{"alignof tprun_skinny_params", unsafe.Alignof(s), 8},
 		{"latent", unsafe.Offsetof(s.Latent), 0},
 		{"weight", unsafe.Offsetof(s.Weight), 8},
@@ -39,6 +39,12 @@ func TestParamLayoutMatchesSkinnyH(t *testing.T) {
 		{"ndst", unsafe.Offsetof(s.NDst), 172},
 		{"tile_rows", unsafe.Offsetof(s.TileRows), 176},
 		{"l2_prefetch", unsafe.Offsetof(s.L2Prefetch), 180},
+		{"recv_slot", unsafe.Offsetof(s.RecvSlot), 184},
+		{"recv_out", unsafe.Offsetof(s.RecvOut), 192},
+		{"recv_status", unsafe.Offsetof(s.RecvStatus), 200},
+		{"recv_timeout_ns", unsafe.Offsetof(s.RecvTimeoutNs), 208},
+		{"recv_flags", unsafe.Offsetof(s.RecvFlags), 216},
+		{"recv_reserved", unsafe.Offsetof(s.RecvReserved), 220},
 		{"sizeof tprun_receive_params", unsafe.Sizeof(r), 48},
 		{"slot", unsafe.Offsetof(r.Slot), 0},
 		{"out", unsafe.Offsetof(r.Out), 8},
@@ -256,5 +262,22 @@ func TestConfigTableOverride(t *testing.T) {
 	t.Setenv(ConfigTableEnv, "")
 	if e, err := loadConfigTable(); err != nil || len(e) < 8 {
 		t.Errorf("embedded table: %d entries, %v", len(e), err)
+	}
+}
+
+func TestReceiveCTAs(t *testing.T) {
+	for _, tc := range []struct{ m, hidden, block, cluster, want int }{
+		{8, 7168, 256, 1, 28},  // 7168 vectors
+		{1, 7168, 512, 1, 2},   // 896 vectors
+		{8, 7168, 128, 1, 56},  // 7168 / 128
+		{1, 64, 256, 1, 1},     // fewer vectors than threads
+		{3, 7168, 256, 4, 12},  // 2688 vectors: 11 CTAs, rounded up to whole clusters
+		{8, 65536, 32, 1, 132}, // capped
+		{8, 65536, 32, 8, 136}, // the cap rounded up to whole clusters
+		{0, 0, 0, 0, 1},        // nonsense in, still a valid count
+	} {
+		if got := ReceiveCTAs(tc.m, tc.hidden, tc.block, tc.cluster); got != tc.want {
+			t.Errorf("ReceiveCTAs(%d, %d, %d, %d) = %d, want %d", tc.m, tc.hidden, tc.block, tc.cluster, got, tc.want)
+		}
 	}
 }

@@ -723,15 +723,22 @@ func runReceiveTimeout(e *env, rng *rand.Rand, tc receiveTimeoutCase, M, shard i
 
 func TestGPUStepInGraph(t *testing.T) {
 	e := openGPU(t)
-	runStepInGraph(e, testRand(t), Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3)
+	rng := testRand(t)
+	for _, fused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fused receive %v", fused), func(t *testing.T) {
+			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3, fused)
+		})
+	}
 }
 
 // runStepInGraph plays a whole step of s.TP ranks on one GPU, captured in
 // a CUDA graph: every rank's skinny kernel writes its slice into one slot
 // (PDL between them), then the receive (PDL) copies the slot out and
 // re-arms it. Each replay gets fresh inputs and a poisoned output, and
-// must give the whole [M, hidden] block within tolerance.
-func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int) {
+// must give the whole [M, hidden] block within tolerance. With fused, the
+// last rank's skinny kernel does the receive (SkinnyArgs.Receive) and no
+// receive kernel is launched.
+func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, fused bool) {
 	t := e.t
 	shard, K, block := s.Shard(), s.Latent, s.M*s.Hidden
 	dLat := e.alloc(2*s.M*K, "latent")
@@ -749,15 +756,22 @@ func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int) {
 
 	e.must(e.dev.StreamBeginCapture(e.stream, cuda.CaptureModeThreadLocal), "StreamBeginCapture")
 	capture := func() error {
+		recv := ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: shard, Slot: dSlot, Out: dOut,
+			Status: dStatus, Timeout: 5 * time.Second}
 		for r := range s.TP {
 			a := SkinnyArgs{Shape: s, Rank: r, Latent: dLat, Weight: dW + cuda.DevicePtr(2*r*shard*K),
 				Shared: dShared + cuda.DevicePtr(2*r*shard), SharedStride: s.Hidden, Dst: []cuda.DevicePtr{dSlot}}
+			if fused && r == s.TP-1 {
+				a.Receive = &recv
+			}
 			if err := e.k.LaunchSkinny(e.stream, a, r > 0); err != nil {
 				return err
 			}
 		}
-		return e.k.LaunchReceive(e.stream, ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: shard, Slot: dSlot, Out: dOut,
-			Status: dStatus, Timeout: 5 * time.Second}, true)
+		if fused {
+			return nil
+		}
+		return e.k.LaunchReceive(e.stream, recv, true)
 	}
 	cerr := capture()
 	g, err := e.dev.StreamEndCapture(e.stream)
@@ -954,7 +968,8 @@ func runSmall(t *testing.T, e *env, rng *rand.Rand, timeout time.Duration) {
 		runReceiveTimeout(e.sub(t), rng, receiveTimeoutCases[1], 2, 72, timeout)
 	})
 	t.Run("step in a graph", func(t *testing.T) {
-		runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2)
+		runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, false)
+		runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, true)
 	})
 	t.Run("PDL chain", func(t *testing.T) {
 		runPDLChain(e.sub(t), rng, Shape{M: 3, Hidden: 136, Latent: 520, TP: 1}, 40, 3)

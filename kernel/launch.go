@@ -33,7 +33,7 @@ const (
 	MaxDst = 16
 	// SkinnyParamsSize and ReceiveParamsSize are sizeof the parameter
 	// structs tprun_skinny_params and tprun_receive_params.
-	SkinnyParamsSize  = 184
+	SkinnyParamsSize  = 224
 	ReceiveParamsSize = 48
 )
 
@@ -153,6 +153,12 @@ type SkinnyArgs struct {
 	// Dst are 1..MaxDst [M, hidden] blocks (mailbox slots: the local or
 	// multicast one, or every peer's), each written at the rank's columns.
 	Dst []cuda.DevicePtr
+	// Receive, when not nil, fuses this step's Lamport receive into the
+	// kernel (skinny.h, recv_slot): after its stores the grid polls
+	// Receive.Slot, copies the block to Receive.Out and re-arms the slot,
+	// with LaunchReceive's rules, so no receive kernel is launched. Its M,
+	// Hidden and Shard must be the shape's.
+	Receive *ReceiveArgs
 }
 
 // LaunchSkinny queues the fused up-projection for a's shape and rank on
@@ -185,8 +191,12 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 	p.TileRows = int32(c.TileRows)
 	p.L2Prefetch = int32(c.L2Prefetch)
 	b := encodeSkinnyParams(&p)
+	grid := c.GridX
+	if a.Receive != nil {
+		grid += ReceiveCTAs(s.M, s.Hidden, c.BlockX, c.Cluster)
+	}
 	cfg := cuda.LaunchConfig{
-		Grid:                      [3]uint32{uint32(c.GridX), 1, 1},
+		Grid:                      [3]uint32{uint32(grid), 1, 1},
 		Block:                     [3]uint32{uint32(c.BlockX), 1, 1},
 		SharedMem:                 uint32(c.SharedBytes),
 		Stream:                    stream,
@@ -240,10 +250,23 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 			ptr(fmt.Sprintf("Dst[%d]", i), d)
 		}
 	}
+	var rp ReceiveParams
+	if a.Receive != nil {
+		r := *a.Receive
+		if r.M != s.M || r.Hidden != s.Hidden || r.Shard != shard {
+			bad("Receive", fmt.Sprintf("M=%d Hidden=%d Shard=%d", r.M, r.Hidden, r.Shard),
+				fmt.Sprintf("must match the shape (M=%d Hidden=%d Shard=%d)", s.M, s.Hidden, shard))
+		}
+		var err error
+		if rp, err = receiveParams(r); err != nil {
+			errs = append(errs, fmt.Errorf("fused receive: %w", err))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return SkinnyParams{}, err
 	}
 	p := SkinnyParams{
+		RecvSlot: rp.Slot, RecvOut: rp.Out, RecvStatus: rp.Status, RecvTimeoutNs: rp.TimeoutNs, RecvFlags: rp.Flags,
 		Latent: uint64(a.Latent), Weight: uint64(a.Weight), Shared: uint64(a.Shared),
 		LatentDim: int32(s.Latent), Shard: int32(shard), Hidden: int32(s.Hidden), Rank: int32(a.Rank),
 		SharedStride: int32(a.SharedStride), NDst: int32(len(a.Dst)),
@@ -252,6 +275,17 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 		p.Dst[i] = uint64(d)
 	}
 	return p, nil
+}
+
+// ReceiveCTAs is how many receive CTAs a skinny launch with a fused
+// receive (SkinnyArgs.Receive) adds after the tiles' CTAs: one thread per
+// 16-byte vector of the m×hidden block, rounded up to whole clusters, at
+// least one cluster, at most 132 CTAs (rounded the same way).
+func ReceiveCTAs(m, hidden, blockX, cluster int) int {
+	blockX, cluster = max(blockX, 32), max(cluster, 1)
+	n := (max(m, 1)*max(hidden, 8)/8 + blockX - 1) / blockX
+	n = min(max(n, 1), 132)
+	return (n + cluster - 1) / cluster * cluster
 }
 
 // encodeSkinnyParams lays p out as tprun_skinny_params (skinny.h:
@@ -269,6 +303,12 @@ func encodeSkinnyParams(p *SkinnyParams) [SkinnyParamsSize]byte {
 	for i, v := range [...]int32{p.LatentDim, p.Shard, p.Hidden, p.Rank, p.SharedStride, p.NDst, p.TileRows, p.L2Prefetch} {
 		le.PutUint32(b[152+4*i:], uint32(v))
 	}
+	le.PutUint64(b[184:], p.RecvSlot)
+	le.PutUint64(b[192:], p.RecvOut)
+	le.PutUint64(b[200:], p.RecvStatus)
+	le.PutUint64(b[208:], p.RecvTimeoutNs)
+	le.PutUint32(b[216:], uint32(p.RecvFlags))
+	le.PutUint32(b[220:], uint32(p.RecvReserved))
 	return b
 }
 

@@ -155,6 +155,11 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 		for range ndst {
 			a.Dst = append(a.Dst, alignedPtr(rng))
 		}
+		fused := ndst != 3 // one case without a fused receive
+		if fused {
+			a.Receive = &ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: s.Shard(), Slot: alignedPtr(rng), Out: alignedPtr(rng),
+				Status: alignedPtr(rng) + 4, Timeout: time.Duration(1 + rng.Int64N(int64(10*time.Second))), Abortable: rng.IntN(2) == 1}
+		}
 		p, err := skinnyParams(a)
 		if err != nil {
 			t.Fatalf("skinnyParams(%+v): %v", a, err)
@@ -172,6 +177,15 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 			"dst": dst, "latent_dim": {uint64(s.Latent)}, "shard": {uint64(s.Shard())},
 			"hidden": {uint64(s.Hidden)}, "rank": {uint64(a.Rank)}, "shared_stride": {uint64(a.SharedStride)},
 			"ndst": {uint64(ndst)}, "tile_rows": {32}, "l2_prefetch": {uint64(p.L2Prefetch)},
+			"recv_slot": {0}, "recv_out": {0}, "recv_status": {0}, "recv_timeout_ns": {0}, "recv_flags": {0}, "recv_reserved": {0},
+		}
+		if r := a.Receive; r != nil {
+			flags := uint64(0)
+			if r.Abortable {
+				flags = ReceiveAbortable
+			}
+			want["recv_slot"], want["recv_out"], want["recv_status"] = []uint64{uint64(r.Slot)}, []uint64{uint64(r.Out)}, []uint64{uint64(r.Status)}
+			want["recv_timeout_ns"], want["recv_flags"] = []uint64{uint64(r.Timeout)}, []uint64{flags}
 		}
 		for name, w := range want {
 			if !slices.Equal(got[name], w) {
@@ -222,6 +236,12 @@ func goodSkinnyArgs() SkinnyArgs {
 		Dst: []cuda.DevicePtr{0x7f0000300000, 0x7f0000400000}}
 }
 
+// fusedReceive is a valid fused receive for shape s.
+func fusedReceive(s Shape) *ReceiveArgs {
+	return &ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: s.Shard(), Slot: 0x7f0000500000, Out: 0x7f0000600000,
+		Status: 0x7f0000700000, Timeout: time.Second, Abortable: true}
+}
+
 func TestSkinnyParamsReject(t *testing.T) {
 	tests := []struct {
 		desc   string
@@ -241,6 +261,12 @@ func TestSkinnyParamsReject(t *testing.T) {
 		{"no destination", func(a *SkinnyArgs) { a.Dst = nil }, ErrArgs, []string{"len(Dst) = 0"}},
 		{"17 destinations", func(a *SkinnyArgs) { a.Dst = make([]cuda.DevicePtr, 17) }, ErrArgs, []string{"len(Dst) = 17", "1..16"}},
 		{"second destination misaligned", func(a *SkinnyArgs) { a.Dst[1] += 4 }, ErrArgs, []string{"Dst[1] = 0x7f0000400004"}},
+		{"fused receive of another M", func(a *SkinnyArgs) { a.Receive = fusedReceive(a.Shape); a.Receive.M = 3 },
+			ErrArgs, []string{"Receive = M=3", "must match the shape"}},
+		{"fused receive slot misaligned", func(a *SkinnyArgs) { a.Receive = fusedReceive(a.Shape); a.Receive.Slot += 8 },
+			ErrArgs, []string{"fused receive", "Slot = 0x7f0000500008"}},
+		{"fused receive without timeout", func(a *SkinnyArgs) { a.Receive = fusedReceive(a.Shape); a.Receive.Timeout = 0 },
+			ErrArgs, []string{"fused receive", "Timeout = 0s"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -795,18 +821,40 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 	// traps on a tile_rows that is not its entry point's), and within the
 	// limits of skinny.h.
 	c := ConfigFor(m, shard, K)
+	recvCTAs := 0 // the receive CTAs of a fused receive (skinny.h)
+	if le.Uint64(p[184:]) != 0 {
+		recvCTAs = ReceiveCTAs(m, int(le.Uint32(p[160:])), int(cfg.Block[0]), cluster)
+	}
 	switch {
 	case c.Function != name || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster ||
-		c.GridX != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem) || c.L2Prefetch != int(le.Uint32(p[180:])):
+		c.GridX+recvCTAs != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem) || c.L2Prefetch != int(le.Uint32(p[180:])):
 		return fmt.Errorf("emu: %s launch %+v with tile_rows %d, but ConfigFor(%d, %d, %d) = %+v", name, cfg, tile, m, shard, K, c)
 	case tile != 16 && tile != 32, warps < 1 || warps > 16, cfg.Block[0]%32 != 0, cluster < 1 || cluster > MaxCluster,
-		int(cfg.Grid[0]) != (shard+tile-1)/tile*cluster:
+		int(cfg.Grid[0]) != (shard+tile-1)/tile*cluster+recvCTAs, recvCTAs%cluster != 0:
 		return fmt.Errorf("emu: %s launch %+v breaks skinny.h's launch rules (tile_rows %d, shard %d, latent %d)", name, cfg, tile, shard, K)
 	}
 	d.launches[fmt.Sprintf("M=%d", m)]++
 	early := cfg.ProgrammaticSerialization && d.afterKernel && d.bug == "PDL reads latent early"
 	d.afterKernel = true
-	return d.enqueue(func() error { return d.runSkinny(m, p, early) })
+	var recv []byte // the fused receive as a tprun_receive_params block
+	if le.Uint64(p[184:]) != 0 {
+		d.launches["fused receive"]++
+		recv = make([]byte, ReceiveParamsSize)
+		copy(recv[0:32], p[184:216]) // slot, out, status, timeout_ns
+		le.PutUint32(recv[32:], uint32(m))
+		copy(recv[36:40], p[160:164]) // hidden
+		copy(recv[40:44], p[156:160]) // shard
+		copy(recv[44:48], p[216:220]) // flags
+		if le.Uint32(p[220:]) != 0 {
+			return fmt.Errorf("emu: %s with recv_reserved %d", name, le.Uint32(p[220:]))
+		}
+	}
+	return d.enqueue(func() error {
+		if err := d.runSkinny(m, p, early); err != nil || recv == nil {
+			return err
+		}
+		return d.runReceive(recv)
+	})
 }
 
 // runSkinny is the skinny kernel on the CPU, reading its parameters the
@@ -918,7 +966,10 @@ func TestHarnessOnEmulator(t *testing.T) {
 	t.Run("receive", func(t *testing.T) { runReceiveFull(e.sub(t), rng, 5, 7168, 896) })
 	runReceiveTimeouts(t, e, rng, 20*time.Millisecond)
 	t.Run("graph", func(t *testing.T) {
-		runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3)
+		runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, false)
+	})
+	t.Run("graph, fused receive", func(t *testing.T) {
+		runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, true)
 	})
 	t.Run("PDL chain", func(t *testing.T) {
 		runPDLChain(e.sub(t), rng, Shape{M: 4, Hidden: 1024, Latent: 1024, TP: 1}, 448, 3)
@@ -930,7 +981,7 @@ func TestHarnessOnEmulator(t *testing.T) {
 	// (No measured shape of the 2026-11-30 table splits K over a cluster,
 	// so "cluster>1" is not required here; the launch attribute is pinned by
 	// the fake-driver launch tests and every cluster size by the GPU harness.)
-	for _, name := range []string{"M=1", "M=8", receiveName, "pdl", "l2 prefetch"} {
+	for _, name := range []string{"M=1", "M=8", receiveName, "pdl", "l2 prefetch", "fused receive"} {
 		if d.launches[name] == 0 {
 			t.Errorf("no launches of %s: %v", name, d.launches)
 		}
@@ -992,7 +1043,10 @@ func TestHarnessCatchesBugs(t *testing.T) {
 		{"stores negative zero", runNegativeZero},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) { runReceiveFull(e, rng, 2, 216, 72) }},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, false)
+		}},
+		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, true)
 		}},
 		{"receive blames the wrong rank", timeout},
 		{"receive gives up early", timeout},

@@ -3,6 +3,10 @@
 // slot differs from the sentinel, copy the block out, re-arm the slot with
 // the sentinel. A deadline from %globaltimer makes a missing peer a reported
 // failure instead of a hang. Parameters and status words: skinny.h.
+//
+// receive_block is also the tail of the skinny kernel's fused receive
+// (skinny.h, recv_slot), so this file comes first in the translation unit
+// (scripts/build-kernels).
 #include <stdint.h>
 
 #include "skinny.h"
@@ -38,65 +42,79 @@ __device__ __forceinline__ unsigned long long globaltimer() {
   return t;
 }
 
-}  // namespace tprun
-
-extern "C" __global__ void __launch_bounds__(1024)
-    tprun_receive(const __grid_constant__ tprun_receive_params p) {
+// The Lamport receive of the 16-byte vectors first, first + stride, ...
+// (< m*hidden/8) of slot: poll each until it holds no sentinel word, copy it
+// to out, re-arm it. A thread stops waiting at the deadline (timeout_ns
+// after it got here) or, with TPRUN_RECEIVE_ABORTABLE in flags, when the
+// host sets status[TPRUN_RECEIVE_ABORT_WORD] (looked at every 200 µs once
+// it has waited that long); it then records in status which ranks'
+// vectors never arrived (skinny.h, tprun_receive).
+__device__ __forceinline__ void receive_block(unsigned long long slot_addr, unsigned long long out_addr,
+                                              unsigned long long status_addr, unsigned long long timeout_ns,
+                                              int flags, int m, int hidden, int shard, long long first,
+                                              long long stride) {
   constexpr uint32_t kSentinel = 0x80000000u;
   constexpr unsigned long long kAbortEvery = 200000;  // ns between two looks at the abort word
-  // The next step's kernel may launch now and start streaming its weights
-  // (its blocks then wait for this grid at their own griddepcontrol.wait):
-  // triggering before our wait lets that prefetch overlap the skinny kernel
-  // of this step too, not just the polling.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-
-  const long long nvec = (long long)p.m * p.hidden / 8;  // 16-byte vectors
-  const unsigned long long start = tprun::globaltimer();
-  const unsigned long long deadline = start + p.timeout_ns;
-  const uint32_t* abort_word = (p.flags & TPRUN_RECEIVE_ABORTABLE)
-                                   ? reinterpret_cast<const uint32_t*>(p.status) + TPRUN_RECEIVE_ABORT_WORD
+  const long long nvec = (long long)m * hidden / 8;  // 16-byte vectors
+  if (first >= nvec) return;
+  const unsigned long long start = globaltimer();
+  const unsigned long long deadline = start + timeout_ns;
+  const uint32_t* abort_word = (flags & TPRUN_RECEIVE_ABORTABLE)
+                                   ? reinterpret_cast<const uint32_t*>(status_addr) + TPRUN_RECEIVE_ABORT_WORD
                                    : nullptr;
   unsigned long long next_abort_check = start + kAbortEvery;
-  const uint4* slot = reinterpret_cast<const uint4*>(p.slot);
-  uint4* slot_w = reinterpret_cast<uint4*>(p.slot);
-  uint4* out = reinterpret_cast<uint4*>(p.out);
+  const uint4* slot = reinterpret_cast<const uint4*>(slot_addr);
+  uint4* slot_w = reinterpret_cast<uint4*>(slot_addr);
+  uint4* out = reinterpret_cast<uint4*>(out_addr);
   const uint4 rearm = make_uint4(kSentinel, kSentinel, kSentinel, kSentinel);
 
   bool expired = false;
   bool lost = false;     // some vector never arrived
   uint32_t missing = 0;  // bit r: some word of rank r's slice never arrived
-  for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < nvec;
-       v += (long long)gridDim.x * blockDim.x) {
+  for (long long v = first; v < nvec; v += stride) {
     uint4 x;
     bool ok;
     for (;;) {
-      x = tprun::ld_volatile_v4(slot + v);
+      x = ld_volatile_v4(slot + v);
       ok = x.x != kSentinel && x.y != kSentinel && x.z != kSentinel && x.w != kSentinel;
       // After the deadline every remaining vector is looked at once more,
       // so the report names every rank that is missing, not just the first.
       if (ok || expired) break;
-      const unsigned long long now = tprun::globaltimer();
+      const unsigned long long now = globaltimer();
       if (now >= deadline) expired = true;
       if (abort_word != nullptr && now >= next_abort_check) {
         next_abort_check = now + kAbortEvery;
-        if (tprun::ld_sys_u32(abort_word) != 0) expired = true;
+        if (ld_sys_u32(abort_word) != 0) expired = true;
       }
     }
     if (ok) {
-      tprun::st_global_v4(out + v, x);
-      tprun::st_global_v4(slot_w + v, rearm);
+      st_global_v4(out + v, x);
+      st_global_v4(slot_w + v, rearm);
     } else {
       lost = true;
-      const int col = (int)((v * 8) % p.hidden);
-      const int r = col / p.shard;
+      const int col = (int)((v * 8) % hidden);
+      const int r = col / shard;
       if (r < TPRUN_MAX_RANKS) missing |= 1u << r;
     }
   }
   if (lost) {
-    volatile uint32_t* st = reinterpret_cast<volatile uint32_t*>(p.status);
+    volatile uint32_t* st = reinterpret_cast<volatile uint32_t*>(status_addr);
     st[0] = 1;
     for (int r = 0; r < TPRUN_MAX_RANKS; ++r)
       if (missing & (1u << r)) st[1 + r] = 1;
   }
+}
+
+}  // namespace tprun
+
+extern "C" __global__ void __launch_bounds__(1024)
+    tprun_receive(const __grid_constant__ tprun_receive_params p) {
+  // The next step's kernel may launch now and start streaming its weights
+  // (its blocks then wait for this grid at their own griddepcontrol.wait):
+  // triggering first lets that prefetch overlap the skinny kernel of this
+  // step too, not just the polling.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  tprun::receive_block(p.slot, p.out, p.status, p.timeout_ns, p.flags, p.m, p.hidden, p.shard,
+                       (long long)blockIdx.x * blockDim.x + threadIdx.x, (long long)gridDim.x * blockDim.x);
 }

@@ -479,6 +479,27 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
   reduce_store<M, 1>(p, red, parts, acc, n0, shv, eok, em, ec);
 }
 
+// The receive CTAs of a launch with a fused receive (skinny.h, recv_slot):
+// the CTAs after the tiles' (blockIdx.x >= ceil(shard/tile_rows) * cluster)
+// compute nothing. Like every CTA they let the next kernel launch and wait
+// for the previous one; then they do this step's Lamport receive, the
+// vectors spread over their threads. Being last in the grid they are placed
+// after every tile CTA, so their polling never keeps a tile CTA off an SM.
+// Returns whether this CTA was one of them.
+template <int M>
+__device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p) {
+  if (p.recv_slot == 0) return false;
+  const unsigned csize = cg::this_cluster().num_blocks();
+  const unsigned first = (unsigned)((p.shard + p.tile_rows - 1) / p.tile_rows) * csize;
+  if (blockIdx.x < first) return false;
+  griddep_launch_dependents();
+  griddep_wait();
+  const long long r = (long long)(blockIdx.x - first), nr = (long long)(gridDim.x - first);
+  receive_block(p.recv_slot, p.recv_out, p.recv_status, p.recv_timeout_ns, p.recv_flags, M, p.hidden, p.shard,
+                r * blockDim.x + threadIdx.x, nr * blockDim.x);
+  return true;
+}
+
 }  // namespace tprun
 
 // Entry points: tprun_skinny_m<M><variant>, one per M and geometry:
@@ -494,6 +515,7 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
   extern "C" __global__ void __launch_bounds__(MAXT, MINB)                         \
       tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {  \
     extern __shared__ float4 tprun_smem[];                                         \
+    if (tprun::receive_cta<MM>(p)) return;                                         \
     tprun::skinny<MM, TR, U, UB, STAGE>(p, reinterpret_cast<float*>(tprun_smem));  \
   }
 #define TPRUN_SKINNY_M(MM)                                 \
@@ -505,6 +527,7 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
   extern "C" __global__ void __launch_bounds__(512, 2)     \
       tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \
     extern __shared__ float4 tprun_smem[];                 \
+    if (tprun::receive_cta<MM>(p)) return;                 \
     tprun::skinny_slab<MM>(p, reinterpret_cast<float*>(tprun_smem)); \
   }
 

@@ -68,7 +68,24 @@ typedef struct tprun_skinny_params {
   int ndst;                    // offset 172
   int tile_rows;               // offset 176: 16 or 32 (the entry point's), columns per CTA
   int l2_prefetch;             // offset 180: see above; 0 = none
-} tprun_skinny_params;         // size 184, alignment 8
+  // The fused receive (recv_slot != 0): the grid has R extra CTAs after the
+  // tiles' (grid = ceil(shard/tile_rows)*cluster + R, R >= 1 a multiple of
+  // cluster). They compute nothing: they do this step's Lamport receive,
+  // exactly as tprun_receive would with slot = recv_slot, out = recv_out,
+  // status = recv_status, timeout_ns = recv_timeout_ns, flags = recv_flags,
+  // m = M, hidden, shard (see below), after griddepcontrol.wait like every
+  // CTA. The kernel then completes only when the whole block has arrived
+  // (or the deadline or the abort word ended the wait), so the next kernel
+  // in the stream can follow it directly: one launch and one grid hand-off
+  // per step fewer. The slot, out and status rules are tprun_receive's;
+  // slot and out must not overlap any dst or input.
+  unsigned long long recv_slot;        // offset 184: 0 = no fused receive
+  unsigned long long recv_out;         // offset 192
+  unsigned long long recv_status;      // offset 200
+  unsigned long long recv_timeout_ns;  // offset 208
+  int recv_flags;                      // offset 216: 0 or TPRUN_RECEIVE_ABORTABLE
+  int recv_reserved;                   // offset 220: must be 0
+} tprun_skinny_params;         // size 224, alignment 8
 
 // tprun_receive: the Lamport receive of one rank. Polls the first m*hidden
 // elements of the local slot with volatile 16-byte loads until no 32-bit word
@@ -103,7 +120,9 @@ typedef struct tprun_receive_params {
 
 #ifdef __cplusplus
 #include <cstddef>
-static_assert(sizeof(tprun_skinny_params) == 184, "tprun_skinny_params size");
+static_assert(sizeof(tprun_skinny_params) == 224, "tprun_skinny_params size");
+static_assert(offsetof(tprun_skinny_params, recv_slot) == 184, "recv_slot offset");
+static_assert(offsetof(tprun_skinny_params, recv_flags) == 216, "recv_flags offset");
 static_assert(offsetof(tprun_skinny_params, dst) == 24, "dst offset");
 static_assert(offsetof(tprun_skinny_params, latent_dim) == 152, "latent_dim offset");
 static_assert(offsetof(tprun_skinny_params, tile_rows) == 176, "tile_rows offset");

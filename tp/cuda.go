@@ -332,8 +332,13 @@ type loadedKernels struct{ k *kernel.Kernels }
 var _ stepKernels = (*loadedKernels)(nil)
 
 func (l *loadedKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) error {
-	return l.k.LaunchSkinny(s, kernel.SkinnyArgs{Shape: a.shape, Rank: a.rank, Latent: a.latent, Weight: a.weight,
-		Shared: a.shared, SharedStride: a.sharedStride, Dst: a.dst}, pdl)
+	args := kernel.SkinnyArgs{Shape: a.shape, Rank: a.rank, Latent: a.latent, Weight: a.weight,
+		Shared: a.shared, SharedStride: a.sharedStride, Dst: a.dst}
+	if r := a.receive; r != nil {
+		args.Receive = &kernel.ReceiveArgs{M: r.m, Hidden: r.hidden, Shard: r.shard, Slot: r.slot, Out: r.out,
+			Status: r.status, Timeout: r.timeout, Abortable: r.abortable}
+	}
+	return l.k.LaunchSkinny(s, args, pdl)
 }
 
 // launchReceive always allows programmatic dependent launch: the receive

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,7 @@ type skinnyLaunch struct {
 	latent, weight, shared cuda.DevicePtr
 	sharedStride           int              // elements
 	dst                    []cuda.DevicePtr // slot bases; the kernel adds m*hidden + rank*shard
+	receive                *receiveLaunch   // the fused receive, or nil (kernel.SkinnyArgs.Receive)
 }
 
 // receiveLaunch is one launch of the receive kernel.
@@ -136,6 +138,26 @@ const (
 	statusBytes = 4096 // one page of host-mapped memory
 )
 
+// ReceiveModeEnv selects how a GPU step receives, for measurements that
+// compare the two (scripts/bench-step): "fused" (the default: receive CTAs
+// appended to the skinny kernel's grid do the Lamport receive, one kernel
+// per step; used only when no other rank shares the GPU) or "kernel" (a
+// receive kernel after the skinny kernel, as ranks sharing a GPU always
+// do). On two H200s, tp 2, the fused step was 0.44 µs faster at M = 1 and
+// 0–0.1 µs at M = 2..8 (bench/step-h200x2-2026-11-30-rcta-ab.txt).
+const ReceiveModeEnv = "TPRUN_DEV_RECEIVE"
+
+func fusedReceive() (bool, error) {
+	switch v := os.Getenv(ReceiveModeEnv); v {
+	case "kernel":
+		return false, nil
+	case "", "fused":
+		return true, nil
+	default:
+		return false, fmt.Errorf("tp: %s=%q: want kernel or fused", ReceiveModeEnv, v)
+	}
+}
+
 // abortWord is the receive's abort word in the host-mapped status page.
 func (e *cudaEngine) abortWord() *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&e.status[4*kernel.ReceiveAbortWord]))
@@ -164,6 +186,10 @@ type cudaEngine struct {
 	local    cuda.DevicePtr
 	deadline time.Duration
 	shape    kernel.Shape // M = capacity
+	// fused: receive CTAs in the skinny kernel's grid do the receive
+	// (ReceiveModeEnv); only with chain, so that no other rank's kernel
+	// waits for SMs behind our polling CTAs.
+	fused bool
 	// chain: a captured step's skinny kernel may start (PDL) while the
 	// previous step's receive still polls. Off when another rank shares
 	// the device: that early kernel's blocks, parked at
@@ -215,7 +241,11 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 			unbind()
 		}
 	}()
-	local := func() error {
+	local := func() (err error) {
+		if e.fused, err = fusedReceive(); err != nil {
+			return err
+		}
+		e.fused = e.fused && e.chain
 		dev, err := drv.DeviceGet(ordinal)
 		if err != nil {
 			return err
@@ -499,14 +529,20 @@ func (e *cudaEngine) begin() (end func(), err error) {
 // of the local slot) on the step stream.
 func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, pdl bool) error {
 	slot := e.layout.Slot(t)
-	err := e.kern.launchSkinny(e.stream, skinnyLaunch{shape: s, rank: e.rank, latent: in.Latent, weight: in.Weight,
-		shared: in.Shared, sharedStride: in.SharedStride, dst: e.dsts[slot]}, pdl)
-	if err != nil {
+	recv := receiveLaunch{slot: e.local + cuda.DevicePtr(e.layout.SlotOffset(t)), out: out,
+		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard(), abortable: true}
+	sk := skinnyLaunch{shape: s, rank: e.rank, latent: in.Latent, weight: in.Weight,
+		shared: in.Shared, sharedStride: in.SharedStride, dst: e.dsts[slot]}
+	if e.fused {
+		sk.receive = &recv
+	}
+	if err := e.kern.launchSkinny(e.stream, sk, pdl); err != nil {
 		return fmt.Errorf("launching the skinny kernel: %w", err)
 	}
-	err = e.kern.launchReceive(e.stream, receiveLaunch{slot: e.local + cuda.DevicePtr(e.layout.SlotOffset(t)), out: out,
-		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard(), abortable: true})
-	if err != nil {
+	if e.fused {
+		return nil
+	}
+	if err := e.kern.launchReceive(e.stream, recv); err != nil {
 		return fmt.Errorf("launching the receive kernel: %w", err)
 	}
 	return nil

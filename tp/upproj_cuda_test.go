@@ -479,7 +479,10 @@ func (d *fakeDrv) GraphExecDestroy(e cuda.GraphExec) error {
 }
 
 // fakeKernels compute like the real kernels, from and into fake memory.
-type fakeKernels struct{ d *fakeDrv }
+type fakeKernels struct {
+	d     *fakeDrv
+	fused atomic.Int64 // skinny launches that did a fused receive
+}
 
 func (k *fakeKernels) unload() error { k.d.gpu.add("module", -1); return nil }
 
@@ -509,12 +512,22 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 				}
 			}
 		}
+		if a.receive != nil {
+			k.fused.Add(1)
+			return k.receive(*a.receive)
+		}
 		return nil
 	})
 }
 
 func (k *fakeKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
-	return k.d.enqueue(s, func() error {
+	return k.d.enqueue(s, func() error { return k.receive(a) })
+}
+
+// receive is the Lamport receive of a, as the kernel does it (also the tail
+// of a skinny launch with a fused receive).
+func (k *fakeKernels) receive(a receiveLaunch) error {
+	{
 		slot, err1 := k.d.gpu.bytes(a.slot, 2*a.m*a.hidden)
 		out, err2 := k.d.gpu.bytes(a.out, 2*a.m*a.hidden)
 		nst := statusWords
@@ -547,7 +560,7 @@ func (k *fakeKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
 			atomic.StoreUint32(&in[i], kernel.Sentinel)
 		}
 		return nil
-	})
+	}
 }
 
 // fakeDeps loads fake kernels and makes a fake unicast mailbox: every rank
@@ -1887,5 +1900,70 @@ func TestGPUUpProjectionCycles(t *testing.T) {
 	}
 	if fds1 > fds0+4 {
 		t.Errorf("open descriptors grew from %d to %d over %d cycles", fds0, fds1, n)
+	}
+}
+
+// ReceiveModeEnv=fused: the skinny launch does the receive (no receive
+// kernel), ranks get the same blocks as with the receive kernel; with a
+// shared device the engine keeps the receive kernel; an unknown value is an
+// error on every rank with nothing left allocated.
+func TestCUDAEngineFakeFusedReceive(t *testing.T) {
+	const hidden, latent, steps = 64, 16, 4
+	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
+	in := UpInputs{M: 2, Latent: make([]kernel.BF16, 2*latent), Weight: make([]kernel.BF16, hidden/2*latent),
+		Shared: make([]kernel.BF16, 2*hidden), SharedStride: hidden}
+	kernel.FillRandom(rng, in.Latent, 1)
+	kernel.FillRandom(rng, in.Weight, 1)
+	kernel.FillRandom(rng, in.Shared, 1)
+	run := func(t *testing.T, mode string) (outs [2][]kernel.BF16, fused int64, errs []error) {
+		t.Setenv(ReceiveModeEnv, mode)
+		gpu := newFakeGPU()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var n atomic.Int64
+		errs = onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
+			up, err := newFakeUp(ctx, ex, gpu, hidden, latent, 2, 0, 2*time.Second)
+			if err != nil {
+				return err
+			}
+			defer up.Close()
+			outs[r] = make([]kernel.BF16, 2*hidden)
+			for range steps {
+				if err := up.Step(ctx, in, outs[r]); err != nil {
+					return err
+				}
+			}
+			n.Add(up.eng.(*cudaEngine).kern.(*fakeKernels).fused.Load())
+			return nil
+		})
+		if l := gpu.leaks(); l != "" {
+			t.Errorf("%s: left alive: %s", mode, l)
+		}
+		return outs, n.Load(), errs
+	}
+	base, nbase, errs := run(t, "kernel")
+	if err := errors.Join(errs...); err != nil || nbase != 0 {
+		t.Fatalf("kernel mode: %v, %d fused receives", err, nbase)
+	}
+	got, n, errs := run(t, "fused")
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("fused mode: %v", err)
+	}
+	if n != 2*steps {
+		t.Errorf("fused mode: %d skinny launches received, want %d", n, 2*steps)
+	}
+	for r := range 2 {
+		if !slices.Equal(got[r], base[r]) || !slices.Equal(got[r], got[0]) {
+			t.Errorf("rank %d: the fused receive gave another block than the receive kernel", r)
+		}
+	}
+	if slices.Equal(base[0], make([]kernel.BF16, 2*hidden)) {
+		t.Errorf("the blocks are all zeros: the test cannot tell anything apart")
+	}
+	_, _, errs = run(t, "sideways")
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), ReceiveModeEnv) {
+			t.Errorf("rank %d with %s=sideways: %v, want an error naming it", r, ReceiveModeEnv, err)
+		}
 	}
 }

@@ -187,6 +187,9 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 	if f := kernel.FatbinOverride(); f != "" {
 		out.printf("# kernels from %s=%s, not the embedded build\n", kernel.FatbinEnv, f)
 	}
+	if v := os.Getenv(tp.ReceiveModeEnv); v != "" {
+		out.printf("# receive: %s=%s\n", tp.ReceiveModeEnv, v)
+	}
 	if f := kernel.ConfigTableOverride(); f != "" {
 		out.printf("# launch table from %s=%s, not the embedded one\n", kernel.ConfigTableEnv, f)
 	}

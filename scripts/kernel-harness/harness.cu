@@ -179,6 +179,12 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   CUlaunchConfig lc;
   memset(&lc, 0, sizeof lc);
   lc.gridDimX = (unsigned)grid_x(c, p.shard);
+  if (p.recv_slot != 0) {  // the receive CTAs (kernel.ReceiveCTAs)
+    const int block = 32 * c.warps;
+    int n = (M * p.hidden / 8 + block - 1) / block;
+    n = std::min(std::max(n, 1), 132);
+    lc.gridDimX += (unsigned)((n + c.cluster - 1) / c.cluster * c.cluster);
+  }
   lc.gridDimY = lc.gridDimZ = 1;
   lc.blockDimX = (unsigned)(32 * c.warps);
   lc.blockDimY = lc.blockDimZ = 1;
@@ -625,6 +631,92 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int 
   return failures;
 }
 
+// The fused receive (recv_slot): rank 1 of 2 computes its slice into the
+// local slot, where rank 0's slice is already waiting (or, in the second
+// case, one word of it never arrives); the kernel must deliver the whole
+// block to out, re-arm the slot, and report rank 0 on the timeout.
+int small(const Kernels& k, Rng& rng, CUstream s);
+
+int check_fused(const Kernels& k, Rng& rng, CUstream s, int M, int shard, int K, const DevBuf& dl, const DevBuf& dw,
+                const DevBuf& dsh, const std::vector<uint16_t>& sh, const Ref& ref) {
+  const int tp = 2, rank = 1, hidden = tp * shard;
+  const size_t n = (size_t)M * hidden;
+  std::vector<uint16_t> peer(n);
+  fill_bf16(peer, rng, -4.f, 4.f);
+  for (auto& x : peer)
+    if (x == 0x8000) x = 0;
+  DevBuf slot(n * 2), out(n * 2), status(64 * 4);
+  int fails = 0;
+  for (const Cfg& cfg : {Cfg{16, 8, 0, 4, 1}, Cfg{32, 4, 0, 2, 3}})
+  for (int missing : {0, 1}) {
+    // Slot: rank 0's columns hold peer data, rank 1's the sentinel.
+    std::vector<uint16_t> init(n);
+    for (int m = 0; m < M; ++m)
+      for (int c = 0; c < hidden; ++c) {
+        const bool own = c >= rank * shard;
+        init[(size_t)m * hidden + c] = own ? (c % 2 ? 0x8000 : 0x0000) : peer[(size_t)m * hidden + c];
+      }
+    if (missing) {  // one word of rank 0's slice in the last row never arrives
+      init[(size_t)(M - 1) * hidden + 10] = 0x0000;
+      init[(size_t)(M - 1) * hidden + 11] = 0x8000;
+    }
+    CK(cuMemcpyHtoD(slot.p, init.data(), n * 2));
+    CK(cuMemsetD16(out.p, kPoison, n));
+    CK(cuMemsetD32(status.p, 0, 64));
+    tprun_skinny_params p;
+    memset(&p, 0, sizeof p);
+    p.latent = dl.p;
+    p.weight = dw.p;
+    p.shared = dsh.p + (size_t)rank * shard * 2;
+    p.dst[0] = slot.p;
+    p.ndst = 1;
+    p.latent_dim = K;
+    p.shard = shard;
+    p.hidden = hidden;
+    p.rank = rank;
+    p.shared_stride = hidden;
+    p.recv_slot = slot.p;
+    p.recv_out = out.p;
+    p.recv_status = status.p;
+    p.recv_timeout_ns = missing ? 2000000ull : 2000000000ull;
+    p.recv_flags = TPRUN_RECEIVE_ABORTABLE;
+    CK(launch_skinny(k, M, p, cfg, s, true));
+    CK(cuStreamSynchronize(s));
+    std::vector<uint16_t> got(n);
+    std::vector<uint32_t> st(64), left(n / 2);
+    CK(cuMemcpyDtoH(got.data(), out.p, n * 2));
+    CK(cuMemcpyDtoH(st.data(), status.p, 64 * 4));
+    CK(cuMemcpyDtoH(left.data(), slot.p, n * 2));
+    // Rank 1's columns: the computed slice; rank 0's: the peer data (minus
+    // the missing vector, which stays poison and stays in the slot).
+    std::vector<uint16_t> mine(n, kPoison);
+    for (int m = 0; m < M; ++m)
+      for (int c = rank * shard; c < hidden; ++c) mine[(size_t)m * hidden + c] = got[(size_t)m * hidden + c];
+    const std::vector<uint16_t> shs(sh.begin() + (size_t)rank * shard, sh.end());
+    Verdict v = verify(mine, M, shard, hidden, rank, ref, shs, hidden);
+    bool ok = v.ok;
+    size_t peer_ok = 0, peer_poison = 0, armed = 0;
+    for (int m = 0; m < M; ++m)
+      for (int c = 0; c < rank * shard; ++c) {
+        const size_t i = (size_t)m * hidden + c;
+        peer_ok += got[i] == peer[i];
+        peer_poison += got[i] == kPoison;
+      }
+    for (uint32_t w : left) armed += w == 0x80000000u;
+    const size_t peer_n = (size_t)M * rank * shard;
+    if (missing) {
+      ok = ok && st[0] == 1 && st[1] == 1 && st[2] == 0 && peer_ok == peer_n - 8 && peer_poison == 8 && armed == n / 2 - 3;
+    } else {
+      ok = ok && st[0] == 0 && st[1] == 0 && peer_ok == peer_n && armed == n / 2;
+    }
+    printf("check fused receive, cfg %s%s: %s (%s; peer copied %zu of %zu, slot words re-armed %zu of %zu, status %u/%u/%u)\n",
+           cfg.str().c_str(), missing ? ", a peer word missing" : "", ok ? "ok" : "FAIL", v.ok ? "own slice ok" : v.why.c_str(), peer_ok,
+           peer_n, armed, n / 2, st[0], st[1], st[2]);
+    fails += !ok;
+  }
+  return fails;
+}
+
 // One small case of each kernel, with partial tiles, a K tail and a cluster.
 int small(const Kernels& k, Rng& rng, CUstream s) {
   const int M = 3, shard = 200, K = 3600, tp = 2, rank = 1, hidden = tp * shard;
@@ -668,6 +760,7 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
   }
   fails += check_receive(k, rng, s, false);
   fails += check_receive(k, rng, s, false, TPRUN_RECEIVE_ABORTABLE);
+  fails += check_fused(k, rng, s, M, shard, K, dl, dw, dsh, sh, ref);
   return fails;
 }
 
@@ -1001,6 +1094,7 @@ int main(int argc, char** argv) {
     f += check_receive(k, rng, s);
     f += check_receive(k, rng, s, true, TPRUN_RECEIVE_ABORTABLE);
     f += check_skinny(k, rng, s);
+    f += small(k, rng, s);  // includes the fused receive
     printf("CHECK %s: %d failures\n", f ? "FAILED" : "PASSED", f);
     rc = f ? 1 : 0;
   } else if (mode == "small") {
