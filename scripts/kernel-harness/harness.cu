@@ -635,7 +635,22 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int 
 // local slot, where rank 0's slice is already waiting (or, in the second
 // case, one word of it never arrives); the kernel must deliver the whole
 // block to out, re-arm the slot, and report rank 0 on the timeout.
-int small(const Kernels& k, Rng& rng, CUstream s);
+// The parameter block of the small cases: rank's columns of a [M][hidden]
+// shared tensor, no destinations yet.
+tprun_skinny_params small_params(const DevBuf& dl, const DevBuf& dw, const DevBuf& dsh, int K, int shard, int hidden,
+                                 int rank) {
+  tprun_skinny_params p;
+  memset(&p, 0, sizeof p);
+  p.latent = dl.p;
+  p.weight = dw.p;
+  p.shared = dsh.p + (size_t)rank * shard * 2;
+  p.latent_dim = K;
+  p.shard = shard;
+  p.hidden = hidden;
+  p.rank = rank;
+  p.shared_stride = hidden;
+  return p;
+}
 
 int check_fused(const Kernels& k, Rng& rng, CUstream s, int M, int shard, int K, const DevBuf& dl, const DevBuf& dw,
                 const DevBuf& dsh, const std::vector<uint16_t>& sh, const Ref& ref) {
@@ -663,18 +678,9 @@ int check_fused(const Kernels& k, Rng& rng, CUstream s, int M, int shard, int K,
     CK(cuMemcpyHtoD(slot.p, init.data(), n * 2));
     CK(cuMemsetD16(out.p, kPoison, n));
     CK(cuMemsetD32(status.p, 0, 64));
-    tprun_skinny_params p;
-    memset(&p, 0, sizeof p);
-    p.latent = dl.p;
-    p.weight = dw.p;
-    p.shared = dsh.p + (size_t)rank * shard * 2;
+    tprun_skinny_params p = small_params(dl, dw, dsh, K, shard, hidden, rank);
     p.dst[0] = slot.p;
     p.ndst = 1;
-    p.latent_dim = K;
-    p.shard = shard;
-    p.hidden = hidden;
-    p.rank = rank;
-    p.shared_stride = hidden;
     p.recv_slot = slot.p;
     p.recv_out = out.p;
     p.recv_status = status.p;
@@ -736,19 +742,10 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
                  Cfg{32, 4, 0, 2, 2, 1 | (5 << 16)}}) {
     CK(cuMemsetD16(o0.p, kPoison, (size_t)M * hidden));
     CK(cuMemsetD16(o1.p, kPoison, (size_t)M * hidden));
-    tprun_skinny_params p;
-    memset(&p, 0, sizeof p);
-    p.latent = dl.p;
-    p.weight = dw.p;
-    p.shared = dsh.p + (size_t)rank * shard * 2;
+    tprun_skinny_params p = small_params(dl, dw, dsh, K, shard, hidden, rank);
     p.dst[0] = o0.p;
     p.dst[1] = o1.p;
     p.ndst = 2;
-    p.latent_dim = K;
-    p.shard = shard;
-    p.hidden = hidden;
-    p.rank = rank;
-    p.shared_stride = hidden;
     CK(launch_skinny(k, M, p, c, s, true));
     CK(cuStreamSynchronize(s));
     std::vector<uint16_t> out((size_t)M * hidden);
