@@ -15,8 +15,9 @@
 // a GPU is usable, the CUDA engine (upproj_cuda.go, cuda.go): the skinny
 // kernel stores the rank's slice into every rank's mailbox (the unicast VMM
 // backend, or the multicast one where the group resolves to it) and the
-// Lamport receive kernel, chained with programmatic dependent launch,
-// collects the block. The mailbox choice is collective: every rank probes
+// Lamport receive collects the block: receive CTAs appended to the skinny
+// kernel's grid when the rank has its GPU to itself, else a receive kernel
+// chained with programmatic dependent launch. The mailbox choice is collective: every rank probes
 // its device and its multicast safety variables, and all ranks apply the
 // same verdict. StepDevice takes operands already on the device, and
 // Capture records a sequence of steps into a CUDA graph that every rank

@@ -526,7 +526,8 @@ func (e *cudaEngine) begin() (end func(), err error) {
 }
 
 // launch queues step t (skinny into every destination, then the receive
-// of the local slot) on the step stream.
+// of the local slot: in the skinny kernel's receive CTAs when fused, else a
+// receive kernel) on the step stream.
 func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, pdl bool) error {
 	slot := e.layout.Slot(t)
 	recv := receiveLaunch{slot: e.local + cuda.DevicePtr(e.layout.SlotOffset(t)), out: out,
