@@ -27,6 +27,7 @@ import (
 // Exit statuses of tprun itself; a job's own status comes from launcher.
 const (
 	exitUsage    = 2 // bad input; nothing was started
+	exitRefused  = 3 // the machine refuses the job (topology check, multicast safety rule); nothing was started
 	exitInternal = 1
 )
 
@@ -144,7 +145,7 @@ func launch(args []string, stdout, stderr io.Writer) int {
 			return usageError(stderr, err.Error())
 		}
 		if err := job.CheckMailboxAllowed(jc, os.Getenv); err != nil {
-			return usageError(stderr, err.Error())
+			return refused(stderr, err.Error())
 		}
 		cfg.Preflight = preflight(jc)
 	}
@@ -160,8 +161,11 @@ func launch(args []string, stdout, stderr io.Writer) int {
 
 	res, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
-		if errors.Is(err, launcher.ErrConfig) || errors.Is(err, launcher.ErrPreflight) {
+		switch {
+		case errors.Is(err, launcher.ErrConfig):
 			return usageError(stderr, err.Error())
+		case errors.Is(err, launcher.ErrPreflight):
+			return refused(stderr, err.Error())
 		}
 		fmt.Fprintf(stderr, "tprun: %v\n", err)
 		return exitInternal
@@ -172,6 +176,13 @@ func launch(args []string, stdout, stderr io.Writer) int {
 func usageError(w io.Writer, msg string) int {
 	fmt.Fprintf(w, "tprun: %s (see tprun -h)\n", msg)
 	return exitUsage
+}
+
+// refused reports a job this machine will not run, though the input was
+// valid: a usage hint would mislead.
+func refused(w io.Writer, msg string) int {
+	fmt.Fprintf(w, "tprun: %s\n", msg)
+	return exitRefused
 }
 
 func usage(w io.Writer, fs, jobFS *flag.FlagSet) {

@@ -324,12 +324,13 @@ func TestMulticastSafetyRule(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
 			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-				t.Fatalf("tprun gave %v, want exit status 2; stderr %q", err, stderr.String())
+			if !errors.As(err, &ee) || ee.ExitCode() != exitRefused {
+				t.Fatalf("tprun gave %v, want exit status %d (refused); stderr %q", err, exitRefused, stderr.String())
 			}
 			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
-			if len(lines) != 1 || !strings.Contains(lines[0], kv) || !strings.Contains(lines[0], "multicast") {
-				t.Errorf("stderr %q, want one line naming %s", stderr.String(), kv)
+			if len(lines) != 1 || !strings.Contains(lines[0], kv) || !strings.Contains(lines[0], "multicast") ||
+				strings.Contains(lines[0], "tprun -h") {
+				t.Errorf("stderr %q, want one line naming %s and no usage hint", stderr.String(), kv)
 			}
 			if stdout.Len() != 0 {
 				t.Errorf("stdout %q: a rank ran", stdout.String())
@@ -337,4 +338,32 @@ func TestMulticastSafetyRule(t *testing.T) {
 			assertEmptyDir(t, tmp)
 		})
 	}
+}
+
+// TestPreflightRefusalExitStatus: a job that needs a GPU on a machine
+// without an NVIDIA driver is refused before any rank starts, with exit
+// status 3 and no usage hint (the input was valid).
+func TestPreflightRefusalExitStatus(t *testing.T) {
+	if err := exec.Command(tprunBin, "topo").Run(); err == nil {
+		t.Skip("this machine has an NVIDIA driver: the preflight would not refuse")
+	} else if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Skipf("tprun topo gave %v, not the no-driver status 3: the preflight may not refuse here", err)
+	}
+	tmp := shortTempDir(t)
+	cmd := exec.Command(tprunBin, "--tp", "2", "--backend", "cuda", "--iters", "1")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitRefused {
+		t.Fatalf("tprun gave %v, want exit status %d; stderr %q", err, exitRefused, stderr.String())
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "preflight") || !strings.Contains(msg, "GPU") || strings.Contains(msg, "tprun -h") {
+		t.Errorf("stderr %q: want the preflight's reason naming the GPU, without a usage hint", msg)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("stdout %q: a rank ran", stdout.String())
+	}
+	assertEmptyDir(t, tmp)
 }
