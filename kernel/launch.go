@@ -154,10 +154,12 @@ type SkinnyArgs struct {
 	// multicast one, or every peer's), each written at the rank's columns.
 	Dst []cuda.DevicePtr
 	// Receive, when not nil, fuses this step's Lamport receive into the
-	// kernel (skinny.h, recv_slot): after its stores the grid polls
-	// Receive.Slot, copies the block to Receive.Out and re-arms the slot,
-	// with LaunchReceive's rules, so no receive kernel is launched. Its M,
-	// Hidden and Shard must be the shape's.
+	// launch (skinny.h, recv_slot): ReceiveCTAs more CTAs poll
+	// Receive.Slot, copy the block to Receive.Out and re-arm the slot, with
+	// LaunchReceive's rules, so no receive kernel is launched. Its M, Hidden
+	// and Shard must be the shape's. Such a launch carries no L2 prefetch
+	// plan (see LaunchSkinny). Receive.Slot may be one of Dst (the local
+	// slot); Receive.Out must not overlap any Dst or input.
 	Receive *ReceiveArgs
 }
 
@@ -190,11 +192,15 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 	}
 	p.TileRows = int32(c.TileRows)
 	p.L2Prefetch = int32(c.L2Prefetch)
-	b := encodeSkinnyParams(&p)
 	grid := c.GridX
 	if a.Receive != nil {
 		grid += ReceiveCTAs(s.M, s.Hidden, c.BlockX, c.Cluster)
+		// The 2026-11-30 kernels count a prefetch plan's tiles as
+		// gridDim.x/cluster, which then includes the receive CTAs: the
+		// plan would prefetch past the weight. A hint, so it is dropped.
+		p.L2Prefetch = 0
 	}
+	b := encodeSkinnyParams(&p)
 	cfg := cuda.LaunchConfig{
 		Grid:                      [3]uint32{uint32(grid), 1, 1},
 		Block:                     [3]uint32{uint32(c.BlockX), 1, 1},

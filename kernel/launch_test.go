@@ -822,12 +822,14 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 	// limits of skinny.h.
 	c := ConfigFor(m, shard, K)
 	recvCTAs := 0 // the receive CTAs of a fused receive (skinny.h)
+	wantPF := c.L2Prefetch
 	if le.Uint64(p[184:]) != 0 {
 		recvCTAs = ReceiveCTAs(m, int(le.Uint32(p[160:])), int(cfg.Block[0]), cluster)
+		wantPF = 0 // LaunchSkinny drops the plan with a fused receive
 	}
 	switch {
 	case c.Function != name || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster ||
-		c.GridX+recvCTAs != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem) || c.L2Prefetch != int(le.Uint32(p[180:])):
+		c.GridX+recvCTAs != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem) || wantPF != int(le.Uint32(p[180:])):
 		return fmt.Errorf("emu: %s launch %+v with tile_rows %d, but ConfigFor(%d, %d, %d) = %+v", name, cfg, tile, m, shard, K, c)
 	case tile != 16 && tile != 32, warps < 1 || warps > 16, cfg.Block[0]%32 != 0, cluster < 1 || cluster > MaxCluster,
 		int(cfg.Grid[0]) != (shard+tile-1)/tile*cluster+recvCTAs, recvCTAs%cluster != 0:
@@ -1147,5 +1149,44 @@ func TestLoadFatbinOverride(t *testing.T) {
 	}
 	if d.image != nil {
 		t.Errorf("the driver was called (%d bytes) although the file is missing", len(d.image))
+	}
+}
+
+// A launch with a fused receive: the receive CTAs are appended to the grid,
+// the recv_* fields are set, and the L2 prefetch plan the table has for the
+// shape (latent 3584, shard 1792, M 2) is dropped; without the receive the
+// plan is kept.
+func TestLaunchSkinnyFusedReceive(t *testing.T) {
+	s := Shape{M: 2, Hidden: 7168, Latent: 3584, TP: 4}
+	c := ConfigFor(s.M, s.Shard(), s.Latent)
+	if c.L2Prefetch == 0 {
+		t.Fatalf("the table has no prefetch plan for %v any more: pick a shape that has one", s)
+	}
+	for _, fused := range []bool{false, true} {
+		d := newFakeDriver("")
+		k, err := Load(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := SkinnyArgs{Shape: s, Rank: 1, Latent: 0x7f0000000000, Weight: 0x7f0000100000,
+			Shared: 0x7f0000200000 + 2*1792, SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000}}
+		if fused {
+			a.Receive = fusedReceive(s)
+		}
+		if err := k.LaunchSkinny(0, a, true); err != nil {
+			t.Fatalf("fused %v: %v", fused, err)
+		}
+		l := d.launches[0]
+		p := l.params[0]
+		le := binary.LittleEndian
+		grid, pf, slot := int(l.cfg.Grid[0]), int(le.Uint32(p[180:])), le.Uint64(p[184:])
+		wantGrid, wantPF, wantSlot := c.GridX, c.L2Prefetch, uint64(0)
+		if fused {
+			wantGrid += ReceiveCTAs(s.M, s.Hidden, c.BlockX, c.Cluster)
+			wantPF, wantSlot = 0, uint64(a.Receive.Slot)
+		}
+		if grid != wantGrid || pf != wantPF || slot != wantSlot {
+			t.Errorf("fused %v: grid %d, l2_prefetch %#x, recv_slot %#x; want %d, %#x, %#x", fused, grid, pf, slot, wantGrid, wantPF, wantSlot)
+		}
 	}
 }

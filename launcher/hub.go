@@ -31,19 +31,19 @@ type hubVerdict interface {
 var _ hubVerdict = (*hub.Server)(nil)
 
 // hubBlame returns the rank the hub holds responsible for the job's
-// failure, or -1. The hub can name a rank that did not fail: one that said
-// goodbye before a peer's collective, or whose connection dropped while it
-// ran on; job.firstFailed weighs that.
-func hubBlame(s hubServer) int {
+// failure, or -1, and whether the hub blames it only for leaving (a clean
+// goodbye before a peer's collective: no failure of its own by itself);
+// job.firstFailed weighs that.
+func hubBlame(s hubServer) (rank int, left bool) {
 	v, ok := s.(hubVerdict)
 	if !ok {
-		return -1
+		return -1, false
 	}
 	var re *hub.RankError
 	if errors.As(v.Err(), &re) {
-		return re.Rank
+		return re.Rank, re.Left
 	}
-	return -1
+	return -1, false
 }
 
 // hubConfig is the part of hub.ServerConfig the launcher decides.

@@ -826,23 +826,36 @@ func TestFailedFirst(t *testing.T) {
 type blamingHub struct {
 	hubServer
 	rank int
+	left bool
 }
 
-func (h *blamingHub) Err() error { return &hub.RankError{Rank: h.rank, Reason: "connection lost"} }
+func (h *blamingHub) Err() error {
+	if h.left {
+		return &hub.RankError{Rank: h.rank, Reason: "closed its connection", Left: true}
+	}
+	return &hub.RankError{Rank: h.rank, Reason: "connection lost"}
+}
 
-// TestHubBlame: a rank the hub blames is not reported as failing first
-// when its own end was no failure of its own: it ran on until tprun's
-// SIGTERM, or exited 0. (TestFailedFirst has the hub's rank win.)
+// TestHubBlame: a rank the hub blames for leaving is not reported as
+// failing first when its own end was no failure of its own (it ran on until
+// tprun's SIGTERM, or exited 0); a rank the hub blames for a lost
+// connection is, even when tprun's SIGTERM ended it (it may be a dying
+// rank still tearing down), but not when it exited 0.
+// (TestFailedFirst has real hubs.)
 func TestHubBlame(t *testing.T) {
 	tests := []struct {
 		desc       string
 		blamed     int
+		left       bool
 		env        []string
 		wantFirst  int
 		wantStatus int
 	}{
-		{desc: "hub names a rank that runs until tprun stops it", blamed: 2, wantFirst: 1, wantStatus: 3},
-		{desc: "hub names a rank that exits 0", blamed: 0, env: []string{"HELPER_IGNORE_TERM=1", "HELPER_SLEEP=200ms"},
+		{desc: "hub blames a rank for leaving that runs until tprun stops it", blamed: 2, left: true, wantFirst: 1, wantStatus: 3},
+		{desc: "hub blames a rank for leaving that exits 0", blamed: 0, left: true, env: []string{"HELPER_IGNORE_TERM=1", "HELPER_SLEEP=200ms"},
+			wantFirst: 1, wantStatus: 3},
+		{desc: "hub blames a lost rank that tprun's SIGTERM ends", blamed: 2, wantFirst: 2, wantStatus: 143},
+		{desc: "hub blames a lost rank that exits 0", blamed: 0, env: []string{"HELPER_IGNORE_TERM=1", "HELPER_SLEEP=200ms"},
 			wantFirst: 1, wantStatus: 3},
 	}
 	for _, tc := range tests {
@@ -858,7 +871,7 @@ func TestHubBlame(t *testing.T) {
 					if err != nil {
 						return nil, err
 					}
-					return &blamingHub{hubServer: s, rank: tc.blamed}, nil
+					return &blamingHub{hubServer: s, rank: tc.blamed, left: tc.left}, nil
 				},
 			})
 			if err != nil {

@@ -162,9 +162,10 @@ type job struct {
 
 	stopping   bool
 	stopReason string
-	stopStatus int // exit status when no rank failed first
-	firstSeen  int // first rank reaped with a failure before the stop, or -1
-	hubFirst   int // the rank the hub blamed by then, or -1; see firstFailed
+	stopStatus int  // exit status when no rank failed first
+	firstSeen  int  // first rank reaped with a failure before the stop, or -1
+	hubFirst   int  // the rank the hub blamed by then, or -1; see firstFailed
+	hubLeft    bool // the hub blamed hubFirst only for leaving
 
 	serveErr  <-chan error // the hub's Serve result; nil once received
 	serveDone bool         // serveErr was received by supervise
@@ -249,7 +250,8 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 				j.srv.Abort(c.rank, c.status.String())
 				if !j.stopping {
 					// Nothing was signalled yet: this failure is c's own.
-					j.firstSeen, j.hubFirst = c.rank, hubBlame(j.srv)
+					j.firstSeen = c.rank
+					j.hubFirst, j.hubLeft = hubBlame(j.srv)
 					startStop(fmt.Sprintf("rank %d %s", c.rank, c.status), c.status.ExitStatus())
 				}
 			}
@@ -316,14 +318,20 @@ func (j *job) stop(reason string, status int) bool {
 // firstFailed picks the rank to name as failing first, once every rank is
 // reaped. The first rank reaped with a failure failed on its own (tprun
 // had signalled nobody yet), but the hub can know better: it sees a rank's
-// connection drop the moment the rank dies and fails its peers' calls, and
-// one of those peers may be reaped before the dead rank is. The hub's rank
-// wins only when its end, too, was a failure of its own: the hub also
-// names a rank whose connection dropped while it ran on (tprun then
-// stopped it), and one that exited 0 without saying goodbye.
+// connection drop (or its abort) the moment it happens and fails its
+// peers' calls, and one of those peers may be reaped before the rank that
+// caused it, which may still be tearing down when tprun stops the job. So
+// the hub's rank wins when it ended in any failure, tprun's signal
+// included, unless the hub blames it only for leaving: a clean goodbye is
+// no failure, and that rank wins only when its end was a failure of its
+// own (not tprun's signal, not exit 0). A hub rank that exited 0 never
+// wins: its status would make tprun exit 0 for a failed job.
 func (j *job) firstFailed() int {
-	if r := j.hubFirst; r >= 0 && r < len(j.children) && j.children[r].failedOnItsOwn() {
-		return r
+	if r := j.hubFirst; r >= 0 && r < len(j.children) {
+		c := j.children[r]
+		if (j.hubLeft && c.failedOnItsOwn()) || (!j.hubLeft && c.status.Failed()) {
+			return r
+		}
 	}
 	return j.firstSeen
 }

@@ -600,12 +600,17 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) erro
 }
 
 // clearStatus zeroes the receive status words and the abort word; no
-// kernel may be running. The abort word is stored atomically: an abort of
-// Close may be setting it at the same time (and sets it again on its next
-// round).
+// kernel may be running. The abort word is stored atomically: Close's
+// abort may be setting it at the same time. Close sets closing before it
+// starts aborting, so if our zero may have erased its store, closing is
+// already visible here and the word is set again: the next round of the
+// abort could be held up behind a fill the driver delays.
 func (e *cudaEngine) clearStatus() {
 	clear(e.status[:4*statusWords])
 	e.abortWord().Store(0)
+	if e.closing.Load() {
+		e.abortWord().Store(1)
+	}
 }
 
 // deviceStep runs step t with operands in device memory and waits for it.

@@ -37,6 +37,10 @@ var (
 type RankError struct {
 	Rank   int
 	Reason string
+	// Left: the rank said goodbye (closed cleanly) before a collective a
+	// peer waits in. It need not have failed: a launcher should look at how
+	// its process ended before naming it.
+	Left bool
 }
 
 func (e *RankError) Error() string {

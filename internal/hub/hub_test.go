@@ -418,6 +418,9 @@ func TestRankDiesMidBarrier(t *testing.T) {
 	if !h.log.contains("rank 2: connection lost") {
 		t.Errorf("log does not name the lost rank:\n%s", h.log)
 	}
+	if !errors.As(h.Err(), &re) || re.Rank != dead || re.Left {
+		t.Errorf("hub verdict %#v, want rank %d blamed for a lost connection, not for leaving", h.Err(), dead)
+	}
 }
 
 func TestServerAbort(t *testing.T) {
@@ -543,6 +546,11 @@ func TestEarlyLeave(t *testing.T) {
 	}
 	if err := clients[1].Barrier(ctx); !errors.Is(err, ErrClosed) {
 		t.Errorf("call after Close: got %v, want ErrClosed", err)
+	}
+	// The launcher reads the verdict: rank 1 is blamed only for leaving.
+	var se *RankError
+	if !errors.As(h.Err(), &se) || se.Rank != 1 || !se.Left {
+		t.Errorf("hub verdict %#v, want rank 1 blamed for leaving (Left)", h.Err())
 	}
 }
 

@@ -580,7 +580,7 @@ func (s *Server) leave(rank int) {
 }
 
 func (s *Server) leftError(gone, waiter int, kind opKind, seq uint64) error {
-	return &RankError{Rank: gone, Reason: fmt.Sprintf(
+	return &RankError{Rank: gone, Left: true, Reason: fmt.Sprintf(
 		"closed its connection after collective #%d while rank %d waits in %s #%d",
 		s.lastSeq[gone], waiter, kind, seq)}
 }
