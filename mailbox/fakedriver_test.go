@@ -517,11 +517,7 @@ func (d *fakeDrv) MemMap(ptr cuda.DevicePtr, size, offset uint64, h cuda.Generic
 func (d *fakeDrv) MemUnmap(ptr cuda.DevicePtr, size uint64) error {
 	d.sys.mu.Lock()
 	defer d.sys.mu.Unlock()
-	m := d.maps[ptr]
-	var o *fakeObj
-	if m != nil {
-		o = d.sys.objs[m.obj]
-	}
+	m, o := d.mappingLocked(ptr)
 	op := "MemUnmap(" + kindOf(o) + ")"
 	if err := d.enter(op); err != nil {
 		return err
@@ -539,11 +535,7 @@ func (d *fakeDrv) MemUnmap(ptr cuda.DevicePtr, size uint64) error {
 func (d *fakeDrv) MemSetAccess(ptr cuda.DevicePtr, size uint64, access ...cuda.Access) error {
 	d.sys.mu.Lock()
 	defer d.sys.mu.Unlock()
-	m := d.maps[ptr]
-	var o *fakeObj
-	if m != nil {
-		o = d.sys.objs[m.obj]
-	}
+	m, o := d.mappingLocked(ptr)
 	op := "MemSetAccess(" + kindOf(o) + ")"
 	if err := d.enter(op); err != nil {
 		return err
@@ -561,11 +553,7 @@ func (d *fakeDrv) MemSetAccess(ptr cuda.DevicePtr, size uint64, access ...cuda.A
 func (d *fakeDrv) MemsetD32(ptr cuda.DevicePtr, v uint32, n uint64) error {
 	d.sys.mu.Lock()
 	defer d.sys.mu.Unlock()
-	m := d.maps[ptr]
-	var o *fakeObj
-	if m != nil {
-		o = d.sys.objs[m.obj]
-	}
+	m, o := d.mappingLocked(ptr)
 	op := "MemsetD32(" + kindOf(o) + ")"
 	if err := d.enter(op); err != nil {
 		return err
@@ -665,13 +653,23 @@ func (d *fakeDrv) MulticastUnbind(mc cuda.GenericAllocationHandle, dev cuda.Devi
 	return nil
 }
 
+// mappingLocked returns the mapping at ptr and the object it maps, either
+// nil when there is none. Call with d.sys.mu held.
+func (d *fakeDrv) mappingLocked(ptr cuda.DevicePtr) (*fakeMap, *fakeObj) {
+	m := d.maps[ptr]
+	if m == nil {
+		return nil, nil
+	}
+	return m, d.sys.objs[m.obj]
+}
+
 // mappedObj returns the object mapped at ptr in this driver.
 func (d *fakeDrv) mappedObj(ptr cuda.DevicePtr) (fakeObj, bool) {
 	d.sys.mu.Lock()
 	defer d.sys.mu.Unlock()
-	m := d.maps[ptr]
-	if m == nil || d.sys.objs[m.obj] == nil {
+	_, o := d.mappingLocked(ptr)
+	if o == nil {
 		return fakeObj{}, false
 	}
-	return *d.sys.objs[m.obj], true
+	return *o, true
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -102,12 +103,9 @@ func TestUpProjectionMatchesReference(t *testing.T) {
 					if err := up.Step(ctx, in, out); err != nil {
 						return err
 					}
-					for j, v := range out[d.m*tc.hidden:] {
-						if v != poison {
-							return fmt.Errorf("step %d: out[%d] beyond the block was overwritten", i, d.m*tc.hidden+j)
-						}
+					if err := keepBlock(i, d.m, tc.hidden, out, &got[r]); err != nil {
+						return err
 					}
-					got[r] = append(got[r], out[:d.m*tc.hidden])
 				}
 				if n := up.Steps(); n != uint64(len(steps)) {
 					return fmt.Errorf("Steps() = %d after %d steps", n, len(steps))
@@ -182,11 +180,7 @@ func TestUpProjectionStepRejectsBadInputs(t *testing.T) {
 	shard := hidden / tp
 	good := func(m int) (UpInputs, []kernel.BF16) {
 		rng := kernel.NewRand(uint64(time.Now().UnixNano()))
-		in := UpInputs{M: m, Latent: make([]kernel.BF16, m*latent), Weight: make([]kernel.BF16, shard*latent),
-			Shared: make([]kernel.BF16, m*hidden), SharedStride: hidden}
-		kernel.FillRandom(rng, in.Latent, 1)
-		kernel.FillRandom(rng, in.Weight, 0.25)
-		kernel.FillRandom(rng, in.Shared, 1)
+		in := randomInputs(rng, m, hidden, latent, tp, 0.25)
 		return in, make([]kernel.BF16, m*hidden)
 	}
 	tests := []struct {
@@ -248,11 +242,7 @@ func TestUpProjectionDeadRank(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
-	in := UpInputs{M: 2, Latent: make([]kernel.BF16, 2*latent), Weight: make([]kernel.BF16, hidden/tp*latent),
-		Shared: make([]kernel.BF16, 2*hidden), SharedStride: hidden}
-	kernel.FillRandom(rng, in.Latent, 1)
-	kernel.FillRandom(rng, in.Weight, 1)
-	kernel.FillRandom(rng, in.Shared, 1)
+	in := randomInputs(rng, 2, hidden, latent, tp, 1)
 	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
 		up, err := NewUpProjection(ctx, ex, hidden, latent, 2, WithDeadline(deadline))
 		if err != nil {
@@ -336,11 +326,7 @@ func TestUpProjectionClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
-	in := UpInputs{M: 1, Latent: make([]kernel.BF16, latent), Weight: make([]kernel.BF16, hidden/2*latent),
-		Shared: make([]kernel.BF16, hidden), SharedStride: hidden}
-	kernel.FillRandom(rng, in.Latent, 1)
-	kernel.FillRandom(rng, in.Weight, 1)
-	kernel.FillRandom(rng, in.Shared, 1)
+	in := randomInputs(rng, 1, hidden, latent, 2, 1)
 	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
 		up, err := NewUpProjection(ctx, ex, hidden, latent, 1, WithDeadline(time.Minute))
 		if err != nil {
@@ -399,5 +385,29 @@ func stepToDeadPeer(ctx context.Context, up *UpProjection, r, dead int, deadline
 	if err := up.Step(ctx, in, out); !errors.Is(err, mailbox.ErrBroken) {
 		return fmt.Errorf("rank %d: step after the timeout gave %v, want mailbox.ErrBroken", r, err)
 	}
+	return nil
+}
+
+// randomInputs is one rank's operands for an m-row step with hidden split
+// tp ways: fresh random latent, weight slice (scaled by wscale) and shared
+// rows, never zeros.
+func randomInputs(rng *rand.Rand, m, hidden, latent, tp int, wscale float32) UpInputs {
+	in := UpInputs{M: m, Latent: make([]kernel.BF16, m*latent), Weight: make([]kernel.BF16, hidden/tp*latent),
+		Shared: make([]kernel.BF16, m*hidden), SharedStride: hidden}
+	kernel.FillRandom(rng, in.Latent, 1)
+	kernel.FillRandom(rng, in.Weight, wscale)
+	kernel.FillRandom(rng, in.Shared, 1)
+	return in
+}
+
+// keepBlock checks that step i wrote nothing past its m×hidden block of
+// out (still poison there) and appends the block to got.
+func keepBlock(i, m, hidden int, out []kernel.BF16, got *[][]kernel.BF16) error {
+	for j, v := range out[m*hidden:] {
+		if v != poison {
+			return fmt.Errorf("step %d: out[%d] beyond the block was overwritten", i, m*hidden+j)
+		}
+	}
+	*got = append(*got, out[:m*hidden])
 	return nil
 }
