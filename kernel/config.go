@@ -41,6 +41,7 @@ type LaunchConfig struct {
 	TileRows    int    // output columns per CTA: 16 or 32
 	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8 (0 for stage 2)
 	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c")
+	Packed      bool   // the entry point reads the packed weight layout (PackWeight), not row-major
 	Warps       int    // warps per CTA
 	Cluster     int    // CTAs per cluster; they split K
 	GridX       int    // ceil(shard/TileRows) * Cluster
@@ -56,7 +57,7 @@ type LaunchConfig struct {
 // sixteenths (0..16) in bits 16-23, "own" in bit 24.
 const (
 	pfSixteenthsShift = 16
-	pfValidBits       = 1<<25 - 1
+	pfValidBits       = 1<<26 - 1 // helpers, sixteenths, own, LSU (bit 25)
 )
 
 // validPrefetch says whether x is a well-formed L2 prefetch plan.
@@ -71,33 +72,64 @@ type variant struct {
 	depth    int
 	stage    int
 	maxWarps int
+	packed   bool // reads the packed weight layout
 }
 
 var variants = [...]variant{
-	{"", 16, 4, 0, 8},
-	{"_d8", 16, 8, 0, 16},
-	{"_t32", 32, 4, 0, 16},
-	{"_s8", 16, 8, 1, 16},
-	{"_s32", 32, 4, 1, 16},
-	{"_c", 16, 0, 2, 16},
+	{"", 16, 4, 0, 8, false},
+	{"_d8", 16, 8, 0, 16, false},
+	{"_t32", 32, 4, 0, 16, false},
+	{"_s8", 16, 8, 1, 16, false},
+	{"_s32", 32, 4, 1, 16, false},
+	{"_c", 16, 0, 2, 16, false},
+	{"_d8p", 16, 8, 0, 16, true},
+	{"_t32p", 32, 4, 0, 16, true},
+	{"_s8p", 16, 8, 1, 16, true},
 }
 
-func findVariant(tileRows, depth, stage int) (variant, bool) {
+func findVariant(tileRows, depth, stage int, packed bool) (variant, bool) {
 	for _, v := range variants {
-		if v.tileRows == tileRows && v.depth == depth && v.stage == stage {
+		if v.tileRows == tileRows && v.depth == depth && v.stage == stage && v.packed == packed {
 			return v, true
 		}
 	}
 	return variant{}, false
 }
 
-// unstaged is the entry point with the same tile that keeps everything in
-// registers: the fallback when a staged one would need too much shared memory.
+// mustVariant is findVariant for the fixed families named in this file.
+func mustVariant(tileRows, depth, stage int, packed bool) variant {
+	v, ok := findVariant(tileRows, depth, stage, packed)
+	if !ok {
+		panic(fmt.Sprintf("kernel: no entry point %d/%d/%d packed=%v", tileRows, depth, stage, packed))
+	}
+	return v
+}
+
+// unstaged is the entry point with the same tile and weight layout that
+// keeps everything in registers: the fallback when a staged one would need
+// too much shared memory.
 func unstaged(v variant) variant {
 	if v.tileRows == 32 {
-		return variants[2]
+		return mustVariant(32, 4, 0, v.packed)
 	}
-	return variants[1]
+	return mustVariant(16, 8, 0, v.packed)
+}
+
+// twin is the entry point closest to v that reads the other weight layout
+// when v's is not the one asked for: "_d8", "_t32", "_s8" and their "p"
+// forms map onto each other; the lean "" and slab "_c" entries (row-major
+// only) map to "_d8p", and "_s32" to "_t32p".
+func twin(v variant, packed bool) variant {
+	switch {
+	case v.packed == packed:
+		return v
+	case v.stage == 2 || (v.tileRows == 16 && v.depth == 4):
+		return mustVariant(16, 8, 0, packed)
+	case v.tileRows == 32:
+		return mustVariant(32, 4, 0, packed)
+	default:
+		return mustVariant(16, 8, v.stage, packed)
+	}
 }
 
 // SkinnySharedBytes is the dynamic shared memory of one CTA (skinny.h):
@@ -123,6 +155,7 @@ func makeConfig(m, shard, latent int, v variant, warps, cluster int) LaunchConfi
 		TileRows:    v.tileRows,
 		Depth:       v.depth,
 		Stage:       v.stage,
+		Packed:      v.packed,
 		Warps:       warps,
 		Cluster:     cluster,
 		GridX:       (shard + v.tileRows - 1) / v.tileRows * cluster,
@@ -138,10 +171,10 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if m < 1 || m > MaxM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
 		return fmt.Errorf("%w: launch config for M=%d shard=%d latent=%d", ErrShape, m, shard, latent)
 	}
-	v, ok := findVariant(c.TileRows, c.Depth, c.Stage)
+	v, ok := findVariant(c.TileRows, c.Depth, c.Stage, c.Packed)
 	switch {
 	case !ok:
-		return fmt.Errorf("kernel: no entry point with %d rows, depth %d, stage %d", c.TileRows, c.Depth, c.Stage)
+		return fmt.Errorf("kernel: no entry point with %d rows, depth %d, stage %d, packed %v", c.TileRows, c.Depth, c.Stage, c.Packed)
 	case c.Warps < 1 || c.Warps > v.maxWarps:
 		return fmt.Errorf("kernel: %d warps, entry %q takes 1..%d", c.Warps, v.suffix, v.maxWarps)
 	case c.Cluster < 1 || c.Cluster > MaxCluster:
@@ -208,19 +241,28 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		// latent shard m tile_rows depth stage warps cluster [l2_prefetch median_us]:
-		// 10 fields; 8 or 9 (without l2_prefetch) in tables older than it.
+		// latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed] median_us]:
+		// 11 fields; 10 (no packed column) or 8-9 (no l2_prefetch) in older tables.
 		f := strings.Fields(line)
-		if len(f) < 8 || len(f) > 10 {
-			return nil, fmt.Errorf("kernel: config_table.tsv line %d: %d fields, want 8 to 10", i+1, len(f))
+		if len(f) < 8 || len(f) > 11 {
+			return nil, fmt.Errorf("kernel: config_table.tsv line %d: %d fields, want 8 to 11", i+1, len(f))
 		}
-		prefetch := 0
-		if len(f) == 10 {
+		prefetch, packed := 0, false
+		if len(f) >= 10 {
 			x, err := strconv.Atoi(f[8])
 			if err != nil || !validPrefetch(x) {
 				return nil, fmt.Errorf("kernel: config_table.tsv line %d: l2_prefetch %q is not a plan skinny.h defines", i+1, f[8])
 			}
 			prefetch = x
+		}
+		if len(f) == 11 {
+			switch f[9] {
+			case "0":
+			case "1":
+				packed = true
+			default:
+				return nil, fmt.Errorf("kernel: config_table.tsv line %d: packed %q is not 0 or 1", i+1, f[9])
+			}
 		}
 		var n [8]int
 		for j := range n {
@@ -230,7 +272,7 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 			}
 			n[j] = x
 		}
-		v, ok := findVariant(n[3], n[4], n[5])
+		v, ok := findVariant(n[3], n[4], n[5], packed)
 		if !ok || n[6] < 1 || n[6] > v.maxWarps || n[7] < 1 || n[7] > MaxCluster ||
 			n[2] < 1 || n[2] > MaxM || n[0] < LatentAlign || n[1] < ShardAlign {
 			return nil, fmt.Errorf("kernel: config_table.tsv line %d: invalid entry %q", i+1, line)
@@ -248,21 +290,64 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 var fallbackConfig = tableEntry{v: variants[1], warps: 16, cluster: 1}
 
 // ConfigFor picks the launch config of the skinny kernel for m latent rows
-// (1..8) and a shard×latent weight slice. Shapes measured by the sweep
-// (config_table.tsv, see bench/NOTES-kernel.md) get their measured best; any
-// other shape gets the entry, warps and cluster of the measured shape with
-// the same m that is nearest in log(shard) + log(latent), with a staged
-// entry swapped for its unstaged twin when its shared memory would exceed
-// MaxStagedShared. The result always satisfies Validate for a shape that
-// Shape.Validate accepts; m is clamped to 1..MaxM so that no input panics.
+// (1..8) and a shard×latent weight slice, in the weight layout the table
+// measured best for that shape (LaunchConfig.Packed; PreferPacked). Shapes
+// measured by the sweep (config_table.tsv, see bench/NOTES-kernel.md) get
+// their measured best; any other shape gets the entry, warps and cluster of
+// the measured shape nearest in log(shard) + log(latent) (one shape for
+// every m, so one layout), with a staged entry swapped for its unstaged twin
+// when its shared memory would exceed MaxStagedShared. The result always
+// satisfies Validate for a shape that Shape.Validate accepts; m is clamped
+// to 1..MaxM so that no input panics.
 func ConfigFor(m, shard, latent int) LaunchConfig {
 	m = min(max(m, 1), MaxM)
 	shard = max(shard, ShardAlign)
 	latent = max(latent, LatentAlign)
+	best := nearestEntry(m, shard, latent)
+	return configFrom(best, best.v, m, shard, latent)
+}
+
+// ConfigForLayout is ConfigFor for a weight in the given layout: ConfigFor's
+// pick, with its entry point swapped for the twin that reads the other
+// layout (twin) when the table measured the other one best.
+func ConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
+	m = min(max(m, 1), MaxM)
+	shard = max(shard, ShardAlign)
+	latent = max(latent, LatentAlign)
+	best := nearestEntry(m, shard, latent)
+	return configFrom(best, twin(best.v, packed), m, shard, latent)
+}
+
+// PreferPacked says whether the table measured the packed weight layout
+// (PackWeight) faster for a shard×latent weight: the layout ConfigFor picks
+// for every m of that shape. A caller that uploads the weight once packs it
+// when this holds and passes SkinnyArgs.WeightPacked.
+func PreferPacked(shard, latent int) bool { return ConfigFor(1, shard, latent).Packed }
+
+// nearestEntry is the table entry for m at the measured shape nearest to
+// shard×latent (ties: the first in table order), or fallbackConfig.
+func nearestEntry(m, shard, latent int) tableEntry {
 	entries, err := measured()
-	best := fallbackConfig
-	if err == nil {
-		dist := math.Inf(1)
+	if err != nil {
+		return fallbackConfig
+	}
+	dist := math.Inf(1)
+	var near tableEntry
+	for _, e := range entries {
+		d := math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
+		if d < dist {
+			dist, near = d, e
+		}
+	}
+	best, found := fallbackConfig, false
+	for _, e := range entries {
+		if e.m == m && e.shard == near.shard && e.latent == near.latent {
+			best, found = e, true
+			break
+		}
+	}
+	if !found { // the table lacks this m for that shape: nearest with this m
+		dist = math.Inf(1)
 		for _, e := range entries {
 			if e.m != m {
 				continue
@@ -273,7 +358,10 @@ func ConfigFor(m, shard, latent int) LaunchConfig {
 			}
 		}
 	}
-	v := best.v
+	return best
+}
+
+func configFrom(best tableEntry, v variant, m, shard, latent int) LaunchConfig {
 	if v.stage > 0 && SkinnySharedBytes(m, latent, v.tileRows, best.warps, best.cluster, v.stage) > MaxStagedShared {
 		v = unstaged(v)
 	}
@@ -319,8 +407,12 @@ type SkinnyParams struct {
 	// The fused receive (SkinnyArgs.Receive; RecvSlot 0: none).
 	RecvSlot, RecvOut, RecvStatus, RecvTimeoutNs uint64
 	RecvFlags                                    int32 // 0 or ReceiveAbortable
-	RecvReserved                                 int32 // 0
+	Flags                                        int32 // SkinnyPacked for a packed weight (LaunchConfig.Packed), else 0
 }
+
+// SkinnyPacked is the tprun_skinny_params.flags bit of a packed weight
+// (TPRUN_SKINNY_PACKED).
+const SkinnyPacked = 1
 
 // ReceiveParams mirrors tprun_receive_params (kernel/skinny.h).
 type ReceiveParams struct {

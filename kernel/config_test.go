@@ -44,7 +44,7 @@ func TestParamLayoutMatchesSkinnyH(t *testing.T) {
 		{"recv_status", unsafe.Offsetof(s.RecvStatus), 200},
 		{"recv_timeout_ns", unsafe.Offsetof(s.RecvTimeoutNs), 208},
 		{"recv_flags", unsafe.Offsetof(s.RecvFlags), 216},
-		{"recv_reserved", unsafe.Offsetof(s.RecvReserved), 220},
+		{"flags", unsafe.Offsetof(s.Flags), 220},
 		{"sizeof tprun_receive_params", unsafe.Sizeof(r), 48},
 		{"slot", unsafe.Offsetof(r.Slot), 0},
 		{"out", unsafe.Offsetof(r.Out), 8},
@@ -175,7 +175,7 @@ func TestLaunchConfigValidateRejects(t *testing.T) {
 		{"M 0", good, 0, 896, 3584},
 		{"shard not a multiple of 8", good, 4, 900, 3584},
 		{"latent not a multiple of 8", good, 4, 896, 3590},
-		{"prefetch plan with unknown bits", mod(func(c *LaunchConfig) { c.L2Prefetch = 1 << 25 }), 4, 896, 3584},
+		{"prefetch plan with unknown bits", mod(func(c *LaunchConfig) { c.L2Prefetch = 1 << 26 }), 4, 896, 3584},
 		{"prefetch plan of 17 sixteenths", mod(func(c *LaunchConfig) { c.L2Prefetch = 17 << 16 }), 4, 896, 3584},
 	}
 	for _, tc := range cases {
@@ -198,7 +198,7 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"stage 3", "3584 896 1 16 0 3 16 1\n"},
 		{"11 fields", "3584 896 1 16 8 0 16 1 0 2.5 7\n"},
 		{"prefetch not a number", "3584 896 1 16 8 0 16 1 x 2.5\n"},
-		{"prefetch plan with unknown bits", "3584 896 1 16 8 0 16 1 33554432 2.5\n"},
+		{"prefetch plan with unknown bits", "3584 896 1 16 8 0 16 1 67108864 2.5\n"},
 	}
 	for _, tc := range cases {
 		if _, err := parseConfigTable(tc.text); err == nil {

@@ -382,6 +382,8 @@ func runSkinnyMatrix(e *env, rng *rand.Rand, spec matrixSpec) {
 	blockLen := x.maxM * maxHidden
 	x.dLat = e.alloc(2*x.maxM*maxLatent, "latent")
 	x.dW = e.alloc(2*maxShard*maxLatent, "weight")
+	x.dWp = e.alloc(2*PackedWeightLen(maxShard, maxLatent), "packed weight")
+	x.hWp = make([]BF16, PackedWeightLen(maxShard, maxLatent))
 	x.dShared = e.alloc(2*blockLen, "shared")
 	for i := range x.dDst {
 		x.dDst[i] = e.alloc(2*blockLen, fmt.Sprintf("destination %d", i))
@@ -410,8 +412,10 @@ type matrix struct {
 	spec               matrixSpec
 	maxM               int
 	dLat, dW, dShared  cuda.DevicePtr
+	dWp                cuda.DevicePtr // the weight in the packed layout (PackWeight)
 	dDst               [3]cuda.DevicePtr
 	hLat, hW, hShared  []BF16
+	hWp                []BF16
 	first, other       []BF16   // downloads: run 0 destination 0, and the rest
 	outs               [][]BF16 // outs[M]: run 0 destination 0 for M rows
 	failures, worstULP int
@@ -439,6 +443,11 @@ func (x *matrix) pair(shard, K int) {
 	fillRandom(x.rng, shared, 1)
 	x.upload(x.dLat, cuda.AsBytes(lat), "latent")
 	x.upload(x.dW, cuda.AsBytes(w), "weight")
+	wp := x.hWp[:PackedWeightLen(shard, K)]
+	if err := PackWeight(wp, w, shard, K); err != nil {
+		t.Fatal(err)
+	}
+	x.upload(x.dWp, cuda.AsBytes(wp), "packed weight")
 	x.upload(x.dShared, cuda.AsBytes(shared), "shared")
 
 	// The yardstick for maxM rows serves every M: a row's result does not
@@ -493,21 +502,26 @@ func (x *matrix) pair(shard, K int) {
 		shard, K, tp, rank, x.spec.ms, worst, cpuRes.Worst, pairULP)
 }
 
-// runM runs shape s twice into the three poisoned destinations and keeps
-// run 0's destination 0 in x.outs[s.M].
+// runM runs shape s three times into the three poisoned destinations and
+// keeps run 0's destination 0 in x.outs[s.M]. Runs 0 and 1 read the
+// row-major weight, run 2 the packed one: the same fragments in the same
+// order, so every output must be bit-identical to run 0's.
 func (x *matrix) runM(s Shape, rank int) {
 	shard, hidden := s.Shard(), s.Hidden
 	n := x.maxM * hidden
 	a := SkinnyArgs{Shape: s, Rank: rank, Latent: x.dLat, Weight: x.dW,
 		Shared: x.dShared + cuda.DevicePtr(2*rank*shard), SharedStride: hidden, Dst: x.dDst[:]}
 	where := fmt.Sprintf("%v rank %d (config %s)", s, rank, configString(s))
-	for run := range 2 {
+	for run := range 3 {
 		for i, d := range x.dDst {
 			x.fill(d, poisonWord, n/2, fmt.Sprintf("destination %d", i))
 		}
 		if run == 1 {
 			// Same inputs, the destinations in another order, with PDL.
 			a.Dst = []cuda.DevicePtr{x.dDst[2], x.dDst[0], x.dDst[1]}
+		}
+		if run == 2 {
+			a.Weight, a.WeightPacked = x.dWp, true
 		}
 		x.skinny(a, run == 1)
 		for i, d := range x.dDst {

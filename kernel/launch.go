@@ -143,8 +143,11 @@ type SkinnyArgs struct {
 	Shape Shape
 	Rank  int
 	// Latent is [M, latent_dim] (row stride latent_dim); Weight is the
-	// rank's [shard, latent_dim] rows of the full weight.
+	// rank's [shard, latent_dim] rows of the full weight, row-major, or
+	// with WeightPacked in the packed layout (PackWeight), which the table
+	// measured faster for most shapes (PreferPacked).
 	Latent, Weight cuda.DevicePtr
+	WeightPacked   bool
 	// Shared points at element (0, 0) of the rank's own columns: element
 	// (m, n) is at Shared + 2*(m*SharedStride + n). For a [M, hidden]
 	// tensor that is its base plus 2*Rank*shard bytes, with stride hidden.
@@ -157,14 +160,14 @@ type SkinnyArgs struct {
 	// launch (skinny.h, recv_slot): ReceiveCTAs more CTAs poll
 	// Receive.Slot, copy the block to Receive.Out and re-arm the slot, with
 	// LaunchReceive's rules, so no receive kernel is launched. Its M, Hidden
-	// and Shard must be the shape's. Such a launch carries no L2 prefetch
-	// plan (see LaunchSkinny). Receive.Slot may be one of Dst (the local
-	// slot); Receive.Out must not overlap any Dst or input.
+	// and Shard must be the shape's. Receive.Slot may be one of Dst (the
+	// local slot); Receive.Out must not overlap any Dst or input.
 	Receive *ReceiveArgs
 }
 
 // LaunchSkinny queues the fused up-projection for a's shape and rank on
-// stream, with the launch configuration ConfigFor picks for the shape.
+// stream, with the launch configuration ConfigForLayout picks for the shape
+// and a.WeightPacked.
 // With pdl the launch carries programmatic stream serialization: it may
 // start while the previous kernel on stream runs, streaming its weights,
 // and reads latent and shared only after that kernel completed. The
@@ -178,7 +181,7 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", a.Shape, a.Rank, err)
 	}
 	s := a.Shape
-	c := ConfigFor(s.M, s.Shard(), s.Latent)
+	c := ConfigForLayout(s.M, s.Shard(), s.Latent, a.WeightPacked)
 	if err := c.Validate(s.M, s.Shard(), s.Latent); err != nil {
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
 	}
@@ -192,13 +195,12 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 	}
 	p.TileRows = int32(c.TileRows)
 	p.L2Prefetch = int32(c.L2Prefetch)
+	if c.Packed {
+		p.Flags = SkinnyPacked
+	}
 	grid := c.GridX
 	if a.Receive != nil {
 		grid += ReceiveCTAs(s.M, s.Hidden, c.BlockX, c.Cluster)
-		// The 2026-11-30 kernels count a prefetch plan's tiles as
-		// gridDim.x/cluster, which then includes the receive CTAs: the
-		// plan would prefetch past the weight. A hint, so it is dropped.
-		p.L2Prefetch = 0
 	}
 	b := encodeSkinnyParams(&p)
 	cfg := cuda.LaunchConfig{
@@ -314,7 +316,7 @@ func encodeSkinnyParams(p *SkinnyParams) [SkinnyParamsSize]byte {
 	le.PutUint64(b[200:], p.RecvStatus)
 	le.PutUint64(b[208:], p.RecvTimeoutNs)
 	le.PutUint32(b[216:], uint32(p.RecvFlags))
-	le.PutUint32(b[220:], uint32(p.RecvReserved))
+	le.PutUint32(b[220:], uint32(p.Flags))
 	return b
 }
 

@@ -177,7 +177,7 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 			"dst": dst, "latent_dim": {uint64(s.Latent)}, "shard": {uint64(s.Shard())},
 			"hidden": {uint64(s.Hidden)}, "rank": {uint64(a.Rank)}, "shared_stride": {uint64(a.SharedStride)},
 			"ndst": {uint64(ndst)}, "tile_rows": {32}, "l2_prefetch": {uint64(p.L2Prefetch)},
-			"recv_slot": {0}, "recv_out": {0}, "recv_status": {0}, "recv_timeout_ns": {0}, "recv_flags": {0}, "recv_reserved": {0},
+			"recv_slot": {0}, "recv_out": {0}, "recv_status": {0}, "recv_timeout_ns": {0}, "recv_flags": {0}, "flags": {0},
 		}
 		if r := a.Receive; r != nil {
 			flags := uint64(0)
@@ -467,45 +467,51 @@ func TestLoadAndClose(t *testing.T) {
 func TestLaunchSkinnyConfig(t *testing.T) {
 	for _, pdl := range []bool{false, true} {
 		for _, m := range []int{1, 5, 8} {
-			t.Run(fmt.Sprintf("M%d/pdl=%v", m, pdl), func(t *testing.T) {
-				d := newFakeDriver("")
-				k, err := Load(d)
-				if err != nil {
-					t.Fatal(err)
-				}
-				a := goodSkinnyArgs()
-				a.Shape.M = m
-				const stream cuda.Stream = 0x5157
-				if err := k.LaunchSkinny(stream, a, pdl); err != nil {
-					t.Fatalf("LaunchSkinny: %v", err)
-				}
-				c := ConfigFor(m, a.Shape.Shard(), a.Shape.Latent)
-				if len(d.launches) != 1 {
-					t.Fatalf("%d launches", len(d.launches))
-				}
-				l := d.launches[0]
-				want := cuda.LaunchConfig{
-					Grid: [3]uint32{uint32(c.GridX), 1, 1}, Block: [3]uint32{uint32(c.BlockX), 1, 1},
-					SharedMem: uint32(c.SharedBytes), Stream: stream, ProgrammaticSerialization: pdl,
-					ClusterDim: [3]uint32{uint32(c.Cluster), 1, 1},
-				}
-				if l.cfg != want {
-					t.Errorf("launch config %+v, want %+v (from %+v)", l.cfg, want, c)
-				}
-				if l.f != d.funcs[c.Function] {
-					t.Errorf("launched function %#x, want %s", l.f, c.Function)
-				}
-				if len(l.params) != 1 || len(l.params[0]) != SkinnyParamsSize {
-					t.Fatalf("params %d blocks, want one of %d bytes", len(l.params), SkinnyParamsSize)
-				}
-				p := l.params[0]
-				if tr := binary.LittleEndian.Uint32(p[176:]); int(tr) != c.TileRows {
-					t.Errorf("tile_rows %d, config says %d", tr, c.TileRows)
-				}
-				if r := binary.LittleEndian.Uint32(p[164:]); r != 3 {
-					t.Errorf("rank %d, want 3", r)
-				}
-			})
+			for _, packed := range []bool{false, true} {
+				t.Run(fmt.Sprintf("M%d/pdl=%v/packed=%v", m, pdl, packed), func(t *testing.T) {
+					d := newFakeDriver("")
+					k, err := Load(d)
+					if err != nil {
+						t.Fatal(err)
+					}
+					a := goodSkinnyArgs()
+					a.Shape.M = m
+					a.WeightPacked = packed
+					const stream cuda.Stream = 0x5157
+					if err := k.LaunchSkinny(stream, a, pdl); err != nil {
+						t.Fatalf("LaunchSkinny: %v", err)
+					}
+					c := ConfigForLayout(m, a.Shape.Shard(), a.Shape.Latent, packed)
+					if len(d.launches) != 1 {
+						t.Fatalf("%d launches", len(d.launches))
+					}
+					l := d.launches[0]
+					want := cuda.LaunchConfig{
+						Grid: [3]uint32{uint32(c.GridX), 1, 1}, Block: [3]uint32{uint32(c.BlockX), 1, 1},
+						SharedMem: uint32(c.SharedBytes), Stream: stream, ProgrammaticSerialization: pdl,
+						ClusterDim: [3]uint32{uint32(c.Cluster), 1, 1},
+					}
+					if l.cfg != want {
+						t.Errorf("launch config %+v, want %+v (from %+v)", l.cfg, want, c)
+					}
+					if l.f != d.funcs[c.Function] {
+						t.Errorf("launched function %#x, want %s", l.f, c.Function)
+					}
+					if len(l.params) != 1 || len(l.params[0]) != SkinnyParamsSize {
+						t.Fatalf("params %d blocks, want one of %d bytes", len(l.params), SkinnyParamsSize)
+					}
+					p := l.params[0]
+					if tr := binary.LittleEndian.Uint32(p[176:]); int(tr) != c.TileRows {
+						t.Errorf("tile_rows %d, config says %d", tr, c.TileRows)
+					}
+					if f, want := binary.LittleEndian.Uint32(p[220:]), map[bool]uint32{false: 0, true: SkinnyPacked}[packed]; f != want {
+						t.Errorf("flags %#x, want %#x for packed=%v", f, want, packed)
+					}
+					if r := binary.LittleEndian.Uint32(p[164:]); r != 3 {
+						t.Errorf("rank %d, want 3", r)
+					}
+				})
+			}
 		}
 	}
 }
@@ -817,19 +823,22 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 		}
 		d.launches["l2 prefetch"]++
 	}
-	// The launch must be what the table picks for the shape (the kernel
-	// traps on a tile_rows that is not its entry point's), and within the
-	// limits of skinny.h.
-	c := ConfigFor(m, shard, K)
+	// The launch must be what the table picks for the shape and the
+	// weight's layout (the kernel traps on a tile_rows or a layout flag
+	// that is not its entry point's), and within the limits of skinny.h.
+	flags := le.Uint32(p[220:])
+	if flags&^SkinnyPacked != 0 {
+		return fmt.Errorf("emu: %s with flags %#x", name, flags)
+	}
+	packed := flags == SkinnyPacked
+	c := ConfigForLayout(m, shard, K, packed)
 	recvCTAs := 0 // the receive CTAs of a fused receive (skinny.h)
-	wantPF := c.L2Prefetch
 	if le.Uint64(p[184:]) != 0 {
 		recvCTAs = ReceiveCTAs(m, int(le.Uint32(p[160:])), int(cfg.Block[0]), cluster)
-		wantPF = 0 // LaunchSkinny drops the plan with a fused receive
 	}
 	switch {
-	case c.Function != name || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster ||
-		c.GridX+recvCTAs != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem) || wantPF != int(le.Uint32(p[180:])):
+	case c.Function != name || c.Packed != packed || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster ||
+		c.GridX+recvCTAs != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem) || c.L2Prefetch != int(le.Uint32(p[180:])):
 		return fmt.Errorf("emu: %s launch %+v with tile_rows %d, but ConfigFor(%d, %d, %d) = %+v", name, cfg, tile, m, shard, K, c)
 	case tile != 16 && tile != 32, warps < 1 || warps > 16, cfg.Block[0]%32 != 0, cluster < 1 || cluster > MaxCluster,
 		int(cfg.Grid[0]) != (shard+tile-1)/tile*cluster+recvCTAs, recvCTAs%cluster != 0:
@@ -847,12 +856,9 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 		copy(recv[36:40], p[160:164]) // hidden
 		copy(recv[40:44], p[156:160]) // shard
 		copy(recv[44:48], p[216:220]) // flags
-		if le.Uint32(p[220:]) != 0 {
-			return fmt.Errorf("emu: %s with recv_reserved %d", name, le.Uint32(p[220:]))
-		}
 	}
 	return d.enqueue(func() error {
-		if err := d.runSkinny(m, p, early); err != nil || recv == nil {
+		if err := d.runSkinny(m, p, packed, early); err != nil || recv == nil {
 			return err
 		}
 		return d.runReceive(recv)
@@ -860,8 +866,9 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 }
 
 // runSkinny is the skinny kernel on the CPU, reading its parameters the
-// way skinny.h lays them out.
-func (d *emuDevice) runSkinny(M int, p []byte, early bool) error {
+// way skinny.h lays them out, and a packed weight the way the kernel's
+// lanes read it (unpackWeight).
+func (d *emuDevice) runSkinny(M int, p []byte, packed, early bool) error {
 	le := binary.LittleEndian
 	i32 := func(off int) int { return int(int32(le.Uint32(p[off:]))) }
 	K, shard, hidden, rank, stride, ndst := i32(152), i32(156), i32(160), i32(164), i32(168), i32(172)
@@ -875,10 +882,17 @@ func (d *emuDevice) runSkinny(M int, p []byte, early bool) error {
 	}
 	s := Shape{M: M, Hidden: hidden, Latent: K, TP: hidden / shard}
 	lat, err1 := d.bf16s(cuda.DevicePtr(le.Uint64(p[0:])), M*K)
-	w, err2 := d.bf16s(cuda.DevicePtr(le.Uint64(p[8:])), shard*K)
+	wlen := shard * K
+	if packed {
+		wlen = PackedWeightLen(shard, K)
+	}
+	w, err2 := d.bf16s(cuda.DevicePtr(le.Uint64(p[8:])), wlen)
 	sh, err3 := d.bf16s(cuda.DevicePtr(le.Uint64(p[16:])), (M-1)*stride+shard)
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return fmt.Errorf("emu: skinny operands: %w", err)
+	}
+	if packed {
+		w = unpackWeight(w, shard, K)
 	}
 	if early {
 		// What a kernel reading before griddepcontrol.wait could see.
@@ -1100,6 +1114,8 @@ func TestReceiveAndPrefetchConstantsMatchHeader(t *testing.T) {
 		"TPRUN_PF_HELPERS":         "((x) & 0xffff)",
 		"TPRUN_PF_SIXTEENTHS":      fmt.Sprintf("(((x) >> %d) & 0xff)", pfSixteenthsShift),
 		"TPRUN_PF_OWN":             "(((x) >> 24) & 1)",
+		"TPRUN_PF_LSU":             "(((x) >> 25) & 1)",
+		"TPRUN_SKINNY_PACKED":      fmt.Sprint(SkinnyPacked),
 	} {
 		if defs[name] != want {
 			t.Errorf("skinny.h: %s is %q, the Go side assumes %q", name, defs[name], want)
@@ -1112,7 +1128,7 @@ func TestReceiveAndPrefetchConstantsMatchHeader(t *testing.T) {
 		x  int
 		ok bool
 	}{{0, true}, {1 << 24, true}, {32 | 16<<16 | 1<<24, true}, {0xffff | 16<<16, true},
-		{17 << 16, false}, {1 << 25, false}, {-1, false}} {
+		{1 << 25, true}, {1<<25 | 1<<24 | 40 | 8<<16, true}, {17 << 16, false}, {1 << 26, false}, {-1, false}} {
 		if got := validPrefetch(c.x); got != c.ok {
 			t.Errorf("validPrefetch(%#x) = %v, want %v", c.x, got, c.ok)
 		}
@@ -1152,10 +1168,10 @@ func TestLoadFatbinOverride(t *testing.T) {
 	}
 }
 
-// A launch with a fused receive: the receive CTAs are appended to the grid,
-// the recv_* fields are set, and the L2 prefetch plan the table has for the
-// shape (latent 3584, shard 1792, M 2) is dropped; without the receive the
-// plan is kept.
+// A launch with a fused receive: the receive CTAs are appended to the grid
+// and the recv_* fields are set; the L2 prefetch plan the table has for the
+// shape (latent 3584, shard 1792, M 2) is kept either way (the kernel
+// counts its tiles from the shard, not the grid, since 2026-11-30b).
 func TestLaunchSkinnyFusedReceive(t *testing.T) {
 	s := Shape{M: 2, Hidden: 7168, Latent: 3584, TP: 4}
 	c := ConfigFor(s.M, s.Shard(), s.Latent)
@@ -1183,7 +1199,7 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 		wantGrid, wantPF, wantSlot := c.GridX, c.L2Prefetch, uint64(0)
 		if fused {
 			wantGrid += ReceiveCTAs(s.M, s.Hidden, c.BlockX, c.Cluster)
-			wantPF, wantSlot = 0, uint64(a.Receive.Slot)
+			wantSlot = uint64(a.Receive.Slot)
 		}
 		if grid != wantGrid || pf != wantPF || slot != wantSlot {
 			t.Errorf("fused %v: grid %d, l2_prefetch %#x, recv_slot %#x; want %d, %#x, %#x", fused, grid, pf, slot, wantGrid, wantPF, wantSlot)

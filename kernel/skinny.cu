@@ -23,6 +23,9 @@
 //   memory made right after the wait. The "_c" entry points instead copy
 //   the CTA's whole weight slab into shared memory (cp.async) before the
 //   wait: few registers, so several kernels' CTAs can share an SM.
+// - The "p" entry points read the weight in skinny.h's packed layout: the
+//   same fragments, stored so that each 16-byte load of a warp reads 512
+//   contiguous bytes (fewer L2 requests per byte than 8 rows x 64 bytes).
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
 #include <stdint.h>
@@ -86,16 +89,21 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 // cluster's leader CTA before its weight loads: tile t (ROWS weight rows,
 // all of K: one contiguous block) is prefetched with one instruction per
 // tile, the helpers' tiles spread over the lanes.
-template <int ROWS>
-__device__ __forceinline__ void l2_prefetch_tiles(const tprun_skinny_params& p, int tile, int ntiles, int lane) {
+// The tiles are counted from the shard, not the grid, which may carry
+// receive CTAs after them. In the packed layout a tile is the same
+// contiguous block with rows padded to 16 and k to 32.
+template <int ROWS, bool PACKED>
+__device__ __forceinline__ void l2_prefetch_tiles(const tprun_skinny_params& p, int tile, int lane) {
   const int plan = p.l2_prefetch;
   const int helpers = TPRUN_PF_HELPERS(plan);
   const int s16 = TPRUN_PF_SIXTEENTHS(plan);
+  const int ntiles = (p.shard + ROWS - 1) / ROWS;
   const int lim = s16 == 0 ? ntiles : min(ntiles, (ntiles * s16 + 15) / 16);
-  const size_t row_bytes = (size_t)p.latent_dim * 2;
+  const size_t row_bytes = PACKED ? (size_t)((p.latent_dim + 31) / 32) * 64 : (size_t)p.latent_dim * 2;
+  const int shard_rows = PACKED ? (p.shard + 15) / 16 * 16 : p.shard;
   const char* w = reinterpret_cast<const char*>(p.weight);
   auto one = [&](int t) {
-    const int rows = min(ROWS, p.shard - t * ROWS);
+    const int rows = min(ROWS, shard_rows - t * ROWS);
     prefetch_l2(w + (size_t)t * ROWS * row_bytes, (uint32_t)(rows * row_bytes));
   };
   if (tile < helpers) {
@@ -104,6 +112,36 @@ __device__ __forceinline__ void l2_prefetch_tiles(const tprun_skinny_params& p, 
   } else if (TPRUN_PF_OWN(plan) && lane == 0) {
     one(tile);
   }
+}
+
+__device__ __forceinline__ void prefetch_line_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p) : "memory");
+}
+
+// The LSU form of the plan (TPRUN_PF_LSU): every thread of the leader CTA
+// prefetches a share of whole tiles' 128-byte lines; nothing is held in
+// registers or shared memory, so a CTA can have its whole tile (and, for a
+// helper, other CTAs' tiles) in flight however small its ring.
+template <int ROWS, bool PACKED>
+__device__ __forceinline__ void l2_prefetch_lsu(const tprun_skinny_params& p, int tile) {
+  const int plan = p.l2_prefetch;
+  const int helpers = TPRUN_PF_HELPERS(plan);
+  const int s16 = TPRUN_PF_SIXTEENTHS(plan);
+  const int ntiles = (p.shard + ROWS - 1) / ROWS;
+  const int lim = s16 == 0 ? ntiles : min(ntiles, (ntiles * s16 + 15) / 16);
+  const size_t row_bytes = PACKED ? (size_t)((p.latent_dim + 31) / 32) * 64 : (size_t)p.latent_dim * 2;
+  const int shard_rows = PACKED ? (p.shard + 15) / 16 * 16 : p.shard;
+  const char* w = reinterpret_cast<const char*>(p.weight);
+  auto range = [&](int t) {
+    const int rows = min(ROWS, shard_rows - t * ROWS);
+    const char* base = w + (size_t)t * ROWS * row_bytes;
+    const size_t bytes = (size_t)rows * row_bytes;
+    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
+      prefetch_line_l2(base + off);
+  };
+  if (TPRUN_PF_OWN(plan)) range(tile);
+  if (tile < helpers)
+    for (int t = tile + helpers; t < lim; t += helpers) range(t);
 }
 
 __device__ __forceinline__ uint4 lds_v4(const uint16_t* p) {
@@ -123,6 +161,22 @@ __device__ __forceinline__ void griddep_wait() {
   uint32_t nsm;
   asm volatile("mov.u32 %0, %%nsmid;" : "=r"(nsm));
   if (nsm != 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+// The latent rows an entry point computes: M, except that M = 1 runs the
+// M = 2 code with a row count ptxas cannot fold. The M = 1 instance of the
+// register ring spilled and ran 0.3-0.4 µs slower than M = 2 at shard 3584;
+// the M = 2 code with row 1 never loaded, summed as zeros and never stored
+// does not (bench/NOTES-kernel.md, 2026-11-30b).
+template <int M>
+__device__ __forceinline__ int latent_rows() {
+  if constexpr (M != 1) {
+    return M;
+  } else {
+    int r;
+    asm volatile("mov.b32 %0, 1;" : "=r"(r));
+    return r;
+  }
 }
 
 __device__ __forceinline__ void griddep_launch_dependents() {
@@ -155,19 +209,49 @@ __device__ __forceinline__ uint32_t finish2(float lo, float hi, uint32_t sh) {
   return finish1(lo, sh & 0xffffu) | (finish1(hi, sh >> 16) << 16);
 }
 
+// bf16 rounding, `shared` and the stores of one 16-byte output vector: the
+// 8 sums s of latent row em, columns n0+ec..n0+ec+7, one 16-byte store per
+// destination: whole words, as the receiver checks words.
+__device__ __forceinline__ void store_vector(const tprun_skinny_params& p, const float (&s)[8], const uint4& shv,
+                                             int n0, int em, int ec) {
+  uint4 o;
+  o.x = finish2(s[0], s[1], shv.x);
+  o.y = finish2(s[2], s[3], shv.y);
+  o.z = finish2(s[4], s[5], shv.z);
+  o.w = finish2(s[6], s[7], shv.w);
+  const size_t off = (size_t)em * (size_t)p.hidden + (size_t)p.rank * (size_t)p.shard + n0 + ec;
+  for (int d = 0; d < p.ndst; ++d) st_v4(reinterpret_cast<uint16_t*>(p.dst[d]) + off, o);
+}
+
+// Whether a CTA takes the warp-per-vector epilogue of reduce_store: no
+// cluster, and at most one output vector per warp.
+// Measured (bench/NOTES-kernel.md, 2026-11-30b): it gains up to 0.1 µs
+// with 2 or 4 vectors (M <= 2 at 16 rows) and loses up to 0.2 µs with 10
+// or more, where most warps then wait on their column sums.
+__device__ __forceinline__ bool warp_epilogue(int nv, int csize) {
+  return csize == 1 && nv <= 4 && nv <= (int)(blockDim.x >> 5);
+}
+
 // Reduction and epilogue shared by every entry point. acc[r][q] is one
 // warp's MMA accumulator for tile r, k half q: c0,c1 -> row 16r+g, latent
 // rows 2tig and 2tig+1; c2,c3 -> row 16r+g+8. The warps' sums go through
-// red[warp][m][n] into slot crank of the LEADER CTA's parts (distributed
-// shared memory, one cluster barrier); the leader adds the slots in rank
-// order (bit-identical reruns), adds `shared` (shv, prefetched by the
-// epilogue threads) and stores.
+// red[warp][m][n]. Then either
+// - (warp_epilogue) warp v sums output vector v: lane l adds column l/4 of
+//   the warps l%4, l%4+4, ... in order, two xor shuffles combine the four
+//   lanes, lane 0 gathers the 8 columns, rounds and stores (one barrier,
+//   no serial pass over the warps; `shared` was fetched by that lane); or
+// - each thread of the first M*ROWS sums one output over the warps into
+//   slot crank of the LEADER CTA's parts (distributed shared memory, one
+//   cluster barrier); the leader's first NV threads add the slots in rank
+//   order, add `shared` (shv, prefetched by them) and store.
+// Both orders are fixed: bit-identical reruns.
 template <int M, int TR>
 __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float* red, float* parts,
                                              const float (&acc)[TR][2][4], int n0, const uint4& shv,
                                              bool eok, int em, int ec) {
   constexpr int ROWS = 16 * TR;
   constexpr int SP = ROWS + 4;
+  constexpr int NV = M * ROWS / 8;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
@@ -187,6 +271,20 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     }
   }
   __syncthreads();
+  if (warp_epilogue(NV, csize)) {
+    if (warp >= NV) return;
+    const int vm = warp / (ROWS / 8), vc = (warp % (ROWS / 8)) * 8;
+    const float* col = red + vm * SP + vc + (lane >> 2);
+    float t = 0.f;
+    for (int w = lane & 3; w < nwarps; w += 4) t += col[w * 8 * SP];
+    t += __shfl_xor_sync(0xffffffffu, t, 1);
+    t += __shfl_xor_sync(0xffffffffu, t, 2);
+    float s[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) s[c] = __shfl_sync(0xffffffffu, t, 4 * c);
+    if (eok) store_vector(p, s, shv, n0, em, ec);  // lane 0 only (see the callers)
+    return;
+  }
   // Each CTA's sum goes to slot crank of the LEADER's parts (distributed
   // shared memory); one cluster barrier publishes them all.
   float* slot = parts + crank * 8 * SP;
@@ -204,9 +302,8 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     __syncthreads();
   }
 
-  // Epilogue (warp 0 of the leader): 8 consecutive columns of one latent
-  // row per thread, slots added in rank order (bit-identical reruns), one
-  // 16-byte store per destination: whole words, as the receiver checks words.
+  // Epilogue (the leader's first NV threads): 8 consecutive columns of one
+  // latent row per thread, slots added in rank order.
   if (!eok) return;
   float s[8];
   {
@@ -222,13 +319,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     s[0] += a.x; s[1] += a.y; s[2] += a.z; s[3] += a.w;
     s[4] += b.x; s[5] += b.y; s[6] += b.z; s[7] += b.w;
   }
-  uint4 o;
-  o.x = finish2(s[0], s[1], shv.x);
-  o.y = finish2(s[2], s[3], shv.y);
-  o.z = finish2(s[4], s[5], shv.z);
-  o.w = finish2(s[6], s[7], shv.w);
-  const size_t off = (size_t)em * (size_t)p.hidden + (size_t)p.rank * (size_t)p.shard + n0 + ec;
-  for (int d = 0; d < p.ndst; ++d) st_v4(reinterpret_cast<uint16_t*>(p.dst[d]) + off, o);
+  store_vector(p, s, shv, n0, em, ec);
 }
 
 // U: weight ring depth in 32-k chunks (U*TR*8 registers, U*TR KB per warp in
@@ -236,14 +327,20 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
 // right after griddepcontrol.wait (one L2 round trip, all threads), and the
 // MMAs read B from there; otherwise each warp streams its latent chunks from
 // L2 through a ring of UB registers.
-template <int M, int TR, int U, int UB, bool STAGE>
-__device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem) {
+// PACKED: the weight is in skinny.h's packed layout. mrows (<= M): the
+// latent rows that exist; the code computes M (latent_rows).
+template <int M, int TR, int U, int UB, bool STAGE, bool PACKED>
+__device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem, int mrows) {
   static_assert(U % UB == 0, "latent ring must divide the weight ring");
   constexpr int ROWS = 16 * TR;
   constexpr int SP = ROWS + 4;  // smem pitch (floats): conflict-free fragment stores
   constexpr int NV = M * ROWS / 8;  // 16-byte output vectors per CTA (<= 32: warp 0)
+  // Elements between a thread's consecutive 32-k chunks of one weight row:
+  // the next 32 k of the row, or the next 1 KB block of the packed layout.
+  constexpr int WS = PACKED ? 512 : 32;
 
   if (p.tile_rows != ROWS) __trap();  // launched with another entry point's geometry
+  if (((p.flags & TPRUN_SKINNY_PACKED) != 0) != PACKED) __trap();  // weight layout mismatch
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -275,28 +372,40 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   for (int r = 0; r < TR; ++r) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = n0 + 16 * r + 8 * h + g;
-      rowok[r][h] = row < p.shard;
-      wp[r][h] = reinterpret_cast<const uint16_t*>(p.weight) +
-                 (size_t)(rowok[r][h] ? row : 0) * (size_t)K + kb;
+      if constexpr (PACKED) {
+        // Block (group, chunk) of the packed layout (skinny.h): this lane's
+        // 16 bytes of half h sit at (h*32 + lane)*8; padding rows and k are
+        // zeros, so only whole missing groups need a guard.
+        const int grp = n0 / 16 + r;
+        rowok[r][h] = grp * 16 < p.shard;
+        wp[r][h] = reinterpret_cast<const uint16_t*>(p.weight) +
+                   ((size_t)(rowok[r][h] ? grp : 0) * (size_t)nchunks + wc0) * 512 + h * 256 + lane * 8;
+      } else {
+        const int row = n0 + 16 * r + 8 * h + g;
+        rowok[r][h] = row < p.shard;
+        wp[r][h] = reinterpret_cast<const uint16_t*>(p.weight) +
+                   (size_t)(rowok[r][h] ? row : 0) * (size_t)K + kb;
+      }
     }
   }
-  const bool lrow = g < M;
+  const bool lrow = g < mrows;
   const uint16_t* lp = reinterpret_cast<const uint16_t*>(p.latent) + (size_t)(lrow ? g : 0) * K + kb;
 
-  if (p.l2_prefetch != 0 && crank == 0 && warp == 0)
-    l2_prefetch_tiles<ROWS>(p, (int)(blockIdx.x / csize), (int)(gridDim.x / csize), lane);
+  if (p.l2_prefetch != 0 && !TPRUN_PF_LSU(p.l2_prefetch) && crank == 0 && warp == 0)
+    l2_prefetch_tiles<ROWS, PACKED>(p, (int)(blockIdx.x / csize), lane);
 
   uint4 wa[U][TR][2];
   // Weight prologue: independent of the previous kernel's results.
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const bool ok = u < nj && 32 * u < kleft;
+    const bool ok = u < nj && (PACKED || 32 * u < kleft);
 #pragma unroll
     for (int r = 0; r < TR; ++r)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + 32 * u, ok && rowok[r][h]);
+      for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + WS * u, ok && rowok[r][h]);
   }
+  if (p.l2_prefetch != 0 && TPRUN_PF_LSU(p.l2_prefetch) && crank == 0)
+    l2_prefetch_lsu<ROWS, PACKED>(p, (int)(blockIdx.x / csize));
   // Let the next kernel start streaming its own weights as soon as every
   // CTA of this one is running; its griddepcontrol.wait still waits for
   // this whole grid to finish and flush.
@@ -315,7 +424,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   if constexpr (STAGE) {
     const uint16_t* lat = reinterpret_cast<const uint16_t*>(p.latent);
     const int per_row = nch * 4;  // 16-byte vectors per latent row of the slice
-    const int nvec = M * per_row;
+    const int nvec = mrows * per_row;  // rows >= mrows are never read (lrow)
     for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
       const int m = i / per_row, q = i % per_row;
       const int k = cs * 32 + q * 8;
@@ -329,11 +438,14 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   }
   // This thread's B fragments in the staged slice: row g, chunk wc0 - cs.
   const uint16_t* bs = lat_s + (lrow ? g : 0) * lpitch + (wc0 - cs) * 32 + tig * 8;
-  // The leader's epilogue threads fetch `shared` now, off the critical path.
-  const bool epi = crank == 0 && (int)threadIdx.x < NV;
-  const int em = threadIdx.x / (ROWS / 8);
-  const int ec = (threadIdx.x % (ROWS / 8)) * 8;
-  const bool eok = epi && n0 + ec < p.shard;
+  // The epilogue threads fetch `shared` now, off the critical path: lane 0
+  // of warp v for vector v (warp_epilogue), else the leader's thread v.
+  const bool wepi = warp_epilogue(NV, csize);
+  const int ev = wepi ? (lane == 0 ? warp : NV) : (int)threadIdx.x;
+  const bool epi = crank == 0 && ev < NV;
+  const int em = ev / (ROWS / 8);
+  const int ec = (ev % (ROWS / 8)) * 8;
+  const bool eok = epi && n0 + ec < p.shard && em < mrows;
   const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) +
                                (eok ? (size_t)em * (size_t)p.shared_stride + n0 + ec : 0),
                            eok);
@@ -372,16 +484,16 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
         lb[u % UB] = ld_act(lp + 32 * (u + UB), lrow && jb < nj && 32 * jb < kleft);
       }
       const int jw = j + U;
-      const bool ok = jw < nj && 32 * jw < kleft;
+      const bool ok = jw < nj && (PACKED || 32 * jw < kleft);
 #pragma unroll
       for (int r = 0; r < TR; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + 32 * (u + U), ok && rowok[r][h]);
+        for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + WS * (u + U), ok && rowok[r][h]);
     }
 #pragma unroll
     for (int r = 0; r < TR; ++r)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) wp[r][h] += 32 * U;
+      for (int h = 0; h < 2; ++h) wp[r][h] += WS * U;
     lp += 32 * U;
     bs += 32 * U;
   }
@@ -402,6 +514,7 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
   constexpr int NV = M * ROWS / 8;
 
   if (p.tile_rows != ROWS) __trap();
+  if (p.flags & TPRUN_SKINNY_PACKED) __trap();  // the slab copy reads row-major weights
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -449,9 +562,10 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
       cp_async16(lsl + m * pitch + q * 8, L + (ok ? (size_t)m * K + k : 0), ok);
     }
   }
-  const bool eok = crank == 0 && (int)threadIdx.x < NV && n0 + (int)(threadIdx.x % (ROWS / 8)) * 8 < p.shard;
-  const int em = threadIdx.x / (ROWS / 8);
-  const int ec = (threadIdx.x % (ROWS / 8)) * 8;
+  const int ev = warp_epilogue(NV, csize) ? (lane == 0 ? warp : NV) : (int)threadIdx.x;  // as in skinny()
+  const int em = ev / (ROWS / 8);
+  const int ec = (ev % (ROWS / 8)) * 8;
+  const bool eok = crank == 0 && ev < NV && n0 + ec < p.shard;
   const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) +
                                (eok ? (size_t)em * (size_t)p.shared_stride + n0 + ec : 0),
                            eok);
@@ -511,23 +625,29 @@ __device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p) {
 //   "_s32"  as "_t32" with the latent K slice staged in shared memory
 //   "_c"    16 columns; weight slab and latent slice both copied to shared
 //           memory (cp.async), no register ring; up to 512 threads
-#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, MAXT, MINB)               \
-  extern "C" __global__ void __launch_bounds__(MAXT, MINB)                         \
-      tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {  \
-    extern __shared__ float4 tprun_smem[];                                         \
-    if (tprun::receive_cta<MM>(p)) return;                                         \
-    tprun::skinny<MM, TR, U, UB, STAGE>(p, reinterpret_cast<float*>(tprun_smem));  \
+//   "_d8p", "_t32p", "_s8p"  as "_d8", "_t32", "_s8" on a packed weight
+//           (skinny.h: flags & TPRUN_SKINNY_PACKED)
+#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB)                        \
+  extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                        \
+      tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {                 \
+    extern __shared__ float4 tprun_smem[];                                                        \
+    if (tprun::receive_cta<MM>(p)) return;                                                        \
+    tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED>(p, reinterpret_cast<float*>(tprun_smem), \
+                                                              tprun::latent_rows<MM>());          \
   }
-#define TPRUN_SKINNY_M(MM)                                 \
-  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, 256, 3)         \
-  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, 512, 1)      \
-  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, 512, 1)     \
-  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, 512, 1)       \
-  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, 512, 1)      \
-  extern "C" __global__ void __launch_bounds__(512, 2)     \
+#define TPRUN_SKINNY_M(MM)                                    \
+  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3)     \
+  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1)  \
+  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1) \
+  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1)   \
+  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1)  \
+  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1)  \
+  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1) \
+  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1)   \
+  extern "C" __global__ void __launch_bounds__(512, 2)        \
       tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \
-    extern __shared__ float4 tprun_smem[];                 \
-    if (tprun::receive_cta<MM>(p)) return;                 \
+    extern __shared__ float4 tprun_smem[];                    \
+    if (tprun::receive_cta<MM>(p)) return;                    \
     tprun::skinny_slab<MM>(p, reinterpret_cast<float*>(tprun_smem)); \
   }
 

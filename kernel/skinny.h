@@ -20,24 +20,30 @@
 #define TPRUN_PF_HELPERS(x) ((x) & 0xffff)
 #define TPRUN_PF_SIXTEENTHS(x) (((x) >> 16) & 0xff)
 #define TPRUN_PF_OWN(x) (((x) >> 24) & 1)
+#define TPRUN_PF_LSU(x) (((x) >> 25) & 1)
+// tprun_skinny_params.flags: the weight is in the packed layout below
+// (entry points "...p"); without it, row-major [shard][latent_dim].
+#define TPRUN_SKINNY_PACKED 1
 
 // tprun_skinny_m<M><variant> (M = 1..8; variant "", "_d8", "_t32", "_s8",
-// "_s32" or "_c", see kernel/skinny.cu): rank `rank` of the fused up-projection
+// "_s32", "_c", or on a packed weight "_d8p", "_t32p", "_s8p", see
+// kernel/skinny.cu): rank `rank` of the fused up-projection
 //   out[m][n] = bf16(f32(bf16(sum_k latent[m][k]*weight[n][k])) + shared[m][n])
 // for m < M and n < shard, stored (negative zero as +0) at element
 // m*hidden + rank*shard + n of every dst[0..ndst).
 //
 // Launch (kernel/config.go, LaunchConfig, computes all of these):
-//   function = "tprun_skinny_m" M variant; "_t32" and "_s32" have tile_rows
-//              32, the others 16 (p.tile_rows must match: the kernel traps
-//              otherwise)
+//   function = "tprun_skinny_m" M variant; "_t32", "_s32" and "_t32p" have
+//              tile_rows 32, the others 16 (p.tile_rows must match, and
+//              p.flags must have TPRUN_SKINNY_PACKED exactly for the "p"
+//              entry points: the kernel traps otherwise)
 //   block    = (32*warps, 1, 1); warps 1..8 for "", 1..16 for the others
 //   cluster  = (cluster, 1, 1) through the cluster-dimension launch
 //              attribute, cluster 1..8: the CTAs of a cluster split K
 //   grid     = (ceil(shard / tile_rows) * cluster, 1, 1)
 //   dynamic shared memory = (warps + cluster) * 8 * (tile_rows + 4) * 4 bytes,
 //              plus R * (ceil(ceil(latent_dim/32)/cluster) | 1) * 64 with
-//              R = M for "_s8"/"_s32" and R = M + 16 for "_c" (0 otherwise)
+//              R = M for "_s8"/"_s32"/"_s8p" and R = M + 16 for "_c" (0 otherwise)
 //              (above 48 KiB the function's MAX_DYNAMIC_SHARED_SIZE_BYTES
 //              attribute must be raised first)
 //   programmatic stream serialization allowed (PDL): weight loads are issued
@@ -52,7 +58,20 @@
 //       places first) prefetch tiles t, t+H, t+2H, ... below the limit;
 //   S = TPRUN_PF_SIXTEENTHS: the limit is ceil(ntiles*S/16) (S 0: ntiles);
 //   O = TPRUN_PF_OWN: every other tile prefetches itself.
+//   L = TPRUN_PF_LSU: instead of one cp.async.bulk.prefetch.L2 per tile by
+//       one thread, every thread of the leader CTA issues prefetch.global.L2
+//       for a share of the tile's 128-byte lines, after its own weight
+//       loads; helpers skip their own tile unless O is set, and with O
+//       every tile (helpers included) prefetches itself.
 // Prefetches are hints: the result never depends on them.
+// Packed weight layout (flags & TPRUN_SKINNY_PACKED, the "p" entry points):
+// rows in groups of 16, k in chunks of 32 (G = ceil(shard/16) groups,
+// C = ceil(latent_dim/32) chunks); block (g, c) is 512 elements (1 KB) at
+// element (g*C + c)*512, and within it element (h*32 + l)*8 + e holds
+// weight[16g + 8h + l/4][32c + 8(l%4) + e] (h 0..1, l 0..31, e 0..7): the
+// A fragments of lane l for rows l/4 and l/4 + 8, so every 16-byte load of
+// a warp reads 512 contiguous bytes. Rows >= shard and k >= latent_dim are
+// zeros; the buffer holds G*C*512 elements.
 // Requirements: all pointers 16-byte aligned; latent_dim % 8 == 0;
 // shard % 8 == 0; hidden % 8 == 0; shared_stride % 8 == 0; 1 <= ndst <= 16.
 typedef struct tprun_skinny_params {
@@ -78,13 +97,13 @@ typedef struct tprun_skinny_params {
   // (or the deadline or the abort word ended the wait), so the next kernel
   // in the stream can follow it directly: one launch and one grid hand-off
   // per step fewer. The slot, out and status rules are tprun_receive's;
-  // slot and out must not overlap any dst or input.
+  // out must not overlap any dst or input; slot is normally the local dst.
   unsigned long long recv_slot;        // offset 184: 0 = no fused receive
   unsigned long long recv_out;         // offset 192
   unsigned long long recv_status;      // offset 200
   unsigned long long recv_timeout_ns;  // offset 208
   int recv_flags;                      // offset 216: 0 or TPRUN_RECEIVE_ABORTABLE
-  int recv_reserved;                   // offset 220: must be 0
+  int flags;                           // offset 220: TPRUN_SKINNY_PACKED or 0 (other bits 0)
 } tprun_skinny_params;         // size 224, alignment 8
 
 // tprun_receive: the Lamport receive of one rank. Polls the first m*hidden

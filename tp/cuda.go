@@ -24,8 +24,13 @@ type DeviceInputs struct {
 	M int // rows this step, 1..the maxM given to NewUpProjection
 	// Latent is [M, latent_dim], row stride latent_dim, the same on every rank.
 	Latent DevicePtr
-	// Weight is [shard, latent_dim]: this rank's rows of the full weight.
-	Weight DevicePtr
+	// Weight is [shard, latent_dim]: this rank's rows of the full weight,
+	// row-major, or with WeightPacked in the kernel's packed layout
+	// (kernel.PackWeight, kernel.PackedWeightLen elements). The kernels run
+	// faster on the layout kernel.PreferPacked names for the shape; a
+	// weight uploaded once is best packed when that holds.
+	Weight       DevicePtr
+	WeightPacked bool
 	// Shared holds element (m, n) of this rank's [M, shard] slice at
 	// element m*SharedStride + n; SharedStride is a multiple of 8 and at
 	// least shard (hidden_dim when Shared points at column rank*shard of
@@ -332,7 +337,7 @@ type loadedKernels struct{ k *kernel.Kernels }
 var _ stepKernels = (*loadedKernels)(nil)
 
 func (l *loadedKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) error {
-	args := kernel.SkinnyArgs{Shape: a.shape, Rank: a.rank, Latent: a.latent, Weight: a.weight,
+	args := kernel.SkinnyArgs{Shape: a.shape, Rank: a.rank, Latent: a.latent, Weight: a.weight, WeightPacked: a.weightPacked,
 		Shared: a.shared, SharedStride: a.sharedStride, Dst: a.dst}
 	if r := a.receive; r != nil {
 		args.Receive = &kernel.ReceiveArgs{M: r.m, Hidden: r.hidden, Shard: r.shard, Slot: r.slot, Out: r.out,

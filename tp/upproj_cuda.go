@@ -69,6 +69,7 @@ type skinnyLaunch struct {
 	shape                  kernel.Shape // M is this step's
 	rank                   int
 	latent, weight, shared cuda.DevicePtr
+	weightPacked           bool             // weight in the packed layout (kernel.SkinnyArgs.WeightPacked)
 	sharedStride           int              // elements
 	dst                    []cuda.DevicePtr // slot bases; the kernel adds m*hidden + rank*shard
 	receive                *receiveLaunch   // the fused receive, or nil (kernel.SkinnyArgs.Receive)
@@ -532,7 +533,7 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 	slot := e.layout.Slot(t)
 	recv := receiveLaunch{slot: e.local + cuda.DevicePtr(e.layout.SlotOffset(t)), out: out,
 		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard(), abortable: true}
-	sk := skinnyLaunch{shape: s, rank: e.rank, latent: in.Latent, weight: in.Weight,
+	sk := skinnyLaunch{shape: s, rank: e.rank, latent: in.Latent, weight: in.Weight, weightPacked: in.WeightPacked,
 		shared: in.Shared, sharedStride: in.SharedStride, dst: e.dsts[slot]}
 	if e.fused {
 		sk.receive = &recv

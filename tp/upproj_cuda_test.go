@@ -490,14 +490,25 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 	return k.d.enqueue(s, func() error {
 		sh := a.shape
 		n, K := sh.Shard(), sh.Latent
+		wlen := n * K
+		if a.weightPacked {
+			wlen = kernel.PackedWeightLen(n, K)
+		}
 		lat, err1 := k.d.gpu.bytes(a.latent, 2*sh.M*K)
-		w, err2 := k.d.gpu.bytes(a.weight, 2*n*K)
+		w, err2 := k.d.gpu.bytes(a.weight, 2*wlen)
 		shared, err3 := k.d.gpu.bytes(a.shared, 2*((sh.M-1)*a.sharedStride+n))
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return err
 		}
+		weight := bf16s(w)
+		if a.weightPacked {
+			weight = make([]kernel.BF16, n*K)
+			if err := kernel.UnpackWeight(weight, bf16s(w), n, K); err != nil {
+				return err
+			}
+		}
 		out := make([]kernel.BF16, sh.M*n)
-		if err := kernel.UpProjectCPU(sh, bf16s(lat), bf16s(w), bf16s(shared), a.sharedStride, out, n); err != nil {
+		if err := kernel.UpProjectCPU(sh, bf16s(lat), weight, bf16s(shared), a.sharedStride, out, n); err != nil {
 			return err
 		}
 		for _, dst := range a.dst {
@@ -663,11 +674,13 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 		maxM, slots        int
 		ms                 []int
 		device             bool // StepDevice instead of Step
+		packed             bool // device weight in the kernel's packed layout
 	}{
 		{desc: "one rank, host operands", tp: 1, hidden: 64, latent: 40, maxM: 3, ms: []int{1, 3, 2, 3}},
 		{desc: "two ranks, every M, host operands", tp: 2, hidden: 256, latent: 96, maxM: 8, ms: []int{8, 1, 2, 3, 4, 5, 6, 7, 8}},
 		{desc: "three ranks, two slots, device operands", tp: 3, hidden: 144, latent: 64, maxM: 4, slots: 2, ms: []int{4, 2, 4, 1, 3, 4}, device: true},
 		{desc: "four ranks, device operands", tp: 4, hidden: 512, latent: 128, maxM: 8, ms: []int{1, 2, 4, 8, 8, 8, 1}, device: true},
+		{desc: "three ranks, packed device weight", tp: 3, hidden: 144, latent: 40, maxM: 4, ms: []int{4, 1, 3}, device: true, packed: true},
 	}
 	for i, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -694,7 +707,10 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 					}
 					if tc.device {
 						o := devBuf(t, gpu, out)
-						in := DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, w),
+						if tc.packed {
+							w = packedWeight(t, w, shard, tc.latent)
+						}
+						in := DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, w), WeightPacked: tc.packed,
 							Shared: devBuf(t, gpu, d.shared) + cuda.DevicePtr(2*r*shard), SharedStride: tc.hidden}
 						if err := up.StepDevice(ctx, in, o); err != nil {
 							return err
@@ -725,6 +741,16 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 			checkBlocks(t, steps, got, tc.hidden)
 		})
 	}
+}
+
+// packedWeight is w in the kernel's packed layout (kernel.PackWeight).
+func packedWeight(t *testing.T, w []kernel.BF16, shard, latent int) []kernel.BF16 {
+	t.Helper()
+	p := make([]kernel.BF16, kernel.PackedWeightLen(shard, latent))
+	if err := kernel.PackWeight(p, w, shard, latent); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // checkBlocks checks every rank's block of every step against the
@@ -1501,9 +1527,12 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 		maxM               int
 		ms                 []int
 		device             bool // StepDevice on device operands instead of Step
+		packed             bool // device weight in the kernel's packed layout
 	}{
 		{desc: "reference shape, two ranks, every M, host operands", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{1, 2, 3, 4, 5, 6, 7, 8, 8, 1}},
 		{desc: "reference shape, two ranks, device operands", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{8, 4, 1, 2, 7}, device: true},
+		{desc: "reference shape, two ranks, packed device weight", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{1, 2, 8, 3}, device: true, packed: true},
+		{desc: "three ranks, small, packed (partial 16-row group, k tail)", tp: 3, hidden: 168, latent: 72, maxM: 4, ms: []int{4, 1, 2}, device: true, packed: true},
 		{desc: "one rank, latent not a multiple of the K tile", tp: 1, hidden: 1024, latent: 3600, maxM: 4, ms: []int{1, 4, 3, 2}},
 		{desc: "three ranks, small", tp: 3, hidden: 144, latent: 64, maxM: 4, ms: []int{4, 2, 4, 1, 3, 4}, device: true},
 		{desc: "four ranks, shard 896, latent 512", tp: 4, hidden: 3584, latent: 512, maxM: 8, ms: []int{1, 8, 2, 5}},
@@ -1522,8 +1551,11 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 				for i, d := range steps {
 					lat, sh := f.devAlloc(t, d.latent, 0), f.devAlloc(t, d.shared, 0)
 					for r := range tc.tp {
-						dev[i].in = append(dev[i].in, DeviceInputs{M: d.m, Latent: lat,
-							Weight: f.devAlloc(t, d.weight[r*shard*tc.latent:(r+1)*shard*tc.latent], 0),
+						w := d.weight[r*shard*tc.latent : (r+1)*shard*tc.latent]
+						if tc.packed {
+							w = packedWeight(t, w, shard, tc.latent)
+						}
+						dev[i].in = append(dev[i].in, DeviceInputs{M: d.m, Latent: lat, Weight: f.devAlloc(t, w, 0), WeightPacked: tc.packed,
 							Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: tc.hidden})
 						dev[i].out = append(dev[i].out, f.devAlloc(t, nil, tc.maxM*tc.hidden))
 					}

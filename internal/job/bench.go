@@ -182,8 +182,12 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 	sb := shard * cfg.Latent * 2
 	out.printf("# tprun step benchmark: tp %d, hidden %d, latent %d, shard %d; backend cuda, mailbox %s: %s\n",
 		size, cfg.Hidden, cfg.Latent, shard, up.Backend(), p.reason)
-	out.printf("# per rank: weight shard %.1f MB, rotated through %d copies (%.0f MB) so that it streams from HBM;\n",
-		float64(sb)/1e6, rig.k, float64(rig.k*sb)/1e6)
+	layout := "row-major"
+	if rig.packed {
+		layout = "packed (kernel.PreferPacked)"
+	}
+	out.printf("# per rank: weight shard %.1f MB, %s, rotated through %d copies (%.0f MB) so that it streams from HBM;\n",
+		float64(sb)/1e6, layout, rig.k, float64(rig.k*rig.shardBytes)/1e6)
 	if f := kernel.FatbinOverride(); f != "" {
 		out.printf("# kernels from %s=%s, not the embedded build\n", kernel.FatbinEnv, f)
 	}
@@ -374,8 +378,9 @@ type benchRig struct {
 	in                     *inputs
 	rank, k                int
 	latent, shared, weight cuda.DevicePtr
+	packed                 bool // weight copies in the kernel's packed layout
 	outs                   cuda.DevicePtr
-	shardBytes, outBytes   int
+	shardBytes, outBytes   int // shardBytes: one weight copy as stored (packed: padded)
 }
 
 // newBenchRig uploads the pools and the weight shard, and copies the shard
@@ -383,11 +388,14 @@ type benchRig struct {
 // the slot count, since a graph must hold whole rounds of slots.
 func newBenchRig(mem *devMem, p *plan, in *inputs, rank, rotateMB int) (*benchRig, error) {
 	c := p.cfg
-	r := &benchRig{mem: mem, p: p, in: in, rank: rank, shardBytes: 2 * p.shape.Shard() * c.Latent, outBytes: 2 * p.shape.M * c.Hidden}
+	w, packed, err := deviceWeight(in.weight, p.shape.Shard(), c.Latent)
+	if err != nil {
+		return nil, err
+	}
+	r := &benchRig{mem: mem, p: p, in: in, rank: rank, packed: packed, shardBytes: 2 * len(w), outBytes: 2 * p.shape.M * c.Hidden}
 	slots := c.Slots
 	r.k = max((rotateMB<<20+r.shardBytes-1)/r.shardBytes, 1)
 	r.k = (r.k + slots - 1) / slots * slots
-	var err error
 	if r.latent, err = mem.upload("latent pool", in.latent); err != nil {
 		return nil, err
 	}
@@ -397,7 +405,7 @@ func newBenchRig(mem *devMem, p *plan, in *inputs, rank, rotateMB int) (*benchRi
 	if r.weight, err = mem.alloc("weight copies", r.k*r.shardBytes); err != nil {
 		return nil, err
 	}
-	if err := mem.drv.MemcpyHtoD(r.weight, cuda.AsBytes(in.weight)); err != nil {
+	if err := mem.drv.MemcpyHtoD(r.weight, cuda.AsBytes(w)); err != nil {
 		return nil, fmt.Errorf("copying the weight shard to the device: %w", err)
 	}
 	if err := mem.settle(); err != nil {
@@ -428,6 +436,7 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 			In: tp.DeviceInputs{M: m,
 				Latent:       r.latent + cuda.DevicePtr(2*o*c.Latent),
 				Weight:       r.weight + cuda.DevicePtr(k*r.shardBytes),
+				WeightPacked: r.packed,
 				Shared:       r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard())),
 				SharedStride: c.Hidden},
 			Out: r.outs + cuda.DevicePtr(k*r.outBytes),

@@ -135,8 +135,23 @@ type cudaStepper struct {
 	mem                         *devMem
 	up                          *tp.UpProjection
 	latent, shared, weight, out cuda.DevicePtr
+	packed                      bool // weight in the kernel's packed layout
 	p                           *plan
 	rank                        int
+}
+
+// deviceWeight is the weight shard as the kernels read it fastest: packed
+// (kernel.PackWeight) when kernel.PreferPacked says so for the shape, else
+// row-major as drawn.
+func deviceWeight(w []kernel.BF16, shard, latent int) ([]kernel.BF16, bool, error) {
+	if !kernel.PreferPacked(shard, latent) {
+		return w, false, nil
+	}
+	p := make([]kernel.BF16, kernel.PackedWeightLen(shard, latent))
+	if err := kernel.PackWeight(p, w, shard, latent); err != nil {
+		return nil, false, fmt.Errorf("packing the weight shard: %w", err)
+	}
+	return p, true, nil
 }
 
 // newCUDAStepper uploads this rank's operands, sets the op up (a
@@ -160,9 +175,14 @@ func newCUDAStepper(ctx context.Context, g group, p *plan, in *inputs, drv *cuda
 	if s.shared, err = mem.upload("shared pool", in.shared); err != nil {
 		return nil, err
 	}
-	if s.weight, err = mem.upload("weight shard", in.weight); err != nil {
+	w, packed, err := deviceWeight(in.weight, p.shape.Shard(), c.Latent)
+	if err != nil {
 		return nil, err
 	}
+	if s.weight, err = mem.upload("weight shard", w); err != nil {
+		return nil, err
+	}
+	s.packed = packed
 	if s.out, err = mem.alloc("output block", 2*p.shape.M*c.Hidden); err != nil {
 		return nil, err
 	}
@@ -188,6 +208,7 @@ func (s *cudaStepper) step(ctx context.Context, m, o int, got []kernel.BF16) (ti
 	in := tp.DeviceInputs{M: m,
 		Latent:       s.latent + cuda.DevicePtr(2*o*c.Latent),
 		Weight:       s.weight,
+		WeightPacked: s.packed,
 		Shared:       s.shared + cuda.DevicePtr(2*(o*c.Hidden+s.rank*s.p.shape.Shard())),
 		SharedStride: c.Hidden}
 	t0 := time.Now()

@@ -8,11 +8,16 @@
 //   harness FATBIN pfsweep OUT.tsv     time L2 prefetch plans (l2_prefetch) on a few geometries
 //   harness FATBIN bench TABLE OUT.tsv time the configs of TABLE (kernel/config_table.tsv
 //                                      format) at the benchmark shapes, plus copy bandwidth
+//   harness FATBIN readbw              the read ceiling: chains of kernels that only stream
+//                                      bytes (same PDL shape as the skinny kernel)
+// HARNESS_NBUF=1 makes every timed launch read the same weight (L2-resident
+// when it fits): the kernel's cost without HBM, for the notes.
 //
 // Built by scripts/bench-kernel with nvcc (-lcuda). Inputs are fresh random
 // numbers each run (the seed is printed); outputs are poisoned before every
 // launch.
 #include <cuda.h>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
@@ -89,13 +94,15 @@ void fill_bf16(std::vector<uint16_t>& v, Rng& rng, float lo, float hi) {
 
 // ---------------------------------------------------------------- module
 
+constexpr int kNumVariants = 9;
+
 struct Kernels {
   CUmodule mod{};
-  CUfunction skinny[9][6]{};  // [M][variant]
+  CUfunction skinny[9][kNumVariants]{};  // [M][variant]
   CUfunction receive{};
 };
 
-const char* const kSuffix[6] = {"", "_d8", "_t32", "_s8", "_s32", "_c"};
+const char* const kSuffix[kNumVariants] = {"", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p", "_t32p", "_s8p"};
 
 Kernels load(const char* path) {
   FILE* f = fopen(path, "rb");
@@ -111,13 +118,14 @@ Kernels load(const char* path) {
   Kernels k;
   CK(cuModuleLoadData(&k.mod, bytes.data()));
   for (int m = 1; m <= 8; ++m)
-    for (int v = 0; v < 6; ++v) {
+    for (int v = 0; v < kNumVariants; ++v) {
       char name[32];
       snprintf(name, sizeof name, "tprun_skinny_m%d%s", m, kSuffix[v]);
       CK(cuModuleGetFunction(&k.skinny[m][v], k.mod, name));
       // Staged variants need more than the default 48 KiB of shared memory.
       CK(cuFuncSetAttribute(k.skinny[m][v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 200 * 1024));
     }
+
   CK(cuModuleGetFunction(&k.receive, k.mod, "tprun_receive"));
   return k;
 }
@@ -128,19 +136,42 @@ Kernels load(const char* path) {
 // and CTAs per cluster (the K split).
 struct Cfg {
   int tile_rows, depth, stage, warps, cluster;
-  int pf = 0;  // tprun_skinny_params.l2_prefetch
+  int pf = 0;      // tprun_skinny_params.l2_prefetch
+  int packed = 0;  // packed weight layout (skinny.h, TPRUN_SKINNY_PACKED): the "p" entry points
   int variant() const {
+    if (packed) return stage ? 8 : tile_rows == 32 ? 7 : 6;
     if (stage == 2) return 5;
     if (stage) return tile_rows == 32 ? 4 : 3;
     return tile_rows == 32 ? 2 : depth == 8 ? 1 : 0;
   }
+  CUfunction fn(const Kernels& k, int M) const { return k.skinny[M][variant()]; }
   std::string str() const {
     char b[96];
     int n = snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
-    if (pf) snprintf(b + n, sizeof b - n, "/pf%d.%d%s", TPRUN_PF_HELPERS(pf), TPRUN_PF_SIXTEENTHS(pf), TPRUN_PF_OWN(pf) ? "o" : "");
+    if (pf)
+      n += snprintf(b + n, sizeof b - n, "/pf%d.%d%s%s", TPRUN_PF_HELPERS(pf), TPRUN_PF_SIXTEENTHS(pf),
+                    TPRUN_PF_OWN(pf) ? "o" : "", TPRUN_PF_LSU(pf) ? "l" : "");
+    if (packed) snprintf(b + n, sizeof b - n, "/p");
     return b;
   }
 };
+
+// The packed weight layout of skinny.h: 16-row groups x 32-k chunks, 1 KB
+// blocks in MMA fragment order, zero padding.
+std::vector<uint16_t> pack_weight(const std::vector<uint16_t>& w, int shard, int K) {
+  const int G = (shard + 15) / 16, C = (K + 31) / 32;
+  std::vector<uint16_t> o((size_t)G * C * 512, 0);
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < C; ++c)
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 32; ++l)
+          for (int e = 0; e < 8; ++e) {
+            const int row = 16 * g + 8 * h + l / 4, k = 32 * c + 8 * (l % 4) + e;
+            if (row < shard && k < K)
+              o[((size_t)g * C + c) * 512 + (size_t)(h * 32 + l) * 8 + e] = w[(size_t)row * K + k];
+          }
+  return o;
+}
 
 // stage 0: latent from L2; 1: latent slice in shared memory; 2 ("_c"): the
 // weight slab too, no register ring (depth 0).
@@ -163,6 +194,7 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
                        bool pdl) {
   p.tile_rows = c.tile_rows;
   p.l2_prefetch = c.pf;
+  p.flags = c.packed ? TPRUN_SKINNY_PACKED : 0;
   CUlaunchAttribute at[2];
   memset(at, 0, sizeof at);
   int na = 0;
@@ -193,7 +225,7 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   lc.attrs = at;
   lc.numAttrs = (unsigned)na;
   void* args[] = {&p};
-  return cuLaunchKernelEx(&lc, k.skinny[M][c.variant()], args, nullptr);
+  return cuLaunchKernelEx(&lc, c.fn(k, M), args, nullptr);
 }
 
 CUresult launch_receive(const Kernels& k, const tprun_receive_params& p, CUstream s) {
@@ -225,7 +257,14 @@ std::vector<Cfg> all_configs() {
   for (const Cfg& base : kVariants)
     for (int w : {1, 2, 4, 8, 16}) {
       if (w == 16 && base.variant() == 0) continue;  // lean entry: at most 256 threads
-      for (int c : {1, 2, 3, 4, 6, 8}) v.push_back({base.tile_rows, base.depth, base.stage, w, c});
+      for (int c : {1, 2, 3, 4, 6, 8}) {
+        v.push_back({base.tile_rows, base.depth, base.stage, w, c});
+        if (base.stage < 2 && base.variant() != 0 && base.variant() != 4) {
+          Cfg q{base.tile_rows, base.depth, base.stage, w, c};
+          q.packed = 1;
+          v.push_back(q);
+        }
+      }
     }
   return v;
 }
@@ -360,11 +399,11 @@ struct DevBuf {
 int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
   const int shards[] = {448, 896, 1024, 1792, 3584, 7168};
   const int latents[] = {512, 1024, 2048, 3584, 3600};
-  const std::vector<Cfg> cfgs = all_configs();
   int failures = 0, shapes = 0;
   long long runs = 0, exact = 0, total = 0;
   double worst = 0, worst_rel = 0;
   for (int M = 1; M <= 8; ++M) {
+    const std::vector<Cfg> cfgs = all_configs();
     for (int shard : shards) {
       for (int K : latents) {
         const int tp = 3, rank = 1 + (shapes % 2), hidden = tp * shard;
@@ -374,9 +413,11 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
         fill_bf16(w, rng, -1.f, 1.f);
         fill_bf16(sh, rng, -16.f, 16.f);
         Ref ref = reference(M, shard, K, lat, w);
-        DevBuf dl(lat.size() * 2), dw(w.size() * 2), dsh(sh.size() * 2);
+        const std::vector<uint16_t> wpk = pack_weight(w, shard, K);
+        DevBuf dl(lat.size() * 2), dw(w.size() * 2), dwp(wpk.size() * 2), dsh(sh.size() * 2);
         CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
         CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
+        CK(cuMemcpyHtoD(dwp.p, wpk.data(), dwp.bytes));
         CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
         const size_t outn = (size_t)M * hidden;
         std::vector<DevBuf*> dout;
@@ -401,10 +442,11 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
             p.dst[d] = dout[d]->p;
           }
           p.ndst = ndst;
+          p.weight = c.packed ? dwp.p : dw.p;
           Cfg cc = c;
           // A third of the runs with a random L2 prefetch plan: a hint that
           // must never change the result.
-          if (rng.below(3) == 0) cc.pf = (1 + rng.below(40)) | (rng.below(17) << 16) | (rng.below(2) << 24);
+          if (rng.below(3) == 0) cc.pf = (1 + rng.below(40)) | (rng.below(17) << 16) | (rng.below(4) << 24);
           CUresult r = launch_skinny(k, M, p, cc, s, false);
           if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
           if (r != CUDA_SUCCESS) {
@@ -731,18 +773,22 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
   fill_bf16(w, rng, -1, 1);
   fill_bf16(sh, rng, -16, 16);
   Ref ref = reference(M, shard, K, lat, w);
-  DevBuf dl(lat.size() * 2), dw(w.size() * 2), dsh(sh.size() * 2), o0((size_t)M * hidden * 2),
+  const std::vector<uint16_t> wpk = pack_weight(w, shard, K);
+  DevBuf dl(lat.size() * 2), dw(w.size() * 2), dwp(wpk.size() * 2), dsh(sh.size() * 2), o0((size_t)M * hidden * 2),
       o1((size_t)M * hidden * 2);
   CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
   CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
+  CK(cuMemcpyHtoD(dwp.p, wpk.data(), dwp.bytes));
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
   int fails = 0;
   for (Cfg c : {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1},
                  Cfg{16, 0, 2, 4, 3}, Cfg{16, 0, 2, 1, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24)},
-                 Cfg{32, 4, 0, 2, 2, 1 | (5 << 16)}}) {
+                 Cfg{32, 4, 0, 2, 2, 1 | (5 << 16)}, Cfg{16, 8, 0, 2, 2, 0, 1}, Cfg{32, 4, 0, 4, 3, 0, 1},
+                 Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24), 1},
+                 Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (3 << 24), 1}, Cfg{32, 4, 0, 4, 1, 2 | (8 << 16) | (2 << 24)}}) {
     CK(cuMemsetD16(o0.p, kPoison, (size_t)M * hidden));
     CK(cuMemsetD16(o1.p, kPoison, (size_t)M * hidden));
-    tprun_skinny_params p = small_params(dl, dw, dsh, K, shard, hidden, rank);
+    tprun_skinny_params p = small_params(dl, c.packed ? dwp : dw, dsh, K, shard, hidden, rank);
     p.dst[0] = o0.p;
     p.dst[1] = o1.p;
     p.ndst = 2;
@@ -809,6 +855,7 @@ struct Pool {
     size_t wb = (size_t)shard * K * 2;
     stride = (wb + 255) / 256 * 256;
     nbuf = (int)std::max<size_t>(2, ((512ull << 20) + wb - 1) / wb);
+    if (const char* e = getenv("HARNESS_NBUF")) nbuf = std::max(1, atoi(e));  // experiment: 1 = L2-resident
     buf = new DevBuf(stride * nbuf);
     std::vector<uint16_t> chunk(32ull << 20);  // 64 MiB of random bf16, copied round
     fill_bf16(chunk, rng, -1, 1);
@@ -898,37 +945,53 @@ std::vector<Shape> bench_shapes() {
   return v;
 }
 
+// Every launch config at the benchmark shapes, row-major and packed
+// entry points; then, for the best config of each layout, a few L2
+// prefetch plans in the LSU form (skinny.h, TPRUN_PF_LSU).
 int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
   FILE* f = fopen(outpath, "w");
   if (!f) {
     fprintf(stderr, "cannot write %s\n", outpath);
     return 1;
   }
-  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tus\n");
+  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tus\n");
+  auto row = [&](const Shape& sh, int M, const Cfg& c, double us) {
+    fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, c.tile_rows, c.depth, c.stage,
+            c.warps, c.cluster, c.pf, c.packed, us);
+  };
+  const int L = 1 << 25, O = 1 << 24;
+  const int lsu_plans[] = {L | O, L | 20 | (8 << 16), L | 40 | (8 << 16), L | 64 | (16 << 16), L | O | 40 | (16 << 16)};
   for (const Shape& sh : bench_shapes()) {
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
     for (int M = 1; M <= 8; ++M) {
-      double best = 1e30;
-      Cfg bc{};
-      for (const Cfg& base : kVariants)
-        for (int w : {4, 8, 16})
-          for (int c : {1, 2, 3, 4, 6, 8}) {
-            if (w == 16 && base.variant() == 0) continue;
-            if (base.variant() == 4) continue;  // "_s32": never fastest in the 2026-11-29 sweeps
-            if (sh.shard >= 3584 && (c == 3 || c == 6 || c == 8)) continue;
-            Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
-            double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
-            fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t0\t%.3f\n", sh.latent, sh.shard, M, cfg.tile_rows, cfg.depth,
-                    cfg.stage, w, c, us);
-            if (us > 0 && us < best) {
-              best = us;
-              bc = cfg;
+      double best[2] = {1e30, 1e30};
+      Cfg bc[2]{};
+      for (int pk : {0, 1})
+        for (const Cfg& base : kVariants) {
+          if (pk && (base.stage == 2 || (base.tile_rows == 16 && base.depth == 4))) continue;  // no packed twin
+          if (base.variant() == 4) continue;  // "_s32": never fastest in the 2026-11-29 sweeps
+          for (int w : {4, 8, 16})
+            for (int c : {1, 2, 3, 4, 6, 8}) {
+              if (w == 16 && base.variant() == 0) continue;
+              if (sh.shard >= 896 && (c == 3 || c == 6 || c == 8)) continue;
+              Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
+              cfg.packed = pk;
+              double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
+              row(sh, M, cfg, us);
+              if (us > 0 && us < best[pk]) best[pk] = us, bc[pk] = cfg;
             }
-          }
+        }
+      for (int pk : {0, 1})
+        for (int plan : lsu_plans) {
+          Cfg cfg = bc[pk];
+          if (cfg.stage == 2) break;
+          cfg.pf = plan;
+          row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
+        }
       fflush(f);
-      printf("sweep latent %d shard %d M %d: best %.2f us with %s\n", sh.latent, sh.shard, M, best,
-             bc.str().c_str());
+      printf("sweep latent %d shard %d M %d: best row-major %.2f us with %s, packed %.2f us with %s\n", sh.latent,
+             sh.shard, M, best[0], bc[0].str().c_str(), best[1], bc[1].str().c_str());
       fflush(stdout);
     }
   }
@@ -998,6 +1061,124 @@ int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
   return 0;
 }
 
+// ---------------------------------------------------------------- read ceiling
+
+// A kernel that only streams bytes, with the skinny kernel's dependency
+// shape: it lets the next kernel launch, issues its first D 16-byte loads
+// per thread, waits for the previous kernel (griddepcontrol.wait), then
+// streams the rest of its contiguous share. What a chain of these costs per
+// launch is the floor for any one-kernel-per-step design at that size.
+template <int D>
+__global__ void read_only(const uint4* base, long long vec_per_cta, unsigned* sink) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const uint4* p = base + (long long)blockIdx.x * vec_per_cta;
+  const long long stride = blockDim.x;
+  uint32_t acc = 0;
+  uint4 v[D];
+  long long i = threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < D; ++u) {
+    const long long j = i + u * stride;
+    v[u] = j < vec_per_cta ? __ldcs(p + j) : make_uint4(0, 0, 0, 0);
+  }
+  uint32_t nsm;
+  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+  if (nsm != 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+  for (;;) {
+#pragma unroll
+    for (int u = 0; u < D; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    i += D * stride;
+    if (i >= vec_per_cta) break;
+#pragma unroll
+    for (int u = 0; u < D; ++u) {
+      const long long j = i + u * stride;
+      v[u] = j < vec_per_cta ? __ldcs(p + j) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never true
+}
+
+// Per-launch time of a graph of L read_only launches (PDL) over `bytes`
+// each, rotating through >= 512 MiB.
+double time_read(size_t bytes, int ctas, int threads, int depth, CUstream s) {
+  const long long vpc = (long long)((bytes / 16 + ctas - 1) / ctas);
+  const size_t stride = ((size_t)vpc * ctas * 16 + 255) / 256 * 256;
+  const int nbuf = (int)std::max<size_t>(2, ((512ull << 20) + stride - 1) / stride);
+  DevBuf buf(stride * nbuf), sink(256);
+  CK(cuMemsetD32(buf.p, 0x3f803f80u, buf.bytes / 4));
+  const int L = nbuf * std::max(1, (96 + nbuf - 1) / nbuf);
+  auto launch = [&](int i) -> cudaError_t {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(ctas);
+    lc.blockDim = dim3(threads);
+    lc.stream = (cudaStream_t)s;
+    lc.attrs = at;
+    lc.numAttrs = 1;
+    const uint4* b = reinterpret_cast<const uint4*>(buf.p + (size_t)(i % nbuf) * stride);
+    unsigned* sk = reinterpret_cast<unsigned*>(sink.p);
+    cudaError_t e = depth == 4 ? cudaLaunchKernelEx(&lc, read_only<4>, b, vpc, sk)
+                  : depth == 8 ? cudaLaunchKernelEx(&lc, read_only<8>, b, vpc, sk)
+                               : cudaLaunchKernelEx(&lc, read_only<16>, b, vpc, sk);
+    return e;
+  };
+  if (launch(0) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;  // too many registers for this block size
+  }
+  CK(cuStreamSynchronize(s));
+  CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  for (int i = 0; i < L; ++i)
+    if (launch(i) != cudaSuccess) {
+      fprintf(stderr, "read_only launch failed in capture\n");
+      exit(2);
+    }
+  CUgraph g;
+  CK(cuStreamEndCapture(s, &g));
+  CUgraphExec ge;
+  CK(cuGraphInstantiate(&ge, g, 0));
+  Timer t;
+  std::vector<double> v;
+  for (int i = 0; i < 17; ++i) {
+    CK(cuEventRecord(t.a, s));
+    CK(cuGraphLaunch(ge, s));
+    CK(cuEventRecord(t.b, s));
+    CK(cuEventSynchronize(t.b));
+    float ms;
+    CK(cuEventElapsedTime(&ms, t.a, t.b));
+    if (i >= 2) v.push_back(ms * 1e3 / L);
+  }
+  CK(cuGraphExecDestroy(ge));
+  CK(cuGraphDestroy(g));
+  return median(v);
+}
+
+int readbw(CUstream s) {
+  const double bw = copy_bandwidth(s);
+  printf("readbw: copy bandwidth (read+write) %.1f GB/s\n", bw / 1e9);
+  for (size_t bytes : {(size_t)3584 * 3584 * 2, (size_t)7168 * 3584 * 2, (size_t)896 * 3584 * 2, (size_t)448 * 3584 * 2,
+                       (size_t)256 << 20}) {
+    double best = 1e30;
+    char bc[64] = "";
+    for (int ctas : {132, 264, 528, 1056})
+      for (int threads : {256, 512, 1024})
+        for (int depth : {4, 8, 16}) {
+          if ((long long)ctas * threads > 132 * 2048 * 2) continue;
+          const double us = time_read(bytes, ctas, threads, depth, s);
+          if (us < 0) continue;
+          printf("readbw bytes %zu ctas %d threads %d depth %d: %.3f us, %.1f GB/s, %.3f x copy floor\n", bytes, ctas,
+                 threads, depth, us, bytes / (us * 1e-6) / 1e9, us / (bytes / bw * 1e6));
+          if (us < best) best = us, snprintf(bc, sizeof bc, "%d x %d, depth %d", ctas, threads, depth);
+        }
+    printf("readbw BEST bytes %zu (%.2f MB): %.3f us (%s), %.1f GB/s read, floor %.3f us, ratio %.3f\n", bytes,
+           bytes / 1e6, best, bc, bytes / (best * 1e-6) / 1e9, bytes / bw * 1e6, best / (bytes / bw * 1e6));
+    fflush(stdout);
+  }
+  return 0;
+}
+
 int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const char* outpath) {
   std::map<std::tuple<int, int, int>, Cfg> table;
   FILE* tf = fopen(tablepath, "r");
@@ -1007,20 +1188,26 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   }
   char line[256];
   while (fgets(line, sizeof line, tf)) {
-    int lat, shard, m, tr, dp, st, w, c, pf = 0;
+    int lat, shard, m, tr, dp, st, w, c, pf = 0, pk = 0;
     if (line[0] == '#') continue;
-    // 10 fields: ... cluster l2_prefetch median_us; 9 (older): no prefetch column.
-    double dummy;
-    int n = sscanf(line, "%d %d %d %d %d %d %d %d %d %lf", &lat, &shard, &m, &tr, &dp, &st, &w, &c, &pf, &dummy);
+    // 11 fields: ... cluster l2_prefetch packed median_us; 10 (older): no packed
+    // column; 9: no prefetch column either.
+    double d1, d2;
+    int n = sscanf(line, "%d %d %d %d %d %d %d %d %d %lf %lf", &lat, &shard, &m, &tr, &dp, &st, &w, &c, &pf, &d1, &d2);
     if (n < 10) pf = 0;
-    if (n >= 8) table[{lat, shard, m}] = {tr, dp, st, w, c, pf};
+    if (n == 11) pk = (int)d1;
+    if (n >= 8) {
+      Cfg cfg{tr, dp, st, w, c, pf};
+      cfg.packed = pk;
+      table[{lat, shard, m}] = cfg;
+    }
   }
   fclose(tf);
   double bw0 = copy_bandwidth(s);
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
   fprintf(f, "# copy bandwidth (read+write) %.1f GB/s\n", bw0 / 1e9);
-  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tours_us\tnopdl_us\tfloor_us\n");
+  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tours_us\tnopdl_us\tfloor_us\n");
   for (const Shape& sh : bench_shapes()) {
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
@@ -1035,8 +1222,8 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
       double us2 = time_skinny(k, pool, acts, M, sh.hidden, c, s, 25);
       double nopdl = time_skinny(k, pool, acts, M, sh.hidden, c, s, 15, false);
       double floor_us = pool.weight_bytes() / bw0 * 1e6;
-      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard, M,
-              c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, std::min(us, us2), nopdl, floor_us);
+      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard, M,
+              c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, std::min(us, us2), nopdl, floor_us);
       printf("bench latent %d shard %d M %d cfg %s: %.2f us (repeat %.2f, no PDL %.2f), floor %.2f, ratio %.2f\n",
              sh.latent, sh.shard, M, c.str().c_str(), us, us2, nopdl, floor_us, us / floor_us);
       fflush(stdout);
@@ -1053,7 +1240,7 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|pfsweep OUT|bench TABLE OUT\n");
+    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|pfsweep OUT|bench TABLE OUT|readbw\n");
     return 2;
   }
   const std::string mode = argv[2];
@@ -1077,7 +1264,7 @@ int main(int argc, char** argv) {
   Kernels k = load(argv[1]);
   {
     int regs = 0, lsize = 0;
-    for (int v = 0; v < 6; ++v) {
+    for (int v = 0; v < kNumVariants; ++v) {
       CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k.skinny[8][v]));
       CK(cuFuncGetAttribute(&lsize, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.skinny[8][v]));
       printf("tprun_skinny_m8%s: %d registers, %d bytes local\n", kSuffix[v], regs, lsize);
@@ -1102,6 +1289,8 @@ int main(int argc, char** argv) {
     rc = sweep(k, rng, s, argv[3]);
   } else if (mode == "pfsweep" && argc >= 4) {
     rc = pfsweep(k, rng, s, argv[3]);
+  } else if (mode == "readbw") {
+    rc = readbw(s);
   } else if (mode == "bench" && argc >= 5) {
     rc = bench(k, rng, s, argv[3], argv[4]);
   } else {

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Turns sweeps (harness sweep / pfsweep OUT.tsv) into kernel/config_table.tsv:
-for every (latent, shard, M) the launch config with the lowest median time.
-A config within 1% of the best that uses fewer CTAs (smaller cluster, then
+"""Turns sweeps (harness sweep / pfsweep OUT.tsv) into kernel/config_table.tsv.
+
+The weight layout is a property of the weight buffer, not of one launch, so
+it is chosen per (latent, shard) for every M at once: the layout (row-major
+or packed, skinny.h) whose best times summed over M = 1..8 are lower. Then,
+for every M, the launch config of that layout with the lowest median time;
+a config within 1% of the best that uses fewer CTAs (smaller cluster, then
 fewer warps, then 16 rows, depth 4, unstaged, no L2 prefetch) wins the tie,
 as the cheaper choice when timings are that close.
 
 With several sweeps, a later one replaces an earlier one's configs for
-every (latent, shard, M) it measured: times from different runs are never
-compared with each other. Sweeps without an l2_prefetch column count as 0.
+every (latent, shard) it measured: times from different runs are never
+compared with each other. Sweeps without an l2_prefetch or packed column
+count them as 0.
 
     pick_table.py SWEEP.tsv [SWEEP2.tsv ...] "provenance line" > kernel/config_table.tsv
 """
@@ -15,7 +20,7 @@ import sys
 
 
 def read_sweep(path):
-    best = {}
+    shapes = {}
     with open(path) as f:
         header = f.readline().rstrip("\n").split("\t")
         for line in f:
@@ -23,11 +28,17 @@ def read_sweep(path):
             us = float(r["us"])
             if us <= 0:
                 continue
-            key = (int(r["latent"]), int(r["shard"]), int(r["m"]))
             cfg = (int(r["tile_rows"]), int(r["depth"]), int(r["stage"]), int(r["warps"]), int(r["cluster"]),
-                   int(r.get("l2_prefetch", "0")))
-            best.setdefault(key, []).append((us, cfg))
-    return best
+                   int(r.get("l2_prefetch", "0")), int(r.get("packed", "0")))
+            shapes.setdefault((int(r["latent"]), int(r["shard"])), {}).setdefault(int(r["m"]), []).append((us, cfg))
+    return shapes
+
+
+def pick(rs):
+    lo = min(us for us, _ in rs)
+    near = [(cfg[4], cfg[3], cfg[0], cfg[1], cfg[2], cfg[5] != 0, us, cfg) for us, cfg in rs if us <= lo * 1.01]
+    near.sort()
+    return near[0][6], near[0][7]
 
 
 def main():
@@ -38,16 +49,29 @@ def main():
         runs.update(read_sweep(path))
     print("# Launch configs of the skinny kernel, measured on one H200 by the sweeps of")
     print("# scripts/bench-kernel (harness sweep, pfsweep); read by kernel/config.go and the harness.")
+    print("# Every M of a (latent, shard) uses one weight layout (packed: skinny.h's packed layout).")
     if provenance:
         print("# " + provenance)
-    print("# latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tmedian_us")
-    for key in sorted(runs):
-        rs = runs[key]
-        lo = min(us for us, _ in rs)
-        near = [(cfg[4], cfg[3], cfg[0], cfg[1], cfg[2], cfg[5] != 0, us, cfg) for us, cfg in rs if us <= lo * 1.01]
-        near.sort()
-        us, cfg = near[0][6], near[0][7]
-        print(f"{key[0]}\t{key[1]}\t{key[2]}\t{cfg[0]}\t{cfg[1]}\t{cfg[2]}\t{cfg[3]}\t{cfg[4]}\t{cfg[5]}\t{us:.3f}")
+    print("# latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tmedian_us")
+    for shape in sorted(runs):
+        by_m = runs[shape]
+        totals = {}
+        for layout in (0, 1):
+            t = 0.0
+            for m in range(1, 9):
+                rs = [x for x in by_m.get(m, []) if x[1][6] == layout]
+                if not rs:
+                    t = None
+                    break
+                t += min(us for us, _ in rs)
+            if t is not None:
+                totals[layout] = t
+        if not totals:
+            sys.exit(f"pick_table: shape {shape} lacks some M in every layout")
+        layout = min(totals, key=lambda k: (totals[k], k))
+        for m in range(1, 9):
+            us, cfg = pick([x for x in by_m[m] if x[1][6] == layout])
+            print(f"{shape[0]}\t{shape[1]}\t{m}\t{cfg[0]}\t{cfg[1]}\t{cfg[2]}\t{cfg[3]}\t{cfg[4]}\t{cfg[5]}\t{cfg[6]}\t{us:.3f}")
 
 
 if __name__ == "__main__":
