@@ -945,10 +945,29 @@ std::vector<Shape> bench_shapes() {
   return v;
 }
 
+// A comma-separated list of ints from the environment, or def.
+std::vector<int> env_ints(const char* name, std::vector<int> def) {
+  const char* e = getenv(name);
+  if (!e || !*e) return def;
+  std::vector<int> v;
+  for (const char* q = e; *q;) {
+    v.push_back(atoi(q));
+    while (*q && *q != ',') ++q;
+    if (*q == ',') ++q;
+  }
+  return v;
+}
+
 // Every launch config at the benchmark shapes, row-major and packed
 // entry points; then, for the best config of each layout, a few L2
 // prefetch plans in the LSU form (skinny.h, TPRUN_PF_LSU).
+// HARNESS_SHARDS (latent-3584 shards only), HARNESS_WARPS and
+// HARNESS_CLUSTERS narrow or widen it (defaults: every benchmark shape,
+// warps 4,8,16, clusters 1,2,4 from shard 896 up and 1,2,3,4,6,8 below).
 int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
+  const std::vector<int> only = env_ints("HARNESS_SHARDS", {});
+  const std::vector<int> warps = env_ints("HARNESS_WARPS", {4, 8, 16});
+  const std::vector<int> clusters = env_ints("HARNESS_CLUSTERS", {});
   FILE* f = fopen(outpath, "w");
   if (!f) {
     fprintf(stderr, "cannot write %s\n", outpath);
@@ -962,6 +981,7 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
   const int L = 1 << 25, O = 1 << 24;
   const int lsu_plans[] = {L | O, L | 20 | (8 << 16), L | 40 | (8 << 16), L | 64 | (16 << 16), L | O | 40 | (16 << 16)};
   for (const Shape& sh : bench_shapes()) {
+    if (!only.empty() && (sh.latent != 3584 || std::find(only.begin(), only.end(), sh.shard) == only.end())) continue;
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
     for (int M = 1; M <= 8; ++M) {
@@ -971,10 +991,12 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
         for (const Cfg& base : kVariants) {
           if (pk && (base.stage == 2 || (base.tile_rows == 16 && base.depth == 4))) continue;  // no packed twin
           if (base.variant() == 4) continue;  // "_s32": never fastest in the 2026-11-29 sweeps
-          for (int w : {4, 8, 16})
+          for (int w : warps)
             for (int c : {1, 2, 3, 4, 6, 8}) {
               if (w == 16 && base.variant() == 0) continue;
-              if (sh.shard >= 896 && (c == 3 || c == 6 || c == 8)) continue;
+              if (clusters.empty() ? sh.shard >= 896 && (c == 3 || c == 6 || c == 8)
+                                   : std::find(clusters.begin(), clusters.end(), c) == clusters.end())
+                continue;
               Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
               cfg.packed = pk;
               double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
@@ -1004,19 +1026,8 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
 // launch geometries, each with no prefetch and with a set of plans
 // (helpers x sixteenths, every tile its own slab or not). Same TSV as sweep.
 int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
-  auto ints = [](const char* env, std::vector<int> def) {
-    const char* e = getenv(env);
-    if (!e || !*e) return def;
-    std::vector<int> v;
-    for (const char* q = e; *q;) {
-      v.push_back(atoi(q));
-      while (*q && *q != ',') ++q;
-      if (*q == ',') ++q;
-    }
-    return v;
-  };
-  const std::vector<int> shards = ints("HARNESS_SHARDS", {3584, 896, 7168, 1792});
-  const std::vector<int> ms = ints("HARNESS_MS", {1, 2, 3, 4, 5, 6, 7, 8});
+  const std::vector<int> shards = env_ints("HARNESS_SHARDS", {3584, 896, 7168, 1792});
+  const std::vector<int> ms = env_ints("HARNESS_MS", {1, 2, 3, 4, 5, 6, 7, 8});
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
   fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tus\n");
