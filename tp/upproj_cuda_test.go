@@ -1850,6 +1850,102 @@ func TestGPUUpProjectionCloseDuringWait(t *testing.T) {
 // status page, the unicast mailbox with its exported and imported
 // allocations) up to 1,000 times within a time budget, and checks that
 // neither device memory in use nor open descriptors grew.
+// openSecondGPU is a fixture for another device than f's (the next
+// ordinal), on f's driver, or skips the test when there is only one.
+func openSecondGPU(t *testing.T, f gpuFixture) gpuFixture {
+	t.Helper()
+	n, err := f.drv.DeviceCount()
+	if err != nil {
+		t.Fatalf("DeviceCount: %v", err)
+	}
+	if n < 2 {
+		t.Skipf("needs two GPUs (ranks on separate devices fuse the receive into the skinny kernel); this machine has %d", n)
+	}
+	ordinal := (f.ordinal + 1) % n
+	dev, err := f.drv.DeviceGet(ordinal)
+	if err != nil {
+		t.Fatalf("device %d: %v", ordinal, err)
+	}
+	cctx, err := f.drv.DevicePrimaryCtxRetain(dev)
+	if err != nil {
+		t.Fatalf("retaining device %d's primary context: %v", ordinal, err)
+	}
+	t.Cleanup(func() {
+		if err := f.drv.DevicePrimaryCtxRelease(dev); err != nil {
+			t.Errorf("releasing device %d's primary context: %v", ordinal, err)
+		}
+	})
+	return gpuFixture{drv: f.drv, ordinal: ordinal, dev: dev, cctx: cctx}
+}
+
+// Close while a step whose receive runs in the skinny kernel's grid (ranks
+// on separate GPUs) waits for a peer that never steps: the receive CTAs see
+// the abort word and the step returns mailbox.ErrClosed well before the
+// one-minute deadline.
+func TestGPUUpProjectionCloseDuringFusedStep(t *testing.T) {
+	const hidden, latent = 256, 64
+	const bound, deadline = 2 * time.Second, time.Minute
+	fs := []gpuFixture{openTestGPU(t)}
+	fs = append(fs, openSecondGPU(t, fs[0]))
+	d := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{1})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rank0Done := make(chan struct{})
+	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
+		if r == 0 {
+			defer close(rank0Done)
+		}
+		unbind, err := fs[r].bind()
+		if err != nil {
+			return err
+		}
+		defer unbind()
+		up, err := fs[r].newUp(ctx, ex, hidden, latent, 1, deadline)
+		if err != nil {
+			return err
+		}
+		if r == 1 {
+			select {
+			case <-rank0Done:
+			case <-ctx.Done():
+			}
+			return up.Close()
+		}
+		e, err := up.cudaEngine("test")
+		if err != nil {
+			return errors.Join(err, up.Close())
+		}
+		if !e.fused {
+			return errors.Join(fmt.Errorf("devices %d and %d: the engine did not fuse the receive (chain %v)", fs[0].ordinal, fs[1].ordinal, e.chain), up.Close())
+		}
+		done := make(chan error, 1)
+		in := UpInputs{M: 1, Latent: d.latent, Weight: d.weight[:hidden/2*latent], Shared: d.shared, SharedStride: hidden}
+		go func() { done <- up.Step(ctx, in, make([]kernel.BF16, hidden)) }()
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		if err := up.Close(); err != nil {
+			return err
+		}
+		took := time.Since(start)
+		select {
+		case err := <-done:
+			if !errors.Is(err, mailbox.ErrClosed) {
+				return fmt.Errorf("fused step during Close gave %v, want mailbox.ErrClosed", err)
+			}
+		case <-time.After(20 * time.Second):
+			return errors.New("fused step still waiting 20s after Close")
+		}
+		if took > bound {
+			return fmt.Errorf("Close took %v with a fused step waiting (deadline %v)", took, deadline)
+		}
+		t.Logf("devices %d and %d, fused receive: Close took %v", fs[0].ordinal, fs[1].ordinal, took.Round(time.Millisecond))
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestGPUUpProjectionCycles(t *testing.T) {
 	const hidden, latent, maxCycles, minCycles = 7168, 3584, 1000, 200
 	budget := 90 * time.Second
