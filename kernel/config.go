@@ -20,8 +20,9 @@ const (
 	// portable cluster size).
 	MaxCluster = 8
 	// MaxStagedShared bounds the dynamic shared memory of the staged entry
-	// points; a shape that would need more gets the unstaged twin ("_d8"
-	// for "_s8" and "_c", "_t32" for "_s32").
+	// points; a shape that would need more gets the unstaged twin of the
+	// same weight layout ("_d8" for "_s8" and "_c", "_t32" for "_s32",
+	// "_d8p" for "_s8p").
 	MaxStagedShared = 200 << 10
 	// DefaultSharedLimit is the dynamic shared memory a function gets
 	// without raising CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
@@ -48,13 +49,14 @@ type LaunchConfig struct {
 	BlockX      int    // 32 * Warps
 	SharedBytes int    // dynamic shared memory per CTA
 	// L2Prefetch is SkinnyParams.L2Prefetch, the plan of L2 prefetches the
-	// kernel issues before its weight loads (skinny.h; 0: none). A hint
-	// measured per shape: it never changes the result.
+	// kernel issues before its weight loads, or in the LSU form right after
+	// them (skinny.h; 0: none). A hint measured per shape: it never changes
+	// the result.
 	L2Prefetch int
 }
 
 // L2 prefetch plan fields (skinny.h, TPRUN_PF_*): helpers in bits 0-15,
-// sixteenths (0..16) in bits 16-23, "own" in bit 24.
+// sixteenths (0..16) in bits 16-23, "own" in bit 24, the LSU form in bit 25.
 const (
 	pfSixteenthsShift = 16
 	pfValidBits       = 1<<26 - 1 // helpers, sixteenths, own, LSU (bit 25)
@@ -282,6 +284,18 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 	if len(out) == 0 {
 		return nil, fmt.Errorf("kernel: config_table.tsv has no entries")
 	}
+	// A weight is laid out once for every M: one layout per shape.
+	type shape struct{ latent, shard int }
+	first := map[shape]tableEntry{}
+	for _, e := range out {
+		k := shape{e.latent, e.shard}
+		if f, ok := first[k]; !ok {
+			first[k] = e
+		} else if f.v.packed != e.v.packed {
+			return nil, fmt.Errorf("kernel: config_table.tsv: latent %d shard %d mixes weight layouts (M %d packed=%v, M %d packed=%v)",
+				e.latent, e.shard, f.m, f.v.packed, e.m, e.v.packed)
+		}
+	}
 	return out, nil
 }
 
@@ -325,12 +339,19 @@ func ConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
 func PreferPacked(shard, latent int) bool { return ConfigFor(1, shard, latent).Packed }
 
 // nearestEntry is the table entry for m at the measured shape nearest to
-// shard×latent (ties: the first in table order), or fallbackConfig.
+// shard×latent (ties: the first in table order). If that shape lacks m,
+// the nearest entry for m in the same weight layout; failing that,
+// fallbackConfig in that layout. So every m of a shape gets one layout.
 func nearestEntry(m, shard, latent int) tableEntry {
 	entries, err := measured()
 	if err != nil {
 		return fallbackConfig
 	}
+	return nearestIn(entries, m, shard, latent)
+}
+
+// nearestIn is nearestEntry over the given entries.
+func nearestIn(entries []tableEntry, m, shard, latent int) tableEntry {
 	dist := math.Inf(1)
 	var near tableEntry
 	for _, e := range entries {
@@ -346,10 +367,11 @@ func nearestEntry(m, shard, latent int) tableEntry {
 			break
 		}
 	}
-	if !found { // the table lacks this m for that shape: nearest with this m
+	if !found { // the table lacks this m for that shape: nearest with this m and layout
+		best.v = twin(best.v, near.v.packed)
 		dist = math.Inf(1)
 		for _, e := range entries {
-			if e.m != m {
+			if e.m != m || e.v.packed != near.v.packed {
 				continue
 			}
 			d := math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
@@ -393,7 +415,7 @@ func ReceiveConfigFor(m, hidden int) ReceiveConfig {
 // CUdeviceptr values.
 type SkinnyParams struct {
 	Latent       uint64     // bf16 [M][LatentDim]
-	Weight       uint64     // bf16 [Shard][LatentDim]
+	Weight       uint64     // bf16 [Shard][LatentDim], or packed (Flags)
 	Shared       uint64     // bf16, element (m,n) at Shared[m*SharedStride+n]
 	Dst          [16]uint64 // bf16 [M][Hidden] each; first NDst used
 	LatentDim    int32

@@ -196,7 +196,11 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"M 9", "3584 896 9 16 8 0 16 1\n"},
 		{"stage 2 with depth 8", "3584 896 1 16 8 2 16 1\n"},
 		{"stage 3", "3584 896 1 16 0 3 16 1\n"},
-		{"11 fields", "3584 896 1 16 8 0 16 1 0 2.5 7\n"},
+		{"12 fields", "3584 896 1 16 8 0 16 1 0 1 2.5 7\n"},
+		{"packed neither 0 nor 1", "3584 896 1 16 8 0 16 1 0 2 2.5\n"},
+		{"packed lean entry (no such entry point)", "3584 896 1 16 4 0 8 1 0 1 2.5\n"},
+		{"packed slab entry (no such entry point)", "3584 896 1 16 0 2 8 1 0 1 2.5\n"},
+		{"one shape in two layouts", "3584 896 1 16 8 0 16 1 0 1 2.5\n3584 896 2 16 8 0 16 1 0 0 2.5\n"},
 		{"prefetch not a number", "3584 896 1 16 8 0 16 1 x 2.5\n"},
 		{"prefetch plan with unknown bits", "3584 896 1 16 8 0 16 1 67108864 2.5\n"},
 	}
@@ -208,6 +212,10 @@ func TestParseConfigTableRejects(t *testing.T) {
 	e, err := parseConfigTable("# c\n3584\t896\t1\t32\t4\t1\t16\t2\t2.5\n")
 	if err != nil || len(e) != 1 || e[0].v.stage != 1 || e[0].v.tileRows != 32 || e[0].warps != 16 || e[0].cluster != 2 || e[0].prefetch != 0 {
 		t.Errorf("valid line: %+v, %v", e, err)
+	}
+	e, err = parseConfigTable("3584\t896\t1\t32\t4\t0\t8\t4\t0\t1\t2.6\n3584\t896\t2\t32\t4\t0\t8\t4\t0\t1\t2.6\n")
+	if err != nil || len(e) != 2 || !e[0].v.packed || e[0].v.suffix != "_t32p" || e[1].cluster != 4 {
+		t.Errorf("valid packed lines: %+v, %v", e, err)
 	}
 	plan := 32 | 8<<16 | 1<<24
 	e, err = parseConfigTable(fmt.Sprintf("# c\n3584\t3584\t2\t16\t8\t0\t8\t1\t%d\t6.9\n", plan))

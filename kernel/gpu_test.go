@@ -551,9 +551,12 @@ func firstDiff(a, b []BF16) int {
 	return -1
 }
 
+// configString names the configs runM launches: the row-major one (runs 0
+// and 1) and the packed one (run 2).
 func configString(s Shape) string {
-	c := ConfigFor(s.M, s.Shard(), s.Latent)
-	return fmt.Sprintf("%s %dw c%d grid %d smem %d", c.Function, c.Warps, c.Cluster, c.GridX, c.SharedBytes)
+	r := ConfigForLayout(s.M, s.Shard(), s.Latent, false)
+	p := ConfigForLayout(s.M, s.Shard(), s.Latent, true)
+	return fmt.Sprintf("%s / %s %dw c%d grid %d smem %d", r.Function, p.Function, r.Warps, r.Cluster, r.GridX, r.SharedBytes)
 }
 
 // randomWords returns n mailbox words holding random bf16 pairs, none of

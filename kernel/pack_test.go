@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -109,6 +111,68 @@ func TestPackWeightRejects(t *testing.T) {
 		err := PackWeight(tc.dst, tc.w, tc.shard, tc.latent)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.desc, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		desc          string
+		dst, p        []BF16
+		shard, latent int
+		want          string
+	}{
+		{"short packed weight", make([]BF16, 16*32), make([]BF16, 511), 16, 32, "511 packed"},
+		{"short destination", make([]BF16, 100), make([]BF16, 512), 16, 32, "destination of 100"},
+		{"empty shape", nil, nil, 16, 0, "16×0"},
+	} {
+		err := UnpackWeight(tc.dst, tc.p, tc.shard, tc.latent)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("unpack, %s: %v, want an error with %q", tc.desc, err, tc.want)
+		}
+	}
+}
+
+// twin maps every entry point to one of the other layout with the same
+// tile, keeping staging where that layout has it, and back.
+func TestTwin(t *testing.T) {
+	for _, tc := range []struct{ from, packed, rowMajor string }{
+		{"", "_d8p", ""}, {"_d8", "_d8p", "_d8"}, {"_t32", "_t32p", "_t32"}, {"_s8", "_s8p", "_s8"},
+		{"_s32", "_t32p", "_s32"}, {"_c", "_d8p", "_c"}, {"_d8p", "_d8p", "_d8"}, {"_t32p", "_t32p", "_t32"},
+		{"_s8p", "_s8p", "_s8"},
+	} {
+		var v variant
+		for _, x := range variants {
+			if x.suffix == tc.from {
+				v = x
+			}
+		}
+		p, r := twin(v, true), twin(v, false)
+		if p.suffix != tc.packed || !p.packed || p.tileRows != v.tileRows || r.suffix != tc.rowMajor || r.packed {
+			t.Errorf("twin(%q): packed %q, row-major %q; want %q, %q", tc.from, p.suffix, r.suffix, tc.packed, tc.rowMajor)
+		}
+	}
+}
+
+// A table that lacks some M for a shape still gives every M of that shape
+// one layout, the shape's.
+func TestLayoutWithMissingM(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.tsv")
+	table := "3584\t896\t1\t16\t8\t0\t16\t1\t0\t1\t2.4\n" + // packed, M 1 only
+		"3584\t7168\t5\t16\t8\t0\t4\t1\t0\t0\t13\n" // row-major, M 5 only
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(ConfigTableEnv, path)
+	entries, err := loadConfigTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := 1; m <= MaxM; m++ {
+		e := nearestIn(entries, m, 896, 3584)
+		c := configFrom(e, e.v, m, 896, 3584)
+		if !c.Packed {
+			t.Errorf("M %d at shard 896: %+v, want the shape's packed layout", m, c)
+		}
+		if err := c.Validate(m, 896, 3584); err != nil {
+			t.Errorf("M %d: %v", m, err)
 		}
 	}
 }

@@ -56,7 +56,8 @@
 // kernel's later CTAs are not yet resident:
 //   H = TPRUN_PF_HELPERS: the tiles t < H ("helpers", the CTAs the GPU
 //       places first) prefetch tiles t, t+H, t+2H, ... below the limit;
-//   S = TPRUN_PF_SIXTEENTHS: the limit is ceil(ntiles*S/16) (S 0: ntiles);
+//   S = TPRUN_PF_SIXTEENTHS: the limit is ceil(ntiles*S/16) (S 0: ntiles),
+//       ntiles = ceil(shard/tile_rows) (receive CTAs are not tiles);
 //   O = TPRUN_PF_OWN: every other tile prefetches itself.
 //   L = TPRUN_PF_LSU: instead of one cp.async.bulk.prefetch.L2 per tile by
 //       one thread, every thread of the leader CTA issues prefetch.global.L2
@@ -76,7 +77,7 @@
 // shard % 8 == 0; hidden % 8 == 0; shared_stride % 8 == 0; 1 <= ndst <= 16.
 typedef struct tprun_skinny_params {
   unsigned long long latent;   // offset   0: bf16 [M][latent_dim], row stride latent_dim
-  unsigned long long weight;   // offset   8: bf16 [shard][latent_dim], this rank's rows
+  unsigned long long weight;   // offset   8: bf16 [shard][latent_dim], this rank's rows (or packed, see flags)
   unsigned long long shared;   // offset  16: bf16, element (m,n) at shared[m*shared_stride + n]
   unsigned long long dst[TPRUN_MAX_DST];  // offset 24: bf16 [M][hidden] each; first ndst used
   int latent_dim;              // offset 152

@@ -19,7 +19,8 @@ import (
 type DevicePtr = cuda.DevicePtr
 
 // DeviceInputs are one step's operands in device memory, raw bf16,
-// row-major, every pointer 16-byte aligned (DESIGN.md "The operation").
+// row-major (the weight may be packed instead, WeightPacked), every
+// pointer 16-byte aligned (DESIGN.md "The operation").
 type DeviceInputs struct {
 	M int // rows this step, 1..the maxM given to NewUpProjection
 	// Latent is [M, latent_dim], row stride latent_dim, the same on every rank.

@@ -420,8 +420,10 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
         CK(cuMemcpyHtoD(dwp.p, wpk.data(), dwp.bytes));
         CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
         const size_t outn = (size_t)M * hidden;
+        // One poisoned row past the block: a store of a row >= M (the M = 1
+        // entry points run the M = 2 code) must not reach it.
         std::vector<DevBuf*> dout;
-        for (int d = 0; d < 8; ++d) dout.push_back(new DevBuf(outn * 2));
+        for (int d = 0; d < 8; ++d) dout.push_back(new DevBuf((outn + hidden) * 2));
         tprun_skinny_params p;
         memset(&p, 0, sizeof p);
         p.latent = dl.p;
@@ -438,7 +440,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
         const std::vector<uint16_t> shs(sh.begin() + (size_t)rank * shard, sh.end());
         auto run = [&](const Cfg& c, int ndst, std::vector<uint16_t>& o) -> bool {
           for (int d = 0; d < ndst; ++d) {
-            CK(cuMemsetD16(dout[d]->p, kPoison, outn));
+            CK(cuMemsetD16(dout[d]->p, kPoison, outn + hidden));
             p.dst[d] = dout[d]->p;
           }
           p.ndst = ndst;
@@ -455,6 +457,14 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
             return false;
           }
           CK(cuMemcpyDtoH(o.data(), dout[0]->p, outn * 2));
+          std::vector<uint16_t> past(hidden);
+          CK(cuMemcpyDtoH(past.data(), dout[0]->p + outn * 2, hidden * 2));
+          for (int i = 0; i < hidden; ++i)
+            if (past[i] != kPoison) {
+              printf("FAIL M=%d shard=%d K=%d cfg=%s: stored past the M rows (row %d, column %d)\n", M, shard, K,
+                     c.str().c_str(), M, i);
+              return false;
+            }
           return true;
         };
         for (size_t ci = 0; ci < cfgs.size(); ++ci) {
@@ -766,8 +776,12 @@ int check_fused(const Kernels& k, Rng& rng, CUstream s, int M, int shard, int K,
 }
 
 // One small case of each kernel, with partial tiles, a K tail and a cluster.
-int small(const Kernels& k, Rng& rng, CUstream s) {
-  const int M = 3, shard = 200, K = 3600, tp = 2, rank = 1, hidden = tp * shard;
+// One small case of every config in cfgs for M rows: partial tiles, a K
+// tail, buffers of exactly the sizes skinny.h names (so that compute-sanitizer
+// sees any access past them, e.g. a row >= M of the M = 1 entry points,
+// which run the M = 2 code).
+int small_m(const Kernels& k, Rng& rng, CUstream s, int M, std::initializer_list<Cfg> cfgs) {
+  const int shard = 200, K = 3600, tp = 2, rank = 1, hidden = tp * shard;
   std::vector<uint16_t> lat((size_t)M * K), w((size_t)shard * K), sh((size_t)M * hidden);
   fill_bf16(lat, rng, -1, 1);
   fill_bf16(w, rng, -1, 1);
@@ -781,11 +795,7 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
   CK(cuMemcpyHtoD(dwp.p, wpk.data(), dwp.bytes));
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
   int fails = 0;
-  for (Cfg c : {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1},
-                 Cfg{16, 0, 2, 4, 3}, Cfg{16, 0, 2, 1, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24)},
-                 Cfg{32, 4, 0, 2, 2, 1 | (5 << 16)}, Cfg{16, 8, 0, 2, 2, 0, 1}, Cfg{32, 4, 0, 4, 3, 0, 1},
-                 Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24), 1},
-                 Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (3 << 24), 1}, Cfg{32, 4, 0, 4, 1, 2 | (8 << 16) | (2 << 24)}}) {
+  for (const Cfg& c : cfgs) {
     CK(cuMemsetD16(o0.p, kPoison, (size_t)M * hidden));
     CK(cuMemsetD16(o1.p, kPoison, (size_t)M * hidden));
     tprun_skinny_params p = small_params(dl, c.packed ? dwp : dw, dsh, K, shard, hidden, rank);
@@ -798,12 +808,29 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
     CK(cuMemcpyDtoH(out.data(), o1.p, out.size() * 2));
     const std::vector<uint16_t> shs(sh.begin() + (size_t)rank * shard, sh.end());
     Verdict v = verify(out, M, shard, hidden, rank, ref, shs, hidden);
-    printf("small skinny cfg %s: %s %s\n", c.str().c_str(), v.ok ? "ok" : "FAIL", v.why.c_str());
+    printf("small skinny M=%d cfg %s: %s %s\n", M, c.str().c_str(), v.ok ? "ok" : "FAIL", v.why.c_str());
     fails += !v.ok;
   }
+  if (M == 3) fails += check_fused(k, rng, s, M, shard, K, dl, dw, dsh, sh, ref);
+  return fails;
+}
+
+// The small cases of every kernel, for compute-sanitizer: M = 3 over many
+// geometries (a cluster, staging, the slab, prefetch plans, packed), M = 1
+// and 2 over the warp-per-vector epilogue and the M = 1-as-M = 2 entries.
+int small(const Kernels& k, Rng& rng, CUstream s) {
+  int fails = small_m(k, rng, s, 3,
+                      {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1},
+                       Cfg{16, 0, 2, 4, 3}, Cfg{16, 0, 2, 1, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24)},
+                       Cfg{32, 4, 0, 2, 2, 1 | (5 << 16)}, Cfg{16, 8, 0, 2, 2, 0, 1}, Cfg{32, 4, 0, 4, 3, 0, 1},
+                       Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24), 1},
+                       Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (3 << 24), 1}, Cfg{32, 4, 0, 4, 1, 2 | (8 << 16) | (2 << 24)}});
+  for (int M : {1, 2})
+    fails += small_m(k, rng, s, M,
+                     {Cfg{16, 8, 0, 4, 1}, Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{32, 4, 0, 4, 1, 0, 1}, Cfg{16, 8, 0, 16, 1, 0, 1},
+                      Cfg{16, 4, 0, 2, 1}, Cfg{16, 0, 2, 4, 1}, Cfg{16, 8, 0, 2, 3, 0, 1}});
   fails += check_receive(k, rng, s, false);
   fails += check_receive(k, rng, s, false, TPRUN_RECEIVE_ABORTABLE);
-  fails += check_fused(k, rng, s, M, shard, K, dl, dw, dsh, sh, ref);
   return fails;
 }
 
@@ -852,7 +879,9 @@ struct Pool {
   size_t stride;
   DevBuf* buf;
   Pool(int shard_, int K_, Rng& rng) : shard(shard_), K(K_) {
-    size_t wb = (size_t)shard * K * 2;
+    // Room for either layout: the packed one pads rows to 16 and k to 32.
+    const size_t packed = (size_t)((shard + 15) / 16) * ((K + 31) / 32) * 1024;
+    size_t wb = std::max((size_t)shard * K * 2, packed);
     stride = (wb + 255) / 256 * 256;
     nbuf = (int)std::max<size_t>(2, ((512ull << 20) + wb - 1) / wb);
     if (const char* e = getenv("HARNESS_NBUF")) nbuf = std::max(1, atoi(e));  // experiment: 1 = L2-resident
@@ -1030,7 +1059,7 @@ int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
   const std::vector<int> ms = env_ints("HARNESS_MS", {1, 2, 3, 4, 5, 6, 7, 8});
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
-  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tus\n");
+  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tus\n");
   std::vector<int> plans = {0, 1 << 24};
   for (int h : {8, 16, 32, 64, 128})
     for (int s16 : {8, 16}) plans.push_back(h | (s16 << 16) | (1 << 24));
@@ -1045,7 +1074,16 @@ int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
             {16, 8, 0, 8, 1}, {16, 8, 0, 8, 2}};
   };
   for (int shard : shards) {
-    const std::vector<Cfg> geos = geos_for(shard);
+    // Each geometry in both weight layouts where it has a packed twin
+    // (16 rows depth 8 unstaged or staged, 32 rows depth 4 unstaged).
+    std::vector<Cfg> geos;
+    for (Cfg g : geos_for(shard)) {
+      geos.push_back(g);
+      if ((g.tile_rows == 16 && g.depth == 8 && g.stage < 2) || (g.tile_rows == 32 && g.depth == 4 && g.stage == 0)) {
+        g.packed = 1;
+        geos.push_back(g);
+      }
+    }
     Pool pool(shard, 3584, rng);
     Acts acts(3584, 7168, rng);
     for (int M : ms) {
@@ -1056,8 +1094,8 @@ int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
           Cfg c = g;
           c.pf = pf;
           double us = time_skinny(k, pool, acts, M, 7168, c, s, 7);
-          fprintf(f, "3584\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", shard, M, c.tile_rows, c.depth, c.stage, c.warps,
-                  c.cluster, pf, us);
+          fprintf(f, "3584\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", shard, M, c.tile_rows, c.depth, c.stage,
+                  c.warps, c.cluster, pf, c.packed, us);
           if (us <= 0) continue;
           if (pf == 0 && us < best0) best0 = us, b0 = c;
           if (us < best) best = us, b = c;
@@ -1199,19 +1237,37 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   }
   char line[256];
   while (fgets(line, sizeof line, tf)) {
-    int lat, shard, m, tr, dp, st, w, c, pf = 0, pk = 0;
     if (line[0] == '#') continue;
-    // 11 fields: ... cluster l2_prefetch packed median_us; 10 (older): no packed
-    // column; 9: no prefetch column either.
-    double d1, d2;
-    int n = sscanf(line, "%d %d %d %d %d %d %d %d %d %lf %lf", &lat, &shard, &m, &tr, &dp, &st, &w, &c, &pf, &d1, &d2);
-    if (n < 10) pf = 0;
-    if (n == 11) pk = (int)d1;
-    if (n >= 8) {
-      Cfg cfg{tr, dp, st, w, c, pf};
-      cfg.packed = pk;
-      table[{lat, shard, m}] = cfg;
+    // latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed] median_us]:
+    // 11 fields; 10 (no packed column) or 8-9 (no l2_prefetch) in older tables.
+    std::vector<std::string> f;
+    for (char* t = strtok(line, " \t\n"); t; t = strtok(nullptr, " \t\n")) f.push_back(t);
+    if (f.empty()) continue;
+    if (f.size() < 8 || f.size() > 11) {
+      fprintf(stderr, "table %s: a line of %zu fields\n", tablepath, f.size());
+      return 1;
     }
+    int v[8];
+    for (int i = 0; i < 8; ++i) v[i] = atoi(f[i].c_str());
+    Cfg cfg{v[3], v[4], v[5], v[6], v[7], f.size() >= 10 ? atoi(f[8].c_str()) : 0};
+    cfg.packed = f.size() == 11 ? atoi(f[9].c_str()) : 0;
+    // Only combinations with an entry point (Cfg::variant would map the
+    // others onto one that traps or is not what the table says).
+    bool known;
+    if (cfg.packed)  // "_d8p", "_s8p", "_t32p"
+      known = (cfg.tile_rows == 16 && cfg.depth == 8 && (cfg.stage == 0 || cfg.stage == 1)) ||
+              (cfg.tile_rows == 32 && cfg.depth == 4 && cfg.stage == 0);
+    else if (cfg.stage == 2)  // "_c"
+      known = cfg.tile_rows == 16 && cfg.depth == 0;
+    else  // "", "_d8", "_s8", "_t32", "_s32"
+      known = (cfg.stage == 0 || cfg.stage == 1) &&
+              ((cfg.tile_rows == 32 && cfg.depth == 4) ||
+               (cfg.tile_rows == 16 && (cfg.depth == 8 || (cfg.depth == 4 && cfg.stage == 0))));
+    if (!known || (cfg.packed != 0 && cfg.packed != 1)) {
+      fprintf(stderr, "table %s: no entry point for %s\n", tablepath, cfg.str().c_str());
+      return 1;
+    }
+    table[{v[0], v[1], v[2]}] = cfg;
   }
   fclose(tf);
   double bw0 = copy_bandwidth(s);

@@ -10,9 +10,12 @@ fewer warps, then 16 rows, depth 4, unstaged, no L2 prefetch) wins the tie,
 as the cheaper choice when timings are that close.
 
 With several sweeps, a later one replaces an earlier one's configs for
-every (latent, shard) it measured: times from different runs are never
-compared with each other. Sweeps without an l2_prefetch or packed column
-count them as 0.
+every (latent, shard, M) it measured: the configs of one M are never
+compared across runs. The layout sum of a shape adds per-M bests, which
+come from different runs only when a later sweep measured some M of it and
+not others. Sweeps without an l2_prefetch or packed column count them as 0
+(row-major), so a row-major-only later sweep replaces both layouts' configs
+for what it measured.
 
     pick_table.py SWEEP.tsv [SWEEP2.tsv ...] "provenance line" > kernel/config_table.tsv
 """
@@ -46,7 +49,8 @@ def main():
     provenance = args.pop() if args and not args[-1].endswith(".tsv") else None
     runs = {}
     for path in args:
-        runs.update(read_sweep(path))
+        for shape, by_m in read_sweep(path).items():
+            runs.setdefault(shape, {}).update(by_m)
     print("# Launch configs of the skinny kernel, measured on one H200 by the sweeps of")
     print("# scripts/bench-kernel (harness sweep, pfsweep); read by kernel/config.go and the harness.")
     print("# Every M of a (latent, shard) uses one weight layout (packed: skinny.h's packed layout).")
