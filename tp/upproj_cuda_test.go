@@ -1807,33 +1807,20 @@ func TestGPUUpProjectionCloseDuringWait(t *testing.T) {
 					}
 					return up.Close()
 				}
-				done := make(chan error, 1)
+				var start func(done chan<- error)
 				if tc.graph {
 					g, err := up.Capture(ctx, []DeviceStep{st, st, st, st, st, st})
 					if err != nil {
 						return errors.Join(err, up.Close())
 					}
-					go func() { done <- g.Replay(ctx, 1000) }()
+					start = func(done chan<- error) { go func() { done <- g.Replay(ctx, 1000) }() }
 				} else {
 					in := UpInputs{M: 1, Latent: d.latent, Weight: d.weight[:hidden/2*latent], Shared: d.shared, SharedStride: hidden}
-					go func() { done <- up.Step(ctx, in, make([]kernel.BF16, hidden)) }()
+					start = func(done chan<- error) { go func() { done <- up.Step(ctx, in, make([]kernel.BF16, hidden)) }() }
 				}
-				time.Sleep(200 * time.Millisecond)
-				start := time.Now()
-				if err := up.Close(); err != nil {
-					return err
-				}
-				took := time.Since(start)
-				select {
-				case err := <-done:
-					if !errors.Is(err, mailbox.ErrClosed) {
-						return fmt.Errorf("step during Close gave %v, want mailbox.ErrClosed", err)
-					}
-				case <-time.After(20 * time.Second):
-					return errors.New("step still waiting 20s after Close")
-				}
-				if took > bound {
-					return fmt.Errorf("Close took %v with a step waiting (deadline %v)", took, deadline)
+				took, err := closeDuringStep(up, start, bound)
+				if err != nil {
+					return fmt.Errorf("%w (deadline %v)", err, deadline)
 				}
 				t.Logf("Close took %v", took.Round(time.Millisecond))
 				return nil
@@ -1850,6 +1837,33 @@ func TestGPUUpProjectionCloseDuringWait(t *testing.T) {
 // status page, the unicast mailbox with its exported and imported
 // allocations) up to 1,000 times within a time budget, and checks that
 // neither device memory in use nor open descriptors grew.
+// closeDuringStep calls start, which begins a step (or replay) that sends
+// its result on done and waits for a peer that never steps; after 200 ms it
+// closes up and checks that the step ended with mailbox.ErrClosed and that
+// Close took at most bound. It returns how long Close took.
+func closeDuringStep(up *UpProjection, start func(done chan<- error), bound time.Duration) (time.Duration, error) {
+	done := make(chan error, 1)
+	start(done)
+	time.Sleep(200 * time.Millisecond)
+	t0 := time.Now()
+	if err := up.Close(); err != nil {
+		return 0, err
+	}
+	took := time.Since(t0)
+	select {
+	case err := <-done:
+		if !errors.Is(err, mailbox.ErrClosed) {
+			return took, fmt.Errorf("step during Close gave %v, want mailbox.ErrClosed", err)
+		}
+	case <-time.After(20 * time.Second):
+		return took, errors.New("step still waiting 20s after Close")
+	}
+	if took > bound {
+		return took, fmt.Errorf("Close took %v with a step waiting, more than %v", took, bound)
+	}
+	return took, nil
+}
+
 // openSecondGPU is a fixture for another device than f's (the next
 // ordinal), on f's driver, or skips the test when there is only one.
 func openSecondGPU(t *testing.T, f gpuFixture) gpuFixture {
@@ -1918,25 +1932,12 @@ func TestGPUUpProjectionCloseDuringFusedStep(t *testing.T) {
 		if !e.fused {
 			return errors.Join(fmt.Errorf("devices %d and %d: the engine did not fuse the receive (chain %v)", fs[0].ordinal, fs[1].ordinal, e.chain), up.Close())
 		}
-		done := make(chan error, 1)
 		in := UpInputs{M: 1, Latent: d.latent, Weight: d.weight[:hidden/2*latent], Shared: d.shared, SharedStride: hidden}
-		go func() { done <- up.Step(ctx, in, make([]kernel.BF16, hidden)) }()
-		time.Sleep(200 * time.Millisecond)
-		start := time.Now()
-		if err := up.Close(); err != nil {
-			return err
-		}
-		took := time.Since(start)
-		select {
-		case err := <-done:
-			if !errors.Is(err, mailbox.ErrClosed) {
-				return fmt.Errorf("fused step during Close gave %v, want mailbox.ErrClosed", err)
-			}
-		case <-time.After(20 * time.Second):
-			return errors.New("fused step still waiting 20s after Close")
-		}
-		if took > bound {
-			return fmt.Errorf("Close took %v with a fused step waiting (deadline %v)", took, deadline)
+		took, err := closeDuringStep(up, func(done chan<- error) {
+			go func() { done <- up.Step(ctx, in, make([]kernel.BF16, hidden)) }()
+		}, bound)
+		if err != nil {
+			return fmt.Errorf("fused receive: %w (deadline %v)", err, deadline)
 		}
 		t.Logf("devices %d and %d, fused receive: Close took %v", fs[0].ordinal, fs[1].ordinal, took.Round(time.Millisecond))
 		return nil

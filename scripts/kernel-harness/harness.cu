@@ -906,6 +906,27 @@ struct Acts {
   }
 };
 
+// Instantiates g (L launches), replays it reps + 2 times (the first two
+// warm up), destroys it, and returns the median time per launch in µs.
+double replay_median(CUgraph g, int L, int reps, CUstream s) {
+  CUgraphExec ge;
+  CK(cuGraphInstantiate(&ge, g, 0));
+  Timer t;
+  std::vector<double> v;
+  for (int i = 0; i < reps + 2; ++i) {
+    CK(cuEventRecord(t.a, s));
+    CK(cuGraphLaunch(ge, s));
+    CK(cuEventRecord(t.b, s));
+    CK(cuEventSynchronize(t.b));
+    float ms;
+    CK(cuEventElapsedTime(&ms, t.a, t.b));
+    if (i >= 2) v.push_back(ms * 1e3 / L);
+  }
+  CK(cuGraphExecDestroy(ge));
+  CK(cuGraphDestroy(g));
+  return median(v);
+}
+
 // Median time per launch (µs) of a captured graph of L launches rotating
 // through the pool, or a negative value when the config cannot launch.
 double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, int hidden, const Cfg& c,
@@ -944,22 +965,7 @@ double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, 
     fprintf(stderr, "capture failed: %s %s\n", errname(r), errname(re));
     return -1;
   }
-  CUgraphExec ge;
-  CK(cuGraphInstantiate(&ge, g, 0));
-  Timer t;
-  std::vector<double> v;
-  for (int i = 0; i < reps + 2; ++i) {
-    CK(cuEventRecord(t.a, s));
-    CK(cuGraphLaunch(ge, s));
-    CK(cuEventRecord(t.b, s));
-    CK(cuEventSynchronize(t.b));
-    float ms;
-    CK(cuEventElapsedTime(&ms, t.a, t.b));
-    if (i >= 2) v.push_back(ms * 1e3 / L);
-  }
-  CK(cuGraphExecDestroy(ge));
-  CK(cuGraphDestroy(g));
-  return median(v);
+  return replay_median(g, L, reps, s);
 }
 
 struct Shape {
@@ -1186,22 +1192,7 @@ double time_read(size_t bytes, int ctas, int threads, int depth, CUstream s) {
     }
   CUgraph g;
   CK(cuStreamEndCapture(s, &g));
-  CUgraphExec ge;
-  CK(cuGraphInstantiate(&ge, g, 0));
-  Timer t;
-  std::vector<double> v;
-  for (int i = 0; i < 17; ++i) {
-    CK(cuEventRecord(t.a, s));
-    CK(cuGraphLaunch(ge, s));
-    CK(cuEventRecord(t.b, s));
-    CK(cuEventSynchronize(t.b));
-    float ms;
-    CK(cuEventElapsedTime(&ms, t.a, t.b));
-    if (i >= 2) v.push_back(ms * 1e3 / L);
-  }
-  CK(cuGraphExecDestroy(ge));
-  CK(cuGraphDestroy(g));
-  return median(v);
+  return replay_median(g, L, 15, s);
 }
 
 int readbw(CUstream s) {
