@@ -144,6 +144,53 @@ __device__ __forceinline__ void l2_prefetch_lsu(const tprun_skinny_params& p, in
     for (int t = tile + helpers; t < lim; t += helpers) range(t);
 }
 
+// Experiment builds only (-DTPRUN_TRACE, scripts/kernel-harness): thread 0
+// of every CTA records %globaltimer and clock64 at its start, after
+// griddepcontrol.wait, after its MMAs and after its epilogue, for the
+// harness's "trace" mode. The shipped fatbin has none of it.
+#ifdef TPRUN_TRACE
+struct tprun_trace_rec {
+  unsigned long long g[6];
+  unsigned c[6];
+  unsigned smid, blk, wlo, nctas;
+};
+extern "C" {
+__device__ unsigned tprun_trace_n;
+__device__ tprun_trace_rec tprun_trace_buf[1 << 16];
+}
+struct Trace {
+  unsigned long long g[6] = {};
+  long long c[6] = {};
+  __device__ __forceinline__ void mark(int i) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g[i])::"memory");
+    c[i] = clock64();
+  }
+  __device__ __forceinline__ void flush(const tprun_skinny_params& p) {
+    if (threadIdx.x != 0) return;
+    const unsigned i = atomicAdd(&tprun_trace_n, 1u);
+    if (i >= (1u << 16)) return;
+    tprun_trace_rec r;
+    for (int q = 0; q < 6; ++q) r.g[q] = g[q], r.c[q] = (unsigned)(c[q] - c[0]);
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r.smid));
+    r.blk = blockIdx.x;
+    r.wlo = (unsigned)(p.weight >> 8);
+    r.nctas = gridDim.x;
+    tprun_trace_buf[i] = r;
+  }
+};
+// Marks i once register x has landed (its first use waits on the load).
+__device__ __forceinline__ void trace_landed(Trace& t, int i, uint32_t x) {
+  asm volatile("{\n\t.reg .b32 t;\n\tmov.b32 t, %0;\n\t}" ::"r"(x));
+  t.mark(i);
+}
+#else
+struct Trace {
+  __device__ __forceinline__ void mark(int) {}
+  __device__ __forceinline__ void flush(const tprun_skinny_params&) {}
+};
+__device__ __forceinline__ void trace_landed(Trace&, int, uint32_t) {}
+#endif
+
 __device__ __forceinline__ uint4 lds_v4(const uint16_t* p) {
   return *reinterpret_cast<const uint4*>(p);
 }
@@ -332,6 +379,8 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
 template <int M, int TR, int U, int UB, bool STAGE, bool PACKED>
 __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem, int mrows) {
   static_assert(U % UB == 0, "latent ring must divide the weight ring");
+  Trace tr;
+  tr.mark(0);
   constexpr int ROWS = 16 * TR;
   constexpr int SP = ROWS + 4;  // smem pitch (floats): conflict-free fragment stores
   constexpr int NV = M * ROWS / 8;  // 16-byte output vectors per CTA (<= 32: warp 0)
@@ -411,6 +460,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   // this whole grid to finish and flush.
   griddep_launch_dependents();
   griddep_wait();
+  tr.mark(1);
 
   float* red = smem;
   float* parts = smem + nwarps * 8 * SP;  // [cluster rank][m][n], used in the leader
@@ -459,6 +509,8 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
     for (int q = 0; q < 2; ++q) acc[r][q][0] = acc[r][q][1] = acc[r][q][2] = acc[r][q][3] = 0.f;
 
   if constexpr (STAGE) __syncthreads();  // the staged latent is complete
+  trace_landed(tr, 4, wa[0][0][0].x);
+  if constexpr (!STAGE) trace_landed(tr, 5, lb[0].x);
 
   for (int j0 = 0; j0 < nj; j0 += U) {
 #pragma unroll
@@ -498,7 +550,10 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
     bs += 32 * U;
   }
 
+  tr.mark(2);
   reduce_store<M, TR>(p, red, parts, acc, n0, shv, eok, em, ec);
+  tr.mark(3);
+  tr.flush(p);
 }
 
 // "_c" entry points: the CTA's whole weight slab (16 rows x its K slice) is

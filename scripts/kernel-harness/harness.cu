@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -155,6 +156,40 @@ struct Cfg {
     return b;
   }
 };
+
+// Reads a config as Cfg::str() writes it: rows/depth/{g,s,c}/warps/cluster,
+// then optionally /pfH.S[o][l] and /p. False when it is not one.
+bool parse_cfg(const std::string& str, Cfg* out) {
+  std::vector<std::string> f;
+  std::stringstream q(str);
+  for (std::string t; std::getline(q, t, '/');) f.push_back(t);
+  if (f.size() < 5 || f[2].size() != 1) return false;
+  Cfg c{atoi(f[0].c_str()), atoi(f[1].c_str()), 0, atoi(f[3].c_str()), atoi(f[4].c_str())};
+  const char st = f[2][0];
+  if (st == 'g') c.stage = 0;
+  else if (st == 's') c.stage = 1;
+  else if (st == 'c') c.stage = 2;
+  else return false;
+  for (size_t i = 5; i < f.size(); ++i) {
+    if (f[i] == "p") {
+      c.packed = 1;
+    } else if (f[i].rfind("pf", 0) == 0) {
+      int h = 0, s16 = 0, n = 0;
+      if (sscanf(f[i].c_str(), "pf%d.%d%n", &h, &s16, &n) != 2) return false;
+      c.pf = h | (s16 << 16);
+      for (const char* r = f[i].c_str() + n; *r; ++r) {
+        if (*r == 'o') c.pf |= 1 << 24;
+        else if (*r == 'l') c.pf |= 1 << 25;
+        else return false;
+      }
+    } else {
+      return false;
+    }
+  }
+  if (c.str() != str) return false;  // round trip: nothing was dropped
+  *out = c;
+  return true;
+}
 
 // The packed weight layout of skinny.h: 16-row groups x 32-k chunks, 1 KB
 // blocks in MMA fragment order, zero padding.
@@ -927,6 +962,43 @@ double replay_median(CUgraph g, int L, int reps, CUstream s) {
   return median(v);
 }
 
+// Trace mode (a fatbin built with -DTPRUN_TRACE): when g_trace is set,
+// time_skinny also replays its graph once with the kernel's trace buffer
+// cleared and writes one line per CTA record (skinny.cu, Trace).
+FILE* g_trace = nullptr;
+struct TraceRec {
+  unsigned long long g[6];
+  unsigned c[6];
+  unsigned smid, blk, wlo, nctas;
+};
+void trace_graph(const Kernels& k, CUgraph g, int M, int shard, const Cfg& c, CUstream s) {
+  CUdeviceptr n_p, buf_p;
+  size_t n_b, buf_b;
+  if (cuModuleGetGlobal(&n_p, &n_b, k.mod, "tprun_trace_n") != CUDA_SUCCESS ||
+      cuModuleGetGlobal(&buf_p, &buf_b, k.mod, "tprun_trace_buf") != CUDA_SUCCESS) {
+    fprintf(stderr, "trace: this fatbin was not built with -DTPRUN_TRACE\n");
+    exit(2);
+  }
+  CUgraphExec ge;
+  CK(cuGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; ++i) CK(cuGraphLaunch(ge, s));
+  CK(cuStreamSynchronize(s));
+  CK(cuMemsetD32(n_p, 0, 1));
+  CK(cuGraphLaunch(ge, s));
+  CK(cuStreamSynchronize(s));
+  unsigned n = 0;
+  CK(cuMemcpyDtoH(&n, n_p, 4));
+  n = std::min<unsigned>(n, (unsigned)(buf_b / sizeof(TraceRec)));
+  std::vector<TraceRec> v(n);
+  if (n) CK(cuMemcpyDtoH(v.data(), buf_p, n * sizeof(TraceRec)));
+  CK(cuGraphExecDestroy(ge));
+  for (const TraceRec& r : v)
+    fprintf(g_trace, "%d\t%d\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\n", shard, M,
+            c.str().c_str(), r.g[0], r.g[1], r.g[2], r.g[3], r.g[4], r.g[5], r.c[1], r.c[2], r.c[3], r.c[4], r.c[5],
+            r.smid, r.blk, r.wlo, r.nctas);
+  fflush(g_trace);
+}
+
 // Median time per launch (µs) of a captured graph of L launches rotating
 // through the pool, or a negative value when the config cannot launch.
 double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, int hidden, const Cfg& c,
@@ -965,6 +1037,7 @@ double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, 
     fprintf(stderr, "capture failed: %s %s\n", errname(r), errname(re));
     return -1;
   }
+  if (g_trace) trace_graph(k, g, M, shard, c, s);
   return replay_median(g, L, reps, s);
 }
 
@@ -1198,13 +1271,24 @@ double time_read(size_t bytes, int ctas, int threads, int depth, CUstream s) {
 int readbw(CUstream s) {
   const double bw = copy_bandwidth(s);
   printf("readbw: copy bandwidth (read+write) %.1f GB/s\n", bw / 1e9);
-  for (size_t bytes : {(size_t)3584 * 3584 * 2, (size_t)7168 * 3584 * 2, (size_t)896 * 3584 * 2, (size_t)448 * 3584 * 2,
-                       (size_t)256 << 20}) {
+  // HARNESS_READ_SHARDS (weight rows of latent 3584), _CTAS, _THREADS and
+  // _DEPTHS narrow or change the grid of the measurement.
+  std::vector<size_t> sizes = {(size_t)3584 * 3584 * 2, (size_t)7168 * 3584 * 2, (size_t)896 * 3584 * 2,
+                               (size_t)448 * 3584 * 2, (size_t)256 << 20};
+  if (getenv("HARNESS_READ_SHARDS")) {
+    sizes.clear();
+    for (int r : env_ints("HARNESS_READ_SHARDS", {})) sizes.push_back((size_t)r * 3584 * 2);
+  }
+  const std::vector<int> ctas_l = env_ints("HARNESS_READ_CTAS", {132, 264, 528, 1056});
+  const std::vector<int> threads_l = env_ints("HARNESS_READ_THREADS", {256, 512, 1024});
+  const std::vector<int> depths_l = env_ints("HARNESS_READ_DEPTHS", {4, 8, 16});
+  for (size_t bytes : sizes) {
     double best = 1e30;
     char bc[64] = "";
-    for (int ctas : {132, 264, 528, 1056})
-      for (int threads : {256, 512, 1024})
-        for (int depth : {4, 8, 16}) {
+    for (int ctas : ctas_l)
+      for (int threads : threads_l)
+        for (int depth : depths_l) {
+          if (depth != 4 && depth != 8 && depth != 16) continue;
           if ((long long)ctas * threads > 132 * 2048 * 2) continue;
           const double us = time_read(bytes, ctas, threads, depth, s);
           if (us < 0) continue;
@@ -1298,7 +1382,7 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|pfsweep OUT|bench TABLE OUT|readbw\n");
+    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|pfsweep OUT|bench TABLE OUT|readbw|trace OUT\n");
     return 2;
   }
   const std::string mode = argv[2];
@@ -1347,6 +1431,72 @@ int main(int argc, char** argv) {
     rc = sweep(k, rng, s, argv[3]);
   } else if (mode == "pfsweep" && argc >= 4) {
     rc = pfsweep(k, rng, s, argv[3]);
+  } else if (mode == "trace" && argc >= 4) {
+    // Per-CTA timelines of a few configs (a -DTPRUN_TRACE fatbin), for
+    // scripts/kernel-harness/trace_report.py.
+    g_trace = fopen(argv[3], "w");
+    if (!g_trace) return 1;
+    fprintf(g_trace, "shard\tm\tcfg\tg0\tg1\tg2\tg3\tg4\tg5\tc1\tc2\tc3\tc4\tc5\tsmid\tblk\twlo\tnctas\n");
+    struct T { int shard, M; Cfg c; };
+    const Cfg d8{16, 8, 0, 8, 1, 0, 1}, w16{16, 8, 0, 16, 1, 0, 1}, t32{32, 4, 0, 8, 4, 0, 1};
+    const T ts[] = {{3584, 2, d8}, {3584, 8, d8}, {896, 2, w16}, {896, 3, w16},
+                    {896, 3, t32}, {896, 8, w16}, {896, 8, t32}};
+    for (const T& t : ts) {
+      Pool pool(t.shard, 3584, rng);
+      Acts acts(3584, 7168, rng);
+      const double us = time_skinny(k, pool, acts, t.M, 7168, t.c, s, 7);
+      printf("trace shard %d M %d %s: %.3f us per launch\n", t.shard, t.M, t.c.str().c_str(), us);
+      fflush(stdout);
+    }
+    fclose(g_trace);
+    g_trace = nullptr;
+  } else if (mode == "ab") {
+    // Interleaved A/B on one GPU: HARNESS_AB = "SHARD:M,M,...:CFG,CFG,...;..."
+    // (CFG as the sweep prints it, e.g. 16/8/g/8/1/p); every config of a
+    // group is timed in turn, HARNESS_AB_REPS rounds (default 5), so that
+    // drift hits them alike.
+    const char* spec = getenv("HARNESS_AB");
+    if (!spec) {
+      fprintf(stderr, "ab: set HARNESS_AB\n");
+      return 2;
+    }
+    const int reps = env_ints("HARNESS_AB_REPS", {5})[0];
+    std::stringstream groups(spec);
+    std::string grp;
+    while (std::getline(groups, grp, ';')) {
+      std::stringstream parts(grp);
+      std::string shard_s, ms_s, cfgs_s, tok;
+      std::getline(parts, shard_s, ':');
+      std::getline(parts, ms_s, ':');
+      std::getline(parts, cfgs_s, ':');
+      const int shard = atoi(shard_s.c_str());
+      std::vector<int> ms;
+      for (std::stringstream q(ms_s); std::getline(q, tok, ',');) ms.push_back(atoi(tok.c_str()));
+      std::vector<Cfg> cs;
+      for (std::stringstream q(cfgs_s); std::getline(q, tok, ',');) {
+        Cfg c{};
+        if (!parse_cfg(tok, &c)) {
+          fprintf(stderr, "ab: cannot read config %s\n", tok.c_str());
+          return 2;
+        }
+        cs.push_back(c);
+      }
+      Pool pool(shard, 3584, rng);
+      Acts acts(3584, 7168, rng);
+      for (int M : ms) {
+        std::vector<std::vector<double>> t(cs.size());
+        for (int r = 0; r < reps; ++r)
+          for (size_t i = 0; i < cs.size(); ++i) t[i].push_back(time_skinny(k, pool, acts, M, 7168, cs[i], s, 7));
+        for (size_t i = 0; i < cs.size(); ++i) {
+          std::string all;
+          char b[16];
+          for (double x : t[i]) snprintf(b, sizeof b, " %.3f", x), all += b;
+          printf("ab shard %d M %d %-22s median %.3f us (%s)\n", shard, M, cs[i].str().c_str(), median(t[i]),
+                 all.c_str() + 1);
+        }
+        fflush(stdout);
+      }
+    }
   } else if (mode == "readbw") {
     rc = readbw(s);
   } else if (mode == "bench" && argc >= 5) {
