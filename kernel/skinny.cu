@@ -38,13 +38,19 @@ namespace tprun {
 
 // All global accesses are volatile asm so that the compiler keeps them in
 // program order around griddepcontrol.wait: weights before, the rest after.
+// TPRUN_WEIGHT_LD: the weight load instruction (experiment builds may
+// define another one). No L2::256B prefetch hint: with it, shard 3584 ran
+// 0.25-0.3 us slower on the same H200 (bench/NOTES-kernel.md, v8).
+#ifndef TPRUN_WEIGHT_LD
+#define TPRUN_WEIGHT_LD "ld.global.nc.L1::no_allocate.v4.u32"
+#endif
 __device__ __forceinline__ uint4 ld_weight(const uint16_t* p, bool pred) {
   uint4 v;
   asm volatile(
       "{\n\t.reg .pred p;\n\t"
       "setp.ne.b32 p, %5, 0;\n\t"
       "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-      "@p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      "@p " TPRUN_WEIGHT_LD " {%0, %1, %2, %3}, [%4];\n\t}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"((int)pred));
   return v;
