@@ -1,12 +1,15 @@
 package launcher
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -244,6 +247,9 @@ func (c *child) wait(done chan<- *child) {
 // own just before tprun stops the job must not count as stopped by tprun.
 // waitid with WNOWAIT looks without reaping; ECHILD means the waiter has
 // reaped it already.
+// A process that is exiting has closed its files (so the hub may already
+// have seen its connection drop) a moment before it becomes a zombie that
+// waitid reports; /proc shows it as exiting from the start of that window.
 func (c *child) running() bool {
 	var info unix.Siginfo
 	err := unix.Waitid(unix.P_PID, c.pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
@@ -251,7 +257,38 @@ func (c *child) running() bool {
 		return !errors.Is(err, unix.ECHILD)
 	}
 	// With WNOHANG and nothing to report, Linux leaves si_signo zero.
-	return info.Signo == 0
+	if info.Signo != 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.pid) + "/stat")
+	if err != nil {
+		return true // no /proc: waitid's answer is all there is
+	}
+	return !statExiting(b)
+}
+
+// pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h),
+// set when a task starts to exit, before it closes its files.
+const pfExiting = 0x4
+
+// statExiting reports whether a /proc/PID/stat line shows a task that is
+// exiting or has exited: state Z or X, or PF_EXITING in its flags (the
+// ninth field; the command name in parentheses may hold spaces and
+// parentheses, so the fields are counted after the last ')').
+func statExiting(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 7 {
+		return false
+	}
+	if f[0] == "Z" || f[0] == "X" || f[0] == "x" {
+		return true
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
 
 // failedOnItsOwn reports whether the rank's end was a failure that tprun's
