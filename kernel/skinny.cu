@@ -156,8 +156,8 @@ __device__ __forceinline__ void l2_prefetch_lsu(const tprun_skinny_params& p, in
 // harness's "trace" mode. The shipped fatbin has none of it.
 #ifdef TPRUN_TRACE
 struct tprun_trace_rec {
-  unsigned long long g[6];
-  unsigned c[6];
+  unsigned long long g[7];
+  unsigned c[7];
   unsigned smid, blk, wlo, nctas;
 };
 extern "C" {
@@ -165,8 +165,8 @@ __device__ unsigned tprun_trace_n;
 __device__ tprun_trace_rec tprun_trace_buf[1 << 16];
 }
 struct Trace {
-  unsigned long long g[6] = {};
-  long long c[6] = {};
+  unsigned long long g[7] = {};
+  long long c[7] = {};
   __device__ __forceinline__ void mark(int i) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g[i])::"memory");
     c[i] = clock64();
@@ -176,7 +176,7 @@ struct Trace {
     const unsigned i = atomicAdd(&tprun_trace_n, 1u);
     if (i >= (1u << 16)) return;
     tprun_trace_rec r;
-    for (int q = 0; q < 6; ++q) r.g[q] = g[q], r.c[q] = (unsigned)(c[q] - c[0]);
+    for (int q = 0; q < 7; ++q) r.g[q] = g[q], r.c[q] = (unsigned)(c[q] - c[0]);
     asm volatile("mov.u32 %0, %%smid;" : "=r"(r.smid));
     r.blk = blockIdx.x;
     r.wlo = (unsigned)(p.weight >> 8);
@@ -185,8 +185,11 @@ struct Trace {
   }
 };
 // Marks i once register x has landed (its first use waits on the load).
-__device__ __forceinline__ void trace_landed(Trace& t, int i, uint32_t x) {
+__device__ __forceinline__ void trace_use(uint32_t x) {
   asm volatile("{\n\t.reg .b32 t;\n\tmov.b32 t, %0;\n\t}" ::"r"(x));
+}
+__device__ __forceinline__ void trace_landed(Trace& t, int i, uint32_t x) {
+  trace_use(x);
   t.mark(i);
 }
 #else
@@ -194,6 +197,7 @@ struct Trace {
   __device__ __forceinline__ void mark(int) {}
   __device__ __forceinline__ void flush(const tprun_skinny_params&) {}
 };
+__device__ __forceinline__ void trace_use(uint32_t) {}
 __device__ __forceinline__ void trace_landed(Trace&, int, uint32_t) {}
 #endif
 
@@ -517,6 +521,13 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   if constexpr (STAGE) __syncthreads();  // the staged latent is complete
   trace_landed(tr, 4, wa[0][0][0].x);
   if constexpr (!STAGE) trace_landed(tr, 5, lb[0].x);
+#ifdef TPRUN_TRACE
+  // Mark 6: every chunk of the prologue ring (this warp's first U) landed.
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (u < nj) trace_use(wa[u][TR - 1][1].w);
+  tr.mark(6);
+#endif
 
   for (int j0 = 0; j0 < nj; j0 += U) {
 #pragma unroll

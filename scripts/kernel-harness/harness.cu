@@ -967,8 +967,8 @@ double replay_median(CUgraph g, int L, int reps, CUstream s) {
 // cleared and writes one line per CTA record (skinny.cu, Trace).
 FILE* g_trace = nullptr;
 struct TraceRec {
-  unsigned long long g[6];
-  unsigned c[6];
+  unsigned long long g[7];
+  unsigned c[7];
   unsigned smid, blk, wlo, nctas;
 };
 void trace_graph(const Kernels& k, CUgraph g, int M, int shard, const Cfg& c, CUstream s) {
@@ -993,9 +993,9 @@ void trace_graph(const Kernels& k, CUgraph g, int M, int shard, const Cfg& c, CU
   if (n) CK(cuMemcpyDtoH(v.data(), buf_p, n * sizeof(TraceRec)));
   CK(cuGraphExecDestroy(ge));
   for (const TraceRec& r : v)
-    fprintf(g_trace, "%d\t%d\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\n", shard, M,
-            c.str().c_str(), r.g[0], r.g[1], r.g[2], r.g[3], r.g[4], r.g[5], r.c[1], r.c[2], r.c[3], r.c[4], r.c[5],
-            r.smid, r.blk, r.wlo, r.nctas);
+    fprintf(g_trace, "%d\t%d\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\n",
+            shard, M, c.str().c_str(), r.g[0], r.g[1], r.g[2], r.g[3], r.g[4], r.g[5], r.g[6], r.c[1], r.c[2], r.c[3],
+            r.c[4], r.c[5], r.c[6], r.smid, r.blk, r.wlo, r.nctas);
   fflush(g_trace);
 }
 
@@ -1436,7 +1436,7 @@ int main(int argc, char** argv) {
     // scripts/kernel-harness/trace_report.py.
     g_trace = fopen(argv[3], "w");
     if (!g_trace) return 1;
-    fprintf(g_trace, "shard\tm\tcfg\tg0\tg1\tg2\tg3\tg4\tg5\tc1\tc2\tc3\tc4\tc5\tsmid\tblk\twlo\tnctas\n");
+    fprintf(g_trace, "shard\tm\tcfg\tg0\tg1\tg2\tg3\tg4\tg5\tg6\tc1\tc2\tc3\tc4\tc5\tc6\tsmid\tblk\twlo\tnctas\n");
     struct T { int shard, M; Cfg c; };
     const Cfg d8{16, 8, 0, 8, 1, 0, 1}, w16{16, 8, 0, 16, 1, 0, 1}, t32{32, 4, 0, 8, 4, 0, 1};
     const T ts[] = {{3584, 2, d8}, {3584, 8, d8}, {896, 2, w16}, {896, 3, w16},

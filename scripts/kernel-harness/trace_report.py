@@ -71,6 +71,9 @@ def main(path):
             lat = [x["g5"] - x["g4"] for x in ctas if x["g5"] >= x["g4"]]
             if lat:
                 print("              then -> 1st latent chunk in registers: " + fmt(lat))
+        if "g6" in ctas[0]:
+            print("              wait -> every prologue chunk landed:  " + fmt([max(0, x["g6"] - x["g1"]) for x in ctas]))
+            print("              all landed -> MMAs done:              " + fmt([x["g2"] - max(x["g6"], x["g1"]) for x in ctas]))
         print("per CTA, cyc  wait -> MMAs done:  " + fmt([x["c2"] - x["c1"] for x in ctas]))
         print("              MMAs -> end:        " + fmt([x["c3"] - x["c2"] for x in ctas]))
         rel, early, place, spread, endspread = [], [], [], [], []
