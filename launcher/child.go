@@ -260,11 +260,30 @@ func (c *child) running() bool {
 	if info.Signo != 0 {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.pid) + "/stat")
+	exiting, known := procExiting(c.pid)
+	return !known || !exiting // without /proc, waitid's answer is all there is
+}
+
+// procExiting reports whether every thread of process pid is exiting, as
+// /proc shows it, and whether /proc could tell. Every thread, not the
+// process's own stat line: a main thread that ended with pthread_exit
+// while others run shows as exiting too.
+func procExiting(pid int) (exiting, known bool) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return true // no /proc: waitid's answer is all there is
+		return false, false
 	}
-	return !statExiting(b)
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			continue // the thread is gone: it has exited
+		}
+		if !statExiting(b) {
+			return false, true
+		}
+	}
+	return true, true
 }
 
 // pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h),

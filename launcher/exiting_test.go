@@ -60,3 +60,17 @@ func TestRunningSeesExit(t *testing.T) {
 	t.Logf("killed child, not reaped: %q", st)
 	_ = cmd.Wait()
 }
+
+// This test process has several threads (the Go runtime's), none exiting.
+func TestProcExitingSelf(t *testing.T) {
+	exiting, known := procExiting(os.Getpid())
+	if !known {
+		t.Skip("no /proc here")
+	}
+	if exiting {
+		t.Fatal("this running test process reads as exiting")
+	}
+	if _, known := procExiting(1 << 30); known {
+		t.Error("a pid that cannot exist reads as known")
+	}
+}

@@ -983,7 +983,7 @@ void trace_graph(const Kernels& k, CUgraph g, int M, int shard, const Cfg& c, CU
   CK(cuGraphInstantiate(&ge, g, 0));
   for (int i = 0; i < 3; ++i) CK(cuGraphLaunch(ge, s));
   CK(cuStreamSynchronize(s));
-  CK(cuMemsetD32(n_p, 0, 1));
+  CK(cuMemsetD32Async(n_p, 0, 1, s));  // on s: ordered before the traced replay
   CK(cuGraphLaunch(ge, s));
   CK(cuStreamSynchronize(s));
   unsigned n = 0;
@@ -1275,7 +1275,7 @@ int readbw(CUstream s) {
   // _DEPTHS narrow or change the grid of the measurement.
   std::vector<size_t> sizes = {(size_t)3584 * 3584 * 2, (size_t)7168 * 3584 * 2, (size_t)896 * 3584 * 2,
                                (size_t)448 * 3584 * 2, (size_t)256 << 20};
-  if (getenv("HARNESS_READ_SHARDS")) {
+  if (const char* e = getenv("HARNESS_READ_SHARDS"); e && *e) {
     sizes.clear();
     for (int r : env_ints("HARNESS_READ_SHARDS", {})) sizes.push_back((size_t)r * 3584 * 2);
   }
@@ -1460,7 +1460,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "ab: set HARNESS_AB\n");
       return 2;
     }
-    const int reps = env_ints("HARNESS_AB_REPS", {5})[0];
+    const int reps = std::max(1, env_ints("HARNESS_AB_REPS", {5})[0]);
     std::stringstream groups(spec);
     std::string grp;
     while (std::getline(groups, grp, ';')) {
@@ -1486,8 +1486,15 @@ int main(int argc, char** argv) {
       for (int M : ms) {
         std::vector<std::vector<double>> t(cs.size());
         for (int r = 0; r < reps; ++r)
-          for (size_t i = 0; i < cs.size(); ++i) t[i].push_back(time_skinny(k, pool, acts, M, 7168, cs[i], s, 7));
+          for (size_t i = 0; i < cs.size(); ++i) {
+            const double us = time_skinny(k, pool, acts, M, 7168, cs[i], s, 7);
+            if (us > 0) t[i].push_back(us);  // <= 0: the config cannot launch here
+          }
         for (size_t i = 0; i < cs.size(); ++i) {
+          if (t[i].empty()) {
+            printf("ab shard %d M %d %-22s cannot launch\n", shard, M, cs[i].str().c_str());
+            continue;
+          }
           std::string all;
           char b[16];
           for (double x : t[i]) snprintf(b, sizeof b, " %.3f", x), all += b;
