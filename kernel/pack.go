@@ -41,14 +41,18 @@ func PackWeight(dst, w []BF16, shard, latent int) error {
 	clear(dst)
 	chunks := (latent + packK - 1) / packK
 	for n := range shard {
-		g, h, lrow := n/packRows, (n%packRows)/8, 4*(n%8)
-		row := w[n*latent : (n+1)*latent]
-		for k, v := range row {
-			c, l := k/packK, lrow+(k%packK)/8
-			dst[(g*chunks+c)*packBlock+(h*32+l)*8+k%8] = v
+		for k, v := range w[n*latent : (n+1)*latent] {
+			dst[packedIndex(n, k, chunks)] = v
 		}
 	}
 	return nil
+}
+
+// packedIndex is where element (n, k) of the weight sits in the packed
+// layout with chunks 32-k chunks a row (the formula of PackWeight).
+func packedIndex(n, k, chunks int) int {
+	g, h, c, l := n/packRows, (n%packRows)/8, k/packK, 4*(n%8)+(k%packK)/8
+	return (g*chunks+c)*packBlock + (h*32+l)*8 + k%8
 }
 
 // UnpackWeight is PackWeight's inverse: it writes the row-major
@@ -66,11 +70,9 @@ func UnpackWeight(dst, p []BF16, shard, latent int) error {
 	}
 	chunks := (latent + packK - 1) / packK
 	for n := range shard {
-		g, h, lrow := n/packRows, (n%packRows)/8, 4*(n%8)
 		row := dst[n*latent : (n+1)*latent]
 		for k := range row {
-			c, l := k/packK, lrow+(k%packK)/8
-			row[k] = p[(g*chunks+c)*packBlock+(h*32+l)*8+k%8]
+			row[k] = p[packedIndex(n, k, chunks)]
 		}
 	}
 	return nil
