@@ -864,9 +864,7 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkBlocks(t, steps, got, hidden)
-	if l := leaksBut(gpu, "memory regions"); l != "" {
-		t.Errorf("left alive: %s", l)
-	}
+	checkNoLeaks(t, gpu)
 }
 
 // TestCUDAEngineFakeGraphCloseDuringReplay: closing a StepGraph while
@@ -912,15 +910,20 @@ func TestCUDAEngineFakeGraphCloseDuringReplay(t *testing.T) {
 	}
 }
 
-// leaksBut is gpu.leaks without the kinds the test itself made.
-func leaksBut(gpu *fakeGPU, skip string) string {
-	var out []string
+// checkNoLeaks fails t if the fake GPU still holds anything the engines
+// made: its leaks less the memory regions the test itself made for the
+// inputs.
+func checkNoLeaks(t *testing.T, gpu *fakeGPU) {
+	t.Helper()
+	var left []string
 	for _, s := range strings.Split(gpu.leaks(), ", ") {
-		if s != "" && !strings.HasPrefix(s, skip) {
-			out = append(out, s)
+		if s != "" && !strings.HasPrefix(s, "memory regions") {
+			left = append(left, s)
 		}
 	}
-	return strings.Join(out, ", ")
+	if len(left) > 0 {
+		t.Errorf("left alive: %s", strings.Join(left, ", "))
+	}
 }
 
 func TestCUDAEngineFakeDeadPeer(t *testing.T) {
@@ -1054,9 +1057,7 @@ func TestCUDAEngineFakeAbort(t *testing.T) {
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
 			}
-			if l := leaksBut(gpu, "memory regions"); l != "" {
-				t.Errorf("left alive: %s", l)
-			}
+			checkNoLeaks(t, gpu)
 		})
 	}
 }
@@ -1139,9 +1140,7 @@ func TestCUDAEngineFakeAbortSharedContext(t *testing.T) {
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
 			}
-			if l := leaksBut(gpu, "memory regions"); l != "" {
-				t.Errorf("left alive: %s", l)
-			}
+			checkNoLeaks(t, gpu)
 		})
 	}
 }
