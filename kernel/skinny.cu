@@ -40,7 +40,7 @@ namespace tprun {
 // program order around griddepcontrol.wait: weights before, the rest after.
 // TPRUN_WEIGHT_LD: the weight load instruction (experiment builds may
 // define another one). No L2::256B prefetch hint: with it, shard 3584 ran
-// 0.25-0.3 us slower on the same H200 (bench/NOTES-kernel.md, v8).
+// 0.23-0.3 us slower on the same H200 (bench/NOTES-kernel.md, v8).
 #ifndef TPRUN_WEIGHT_LD
 #define TPRUN_WEIGHT_LD "ld.global.nc.L1::no_allocate.v4.u32"
 #endif
@@ -98,24 +98,39 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 // The tiles are counted from the shard, not the grid, which may carry
 // receive CTAs after them. In the packed layout a tile is the same
 // contiguous block with rows padded to 16 and k to 32.
+// What both forms of the plan need: the helper count, the tile limit, and
+// where tile t starts and how many bytes it has.
+template <int ROWS, bool PACKED>
+struct PfPlan {
+  int helpers;        // TPRUN_PF_HELPERS
+  int lim;            // tiles t < lim are prefetched by the helpers
+  size_t row_bytes;   // bytes of one weight row (all of K), padded in the packed layout
+  int shard_rows;     // rows the weight buffer holds
+  const char* w;
+
+  __device__ __forceinline__ explicit PfPlan(const tprun_skinny_params& p) {
+    const int s16 = TPRUN_PF_SIXTEENTHS(p.l2_prefetch);
+    const int ntiles = (p.shard + ROWS - 1) / ROWS;
+    helpers = TPRUN_PF_HELPERS(p.l2_prefetch);
+    lim = s16 == 0 ? ntiles : min(ntiles, (ntiles * s16 + 15) / 16);
+    row_bytes = PACKED ? (size_t)((p.latent_dim + 31) / 32) * 64 : (size_t)p.latent_dim * 2;
+    shard_rows = PACKED ? (p.shard + 15) / 16 * 16 : p.shard;
+    w = reinterpret_cast<const char*>(p.weight);
+  }
+  __device__ __forceinline__ const char* tile_base(int t) const { return w + (size_t)t * ROWS * row_bytes; }
+  __device__ __forceinline__ size_t tile_bytes(int t) const {
+    return (size_t)min(ROWS, shard_rows - t * ROWS) * row_bytes;
+  }
+};
+
 template <int ROWS, bool PACKED>
 __device__ __forceinline__ void l2_prefetch_tiles(const tprun_skinny_params& p, int tile, int lane) {
-  const int plan = p.l2_prefetch;
-  const int helpers = TPRUN_PF_HELPERS(plan);
-  const int s16 = TPRUN_PF_SIXTEENTHS(plan);
-  const int ntiles = (p.shard + ROWS - 1) / ROWS;
-  const int lim = s16 == 0 ? ntiles : min(ntiles, (ntiles * s16 + 15) / 16);
-  const size_t row_bytes = PACKED ? (size_t)((p.latent_dim + 31) / 32) * 64 : (size_t)p.latent_dim * 2;
-  const int shard_rows = PACKED ? (p.shard + 15) / 16 * 16 : p.shard;
-  const char* w = reinterpret_cast<const char*>(p.weight);
-  auto one = [&](int t) {
-    const int rows = min(ROWS, shard_rows - t * ROWS);
-    prefetch_l2(w + (size_t)t * ROWS * row_bytes, (uint32_t)(rows * row_bytes));
-  };
-  if (tile < helpers) {
-    for (int t = tile + lane * helpers; t < lim; t += 32 * helpers) one(t);
-    if (lane == 0 && tile >= lim) one(tile);
-  } else if (TPRUN_PF_OWN(plan) && lane == 0) {
+  const PfPlan<ROWS, PACKED> pl(p);
+  auto one = [&](int t) { prefetch_l2(pl.tile_base(t), (uint32_t)pl.tile_bytes(t)); };
+  if (tile < pl.helpers) {
+    for (int t = tile + lane * pl.helpers; t < pl.lim; t += 32 * pl.helpers) one(t);
+    if (lane == 0 && tile >= pl.lim) one(tile);
+  } else if (TPRUN_PF_OWN(p.l2_prefetch) && lane == 0) {
     one(tile);
   }
 }
@@ -130,24 +145,16 @@ __device__ __forceinline__ void prefetch_line_l2(const void* p) {
 // helper, other CTAs' tiles) in flight however small its ring.
 template <int ROWS, bool PACKED>
 __device__ __forceinline__ void l2_prefetch_lsu(const tprun_skinny_params& p, int tile) {
-  const int plan = p.l2_prefetch;
-  const int helpers = TPRUN_PF_HELPERS(plan);
-  const int s16 = TPRUN_PF_SIXTEENTHS(plan);
-  const int ntiles = (p.shard + ROWS - 1) / ROWS;
-  const int lim = s16 == 0 ? ntiles : min(ntiles, (ntiles * s16 + 15) / 16);
-  const size_t row_bytes = PACKED ? (size_t)((p.latent_dim + 31) / 32) * 64 : (size_t)p.latent_dim * 2;
-  const int shard_rows = PACKED ? (p.shard + 15) / 16 * 16 : p.shard;
-  const char* w = reinterpret_cast<const char*>(p.weight);
+  const PfPlan<ROWS, PACKED> pl(p);
   auto range = [&](int t) {
-    const int rows = min(ROWS, shard_rows - t * ROWS);
-    const char* base = w + (size_t)t * ROWS * row_bytes;
-    const size_t bytes = (size_t)rows * row_bytes;
+    const char* base = pl.tile_base(t);
+    const size_t bytes = pl.tile_bytes(t);
     for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
       prefetch_line_l2(base + off);
   };
-  if (TPRUN_PF_OWN(plan)) range(tile);
-  if (tile < helpers)
-    for (int t = tile + helpers; t < lim; t += helpers) range(t);
+  if (TPRUN_PF_OWN(p.l2_prefetch)) range(tile);
+  if (tile < pl.helpers)
+    for (int t = tile + pl.helpers; t < pl.lim; t += pl.helpers) range(t);
 }
 
 // Experiment builds only (-DTPRUN_TRACE, scripts/kernel-harness): thread 0
@@ -184,21 +191,32 @@ struct Trace {
     tprun_trace_buf[i] = r;
   }
 };
-// Marks i once register x has landed (its first use waits on the load).
-__device__ __forceinline__ void trace_use(uint32_t x) {
-  asm volatile("{\n\t.reg .b32 t;\n\tmov.b32 t, %0;\n\t}" ::"r"(x));
-}
+// Marks i once register x has landed: the timer read is predicated on a
+// comparison of x (a value no load returns here), so it cannot issue before
+// the load that writes x completes. A plain read of x into a dead register
+// does not do it: ptxas deletes the move.
 __device__ __forceinline__ void trace_landed(Trace& t, int i, uint32_t x) {
-  trace_use(x);
-  t.mark(i);
+  unsigned long long g;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "setp.ne.u32 p, %1, 0x7fc17fc1;\n\t"
+      "mov.u64 %0, 0;\n\t"
+      "@p mov.u64 %0, %%globaltimer;\n\t}"
+      : "=l"(g)
+      : "r"(x)
+      : "memory");
+  t.g[i] = g;
+  t.c[i] = clock64();
 }
+// For several registers: fold them into one value first (each fold waits).
+__device__ __forceinline__ uint32_t trace_fold(uint32_t a, uint32_t x) { return a ^ x; }
 #else
 struct Trace {
   __device__ __forceinline__ void mark(int) {}
   __device__ __forceinline__ void flush(const tprun_skinny_params&) {}
 };
-__device__ __forceinline__ void trace_use(uint32_t) {}
 __device__ __forceinline__ void trace_landed(Trace&, int, uint32_t) {}
+__device__ __forceinline__ uint32_t trace_fold(uint32_t a, uint32_t) { return a; }
 #endif
 
 __device__ __forceinline__ uint4 lds_v4(const uint16_t* p) {
@@ -281,12 +299,22 @@ __device__ __forceinline__ void store_vector(const tprun_skinny_params& p, const
 }
 
 // Whether a CTA takes the warp-per-vector epilogue of reduce_store: no
-// cluster, and at most one output vector per warp.
-// Measured (bench/NOTES-kernel.md, 2026-11-30b): it gains up to 0.1 µs
-// with 2 or 4 vectors (M <= 2 at 16 rows) and loses up to 0.2 µs with 10
-// or more, where most warps then wait on their column sums.
+// cluster, and at most max(4, warps/2) output vectors.
+// Measured (bench/NOTES-kernel.md, 2026-11-30b and 30e): with 8 warps it
+// gains up to 0.1 µs with 2 or 4 vectors (M <= 2 at 16 rows) and loses
+// 0.04-0.1 µs with 6 or 8 (shard 3584), up to 0.2 µs with 10 or more; with
+// 16 warps, where the other epilogue sums 16 partials per output, it gains
+// 0.17 µs with 6 vectors and 0.41 µs with 8 (shard 896, M 3 and 4) and
+// loses 0.14 µs with 16.
+// TPRUN_WEPI_MAX, if defined, replaces the limit (experiment builds).
 __device__ __forceinline__ bool warp_epilogue(int nv, int csize) {
-  return csize == 1 && nv <= 4 && nv <= (int)(blockDim.x >> 5);
+  const int nwarps = (int)(blockDim.x >> 5);
+#ifdef TPRUN_WEPI_MAX
+  const int lim = TPRUN_WEPI_MAX;
+#else
+  const int lim = max(4, nwarps / 2);
+#endif
+  return csize == 1 && nv <= lim && nv <= nwarps;
 }
 
 // Reduction and epilogue shared by every entry point. acc[r][q] is one
@@ -522,11 +550,19 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   trace_landed(tr, 4, wa[0][0][0].x);
   if constexpr (!STAGE) trace_landed(tr, 5, lb[0].x);
 #ifdef TPRUN_TRACE
-  // Mark 6: every chunk of the prologue ring (this warp's first U) landed.
+  // Mark 6: every chunk of the prologue ring (this warp's first U) and
+  // every latent chunk of the first UB landed.
+  {
+    uint32_t f = 0;
 #pragma unroll
-  for (int u = 0; u < U; ++u)
-    if (u < nj) trace_use(wa[u][TR - 1][1].w);
-  tr.mark(6);
+    for (int u = 0; u < U; ++u)
+      if (u < nj) f = trace_fold(f, wa[u][TR - 1][1].w);
+    if constexpr (!STAGE) {
+#pragma unroll
+      for (int u = 0; u < UB; ++u) f = trace_fold(f, lb[u].w);
+    }
+    trace_landed(tr, 6, f);
+  }
 #endif
 
   for (int j0 = 0; j0 < nj; j0 += U) {
