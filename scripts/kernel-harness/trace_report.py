@@ -4,11 +4,14 @@
 Each line of OUT is one CTA of one launch: %globaltimer at its start (g0),
 after griddepcontrol.wait (g1), after its MMA loop was issued (g2) and after
 its epilogue (g3), clock64 deltas from its start (c1..c3), its SM, block
-index, weight buffer (wlo) and grid size. g4..g6 (c4..c6) were meant to
-mark the first weight chunk, the first latent chunk and every prologue
-chunk landing; ptxas drops the reads that should wait for them, so in
-fatbins built up to stamp a24d9b6e they mark the loads' issue only
-(bench/NOTES-kernel.md, 2026-11-30d). Launches are told apart by weight buffer and
+index, weight buffer (wlo) and grid size. g4..g6 (c4..c6) mark the first
+weight chunk, the first latent chunk, and every prologue chunk plus the
+first latent chunks in registers: each timer read waits on a comparison of
+the loaded value. In trace fatbins built up to stamp a24d9b6e ptxas dropped
+the reads meant to wait, so there they mark the loads' issue only
+(bench/NOTES-kernel.md, 2026-11-30d and 30e). The marks serialize the
+code around them (the refill loads after mark 6 issue only once it is
+taken), so read them for order, not for speed. Launches are told apart by weight buffer and
 time. Per config the report gives the period between launch ends, where a
 CTA's time goes, and what happens at each kernel boundary: how long after
 the previous grid's last CTA ended this grid's CTAs were released from the
@@ -71,13 +74,13 @@ def main(path):
         print("              wait -> MMAs done:  " + fmt([x["g2"] - x["g1"] for x in ctas]))
         print("              MMAs -> end:        " + fmt([x["g3"] - x["g2"] for x in ctas]))
         if "g4" in ctas[0]:
-            print("              wait -> mark 4 (void, see docstring):  " + fmt([x["g4"] - x["g1"] for x in ctas]))
+            print("              wait -> 1st weight chunk in registers: " + fmt([x["g4"] - x["g1"] for x in ctas]))
             lat = [x["g5"] - x["g4"] for x in ctas if x["g5"] >= x["g4"]]
             if lat:
-                print("              then -> mark 5 (void, see docstring):  " + fmt(lat))
+                print("              then -> 1st latent chunk in registers: " + fmt(lat))
         if "g6" in ctas[0]:
-            print("              wait -> mark 6 (void, see docstring):  " + fmt([max(0, x["g6"] - x["g1"]) for x in ctas]))
-            print("              mark 6 -> MMAs issued:                 " + fmt([x["g2"] - max(x["g6"], x["g1"]) for x in ctas]))
+            print("              wait -> ring + 1st latents landed:     " + fmt([max(0, x["g6"] - x["g1"]) for x in ctas]))
+            print("              landed -> MMAs issued:                 " + fmt([x["g2"] - max(x["g6"], x["g1"]) for x in ctas]))
         print("per CTA, cyc  wait -> MMAs done:  " + fmt([x["c2"] - x["c1"] for x in ctas]))
         print("              MMAs -> end:        " + fmt([x["c3"] - x["c2"] for x in ctas]))
         rel, early, place, spread, endspread = [], [], [], [], []
