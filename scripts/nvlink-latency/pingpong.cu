@@ -1,8 +1,9 @@
 // One-way GPU-to-GPU store latency over a peer mapping (NVLink), measured as
 // half the round trip of a ping-pong: GPU 0 stores i into a word of GPU 1's
 // memory and waits until GPU 1 has stored i back into a word of its own
-// memory; GPU 1 waits for i and answers. One thread each, system-scope
-// release stores and acquire loads, %globaltimer on GPU 0.
+// memory; GPU 1 waits for i and answers. One thread each, %globaltimer on
+// GPU 0; twice: with system-scope release stores and acquire loads, and
+// with the mailbox's plain stores and volatile loads.
 //
 //   nvcc -O3 -arch=sm_90 -o pingpong pingpong.cu && ./pingpong [rounds]
 //
@@ -24,6 +25,16 @@
     }                                                                                 \
   } while (0)
 
+// The mailbox's own primitives: a plain (weak) store by the writer and a
+// volatile load by the poller (kernel/skinny.cu, kernel/receive.cu).
+__device__ __forceinline__ unsigned ld_volatile(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_plain(unsigned* p, unsigned v) {
+  asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -38,33 +49,42 @@ __device__ __forceinline__ unsigned long long gtimer() {
   return t;
 }
 
-// ping: for i in 1..n: store i to *out, wait until *in == i; times[i-1] = round trip.
+// ping: for i in 1..n: store i to *out, wait until *in == i; times[i-1] =
+// round trip. PLAIN: the mailbox's plain store and volatile load, else
+// system-scope release and acquire.
+template <bool PLAIN>
 __device__ void ping_body(unsigned* out, const unsigned* in, int n, unsigned long long* times) {
   for (int i = 1; i <= n; ++i) {
     const unsigned long long t0 = gtimer();
-    st_release(out, (unsigned)i);
-    while (ld_acquire(in) != (unsigned)i) {
+    if (PLAIN) st_plain(out, (unsigned)i); else st_release(out, (unsigned)i);
+    while ((PLAIN ? ld_volatile(in) : ld_acquire(in)) != (unsigned)i) {
     }
     times[i - 1] = gtimer() - t0;
   }
 }
 // pong: for i in 1..n: wait until *in == i, store i to *out.
+template <bool PLAIN>
 __device__ void pong_body(unsigned* out, const unsigned* in, int n) {
   for (int i = 1; i <= n; ++i) {
-    while (ld_acquire(in) != (unsigned)i) {
+    while ((PLAIN ? ld_volatile(in) : ld_acquire(in)) != (unsigned)i) {
     }
-    st_release(out, (unsigned)i);
+    if (PLAIN) st_plain(out, (unsigned)i); else st_release(out, (unsigned)i);
   }
 }
+template <bool PLAIN>
 __global__ void ping(unsigned* out, const unsigned* in, int n, unsigned long long* times) {
-  ping_body(out, in, n, times);
+  ping_body<PLAIN>(out, in, n, times);
 }
-__global__ void pong(unsigned* out, const unsigned* in, int n) { pong_body(out, in, n); }
+template <bool PLAIN>
+__global__ void pong(unsigned* out, const unsigned* in, int n) {
+  pong_body<PLAIN>(out, in, n);
+}
 // Both in one kernel on one GPU: block 0 pings, block 1 pongs.
+template <bool PLAIN>
 __global__ void local_pingpong(unsigned* a, unsigned* b, int n, unsigned long long* times) {
   if (threadIdx.x != 0) return;
-  if (blockIdx.x == 0) ping_body(b, a, n, times);
-  else pong_body(a, b, n);
+  if (blockIdx.x == 0) ping_body<PLAIN>(b, a, n, times);
+  else pong_body<PLAIN>(a, b, n);
 }
 
 // A kernel that stores nvec 16-byte vectors to dst (one per thread), chained
@@ -142,10 +162,14 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&w0, 2 * 128));
   CK(cudaMemset(w0, 0, 2 * 128));
   CK(cudaMalloc(&times, n * sizeof(unsigned long long)));
-  local_pingpong<<<2, 32>>>(w0, w0 + 32, n, times);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(h.data(), times, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-  report("GPU 0 <-> GPU 0 (same GPU)", h);
+  for (int plain = 0; plain < 2; ++plain) {
+    CK(cudaMemset(w0, 0, 2 * 128));
+    if (plain) local_pingpong<true><<<2, 32>>>(w0, w0 + 32, n, times);
+    else local_pingpong<false><<<2, 32>>>(w0, w0 + 32, n, times);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h.data(), times, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    report(plain ? "GPU 0 <-> GPU 0, plain/volatile" : "GPU 0 <-> GPU 0, release/acquire", h);
+  }
   if (ndev < 2) {
     printf("one GPU only: no peer measurement\n");
     return 0;
@@ -164,22 +188,29 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&w1, 128));
   CK(cudaMemset(w1, 0, 128));
   CK(cudaDeviceSynchronize());
-  CK(cudaSetDevice(0));
-  CK(cudaMemset(w0, 0, 2 * 128));
-  CK(cudaDeviceSynchronize());
   // GPU 0 stores into w1 (remote) and polls w0 (local); GPU 1 polls w1 (local)
   // and stores into w0 (remote): every store crosses NVLink, every poll is local,
   // as in the mailbox.
-  CK(cudaSetDevice(1));
-  pong<<<1, 1>>>(w0, w1, n);
-  CK(cudaSetDevice(0));
-  ping<<<1, 1>>>(w1, w0, n, times);
-  CK(cudaDeviceSynchronize());
-  CK(cudaSetDevice(1));
-  CK(cudaDeviceSynchronize());
-  CK(cudaSetDevice(0));
-  CK(cudaMemcpy(h.data(), times, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-  report("GPU 0 <-> GPU 1 (peer stores)", h);
+  for (int plain = 0; plain < 2; ++plain) {
+    CK(cudaSetDevice(1));
+    CK(cudaMemset(w1, 0, 128));
+    CK(cudaDeviceSynchronize());
+    CK(cudaSetDevice(0));
+    CK(cudaMemset(w0, 0, 2 * 128));
+    CK(cudaDeviceSynchronize());
+    CK(cudaSetDevice(1));
+    if (plain) pong<true><<<1, 1>>>(w0, w1, n);
+    else pong<false><<<1, 1>>>(w0, w1, n);
+    CK(cudaSetDevice(0));
+    if (plain) ping<true><<<1, 1>>>(w1, w0, n, times);
+    else ping<false><<<1, 1>>>(w1, w0, n, times);
+    CK(cudaDeviceSynchronize());
+    CK(cudaSetDevice(1));
+    CK(cudaDeviceSynchronize());
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpy(h.data(), times, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    report(plain ? "GPU 0 <-> GPU 1, plain/volatile" : "GPU 0 <-> GPU 1, release/acquire", h);
+  }
 
   // What stores to the peer cost a chain of kernels: the same PDL chain on
   // GPU 0 storing into GPU 0's memory or into GPU 1's (a grid completes only
