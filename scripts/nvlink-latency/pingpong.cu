@@ -25,23 +25,25 @@
     }                                                                                 \
   } while (0)
 
-// The mailbox's own primitives: a plain (weak) store by the writer and a
-// volatile load by the poller (kernel/skinny.cu, kernel/receive.cu).
-__device__ __forceinline__ unsigned ld_volatile(const unsigned* p) {
+// The flag's load and store. PLAIN: the mailbox's own primitives, a plain
+// (weak) store by the writer and a volatile load by the poller
+// (kernel/skinny.cu, kernel/receive.cu); else system-scope release and
+// acquire.
+template <bool PLAIN>
+__device__ __forceinline__ unsigned ld_flag(const unsigned* p) {
   unsigned v;
-  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  if (PLAIN)
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  else
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void st_plain(unsigned* p, unsigned v) {
-  asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+template <bool PLAIN>
+__device__ __forceinline__ void st_flag(unsigned* p, unsigned v) {
+  if (PLAIN)
+    asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  else
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ unsigned long long gtimer() {
   unsigned long long t;
@@ -50,14 +52,13 @@ __device__ __forceinline__ unsigned long long gtimer() {
 }
 
 // ping: for i in 1..n: store i to *out, wait until *in == i; times[i-1] =
-// round trip. PLAIN: the mailbox's plain store and volatile load, else
-// system-scope release and acquire.
+// round trip. PLAIN: see ld_flag.
 template <bool PLAIN>
 __device__ void ping_body(unsigned* out, const unsigned* in, int n, unsigned long long* times) {
   for (int i = 1; i <= n; ++i) {
     const unsigned long long t0 = gtimer();
-    if (PLAIN) st_plain(out, (unsigned)i); else st_release(out, (unsigned)i);
-    while ((PLAIN ? ld_volatile(in) : ld_acquire(in)) != (unsigned)i) {
+    st_flag<PLAIN>(out, (unsigned)i);
+    while (ld_flag<PLAIN>(in) != (unsigned)i) {
     }
     times[i - 1] = gtimer() - t0;
   }
@@ -66,9 +67,9 @@ __device__ void ping_body(unsigned* out, const unsigned* in, int n, unsigned lon
 template <bool PLAIN>
 __device__ void pong_body(unsigned* out, const unsigned* in, int n) {
   for (int i = 1; i <= n; ++i) {
-    while ((PLAIN ? ld_volatile(in) : ld_acquire(in)) != (unsigned)i) {
+    while (ld_flag<PLAIN>(in) != (unsigned)i) {
     }
-    if (PLAIN) st_plain(out, (unsigned)i); else st_release(out, (unsigned)i);
+    st_flag<PLAIN>(out, (unsigned)i);
   }
 }
 template <bool PLAIN>
