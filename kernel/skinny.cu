@@ -91,15 +91,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
-// The L2 prefetch plan of skinny.h (l2_prefetch), run by warp 0 of a
-// cluster's leader CTA before its weight loads: tile t (ROWS weight rows,
-// all of K: one contiguous block) is prefetched with one instruction per
-// tile, the helpers' tiles spread over the lanes.
-// The tiles are counted from the shard, not the grid, which may carry
-// receive CTAs after them. In the packed layout a tile is the same
-// contiguous block with rows padded to 16 and k to 32.
 // What both forms of the plan need: the helper count, the tile limit, and
-// where tile t starts and how many bytes it has.
+// where tile t starts and how many bytes it has. The tiles are counted from
+// the shard, not the grid, which may carry receive CTAs after them. In the
+// packed layout a tile is the same contiguous block with rows padded to 16
+// and k to 32.
 template <int ROWS, bool PACKED>
 struct PfPlan {
   int helpers;        // TPRUN_PF_HELPERS
@@ -123,6 +119,10 @@ struct PfPlan {
   }
 };
 
+// The L2 prefetch plan of skinny.h (l2_prefetch), run by warp 0 of a
+// cluster's leader CTA before its weight loads: tile t (ROWS weight rows,
+// all of K: one contiguous block) is prefetched with one instruction per
+// tile, the helpers' tiles spread over the lanes.
 template <int ROWS, bool PACKED>
 __device__ __forceinline__ void l2_prefetch_tiles(const tprun_skinny_params& p, int tile, int lane) {
   const PfPlan<ROWS, PACKED> pl(p);
@@ -299,13 +299,15 @@ __device__ __forceinline__ void store_vector(const tprun_skinny_params& p, const
 }
 
 // Whether a CTA takes the warp-per-vector epilogue of reduce_store: no
-// cluster, and at most max(4, warps/2) output vectors.
-// Measured (bench/NOTES-kernel.md, 2026-11-30b and 30e): with 8 warps it
-// gains up to 0.1 µs with 2 or 4 vectors (M <= 2 at 16 rows) and loses
-// 0.04-0.1 µs with 6 or 8 (shard 3584), up to 0.2 µs with 10 or more; with
-// 16 warps, where the other epilogue sums 16 partials per output, it gains
-// 0.17 µs with 6 vectors and 0.41 µs with 8 (shard 896, M 3 and 4) and
-// loses 0.14 µs with 16.
+// cluster, never more than one output vector per warp, and at most
+// max(4, warps/2) vectors.
+// Measured (bench/NOTES-kernel.md, 2026-11-30b and 30e): with 16 warps,
+// where the other epilogue sums 16 partials per output, it gains 0.17 µs
+// with 6 vectors and 0.41 µs with 8 (shard 896, M 3 and 4); with 10 and 12
+// it lost in the sweeps. With 8 warps it gains up to 0.1 µs with 2 or 4
+// vectors (M <= 2 at 16 rows); with 6 or 8 the A/B could not tell (0.05-0.1
+// µs slower, as much as two builds differed where the rule changes
+// nothing), so 8 warps keep the limit 4.
 // TPRUN_WEPI_MAX, if defined, replaces the limit (experiment builds).
 __device__ __forceinline__ bool warp_epilogue(int nv, int csize) {
   const int nwarps = (int)(blockDim.x >> 5);

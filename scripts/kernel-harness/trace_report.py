@@ -6,7 +6,8 @@ after griddepcontrol.wait (g1), after its MMA loop was issued (g2) and after
 its epilogue (g3), clock64 deltas from its start (c1..c3), its SM, block
 index, weight buffer (wlo) and grid size. g4..g6 (c4..c6) mark the first
 weight chunk, the first latent chunk, and every prologue chunk plus the
-first latent chunks in registers: each timer read waits on a comparison of
+first latent chunks in registers (the prologue chunks only in the staged
+"s" configs, whose latent comes through shared memory): each timer read waits on a comparison of
 the loaded value. In trace fatbins built up to stamp a24d9b6e ptxas dropped
 the reads meant to wait, so there they mark the loads' issue only
 (bench/NOTES-kernel.md, 2026-11-30d and 30e). The marks serialize the
@@ -79,7 +80,7 @@ def main(path):
             if lat:
                 print("              then -> 1st latent chunk in registers: " + fmt(lat))
         if "g6" in ctas[0]:
-            print("              wait -> ring + 1st latents landed:     " + fmt([max(0, x["g6"] - x["g1"]) for x in ctas]))
+            print("              wait -> ring (+ 1st latents) landed:   " + fmt([max(0, x["g6"] - x["g1"]) for x in ctas]))
             print("              landed -> MMAs issued:                 " + fmt([x["g2"] - max(x["g6"], x["g1"]) for x in ctas]))
         print("per CTA, cyc  wait -> MMAs done:  " + fmt([x["c2"] - x["c1"] for x in ctas]))
         print("              MMAs -> end:        " + fmt([x["c3"] - x["c2"] for x in ctas]))

@@ -53,12 +53,20 @@ __device__ __forceinline__ unsigned long long gtimer() {
 
 // ping: for i in 1..n: store i to *out, wait until *in == i; times[i-1] =
 // round trip. PLAIN: see ld_flag.
+// Both sides give up a round after kGiveUpNs and report it (times[n] = 1
+// on the ping side), so a missing partner ends the program instead of
+// hanging it.
+constexpr unsigned long long kGiveUpNs = 1000000000ull;
 template <bool PLAIN>
 __device__ void ping_body(unsigned* out, const unsigned* in, int n, unsigned long long* times) {
   for (int i = 1; i <= n; ++i) {
     const unsigned long long t0 = gtimer();
     st_flag<PLAIN>(out, (unsigned)i);
     while (ld_flag<PLAIN>(in) != (unsigned)i) {
+      if (gtimer() - t0 > kGiveUpNs) {
+        times[n] = 1;
+        return;
+      }
     }
     times[i - 1] = gtimer() - t0;
   }
@@ -67,7 +75,9 @@ __device__ void ping_body(unsigned* out, const unsigned* in, int n, unsigned lon
 template <bool PLAIN>
 __device__ void pong_body(unsigned* out, const unsigned* in, int n) {
   for (int i = 1; i <= n; ++i) {
+    const unsigned long long t0 = gtimer();
     while (ld_flag<PLAIN>(in) != (unsigned)i) {
+      if (gtimer() - t0 > kGiveUpNs) return;
     }
     st_flag<PLAIN>(out, (unsigned)i);
   }
@@ -142,6 +152,11 @@ static double chain_ns(uint4* dst, size_t bytes, int len, int reps) {
 }
 
 static void report(const char* what, std::vector<unsigned long long> t) {
+  if (t.back() != 0) {
+    printf("%-34s a round waited more than 1 s: no answer, no figure\n", what);
+    return;
+  }
+  t.pop_back();
   // the first rounds warm up the mappings and TLBs
   t.erase(t.begin(), t.begin() + t.size() / 10);
   std::sort(t.begin(), t.end());
@@ -152,23 +167,29 @@ static void report(const char* what, std::vector<unsigned long long> t) {
 
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 20000;
+  if (n < 100 || n > 10000000) {
+    fprintf(stderr, "usage: pingpong [rounds, 100..10000000]\n");
+    return 2;
+  }
   int ndev = 0;
   CK(cudaGetDeviceCount(&ndev));
   unsigned long long* times;
-  std::vector<unsigned long long> h(n);
+  std::vector<unsigned long long> h(n + 1);  // h[n]: 1 when the ping side gave up
 
   // Local baseline on GPU 0: both words in GPU 0 memory.
   CK(cudaSetDevice(0));
   unsigned* w0;
   CK(cudaMalloc(&w0, 2 * 128));
   CK(cudaMemset(w0, 0, 2 * 128));
-  CK(cudaMalloc(&times, n * sizeof(unsigned long long)));
+  CK(cudaMalloc(&times, (n + 1) * sizeof(unsigned long long)));
   for (int plain = 0; plain < 2; ++plain) {
     CK(cudaMemset(w0, 0, 2 * 128));
+    CK(cudaMemset(times, 0, (n + 1) * sizeof(unsigned long long)));
     if (plain) local_pingpong<true><<<2, 32>>>(w0, w0 + 32, n, times);
     else local_pingpong<false><<<2, 32>>>(w0, w0 + 32, n, times);
+    CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(h.data(), times, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h.data(), times, (n + 1) * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     report(plain ? "GPU 0 <-> GPU 0, plain/volatile" : "GPU 0 <-> GPU 0, release/acquire", h);
   }
   if (ndev < 2) {
@@ -202,14 +223,17 @@ int main(int argc, char** argv) {
     CK(cudaSetDevice(1));
     if (plain) pong<true><<<1, 1>>>(w0, w1, n);
     else pong<false><<<1, 1>>>(w0, w1, n);
+    CK(cudaGetLastError());
     CK(cudaSetDevice(0));
+    CK(cudaMemset(times, 0, (n + 1) * sizeof(unsigned long long)));
     if (plain) ping<true><<<1, 1>>>(w1, w0, n, times);
     else ping<false><<<1, 1>>>(w1, w0, n, times);
+    CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     CK(cudaSetDevice(1));
     CK(cudaDeviceSynchronize());
     CK(cudaSetDevice(0));
-    CK(cudaMemcpy(h.data(), times, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h.data(), times, (n + 1) * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     report(plain ? "GPU 0 <-> GPU 1, plain/volatile" : "GPU 0 <-> GPU 1, release/acquire", h);
   }
 
