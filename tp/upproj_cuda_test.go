@@ -1800,11 +1800,7 @@ func TestGPUUpProjectionCloseDuringWait(t *testing.T) {
 					return err
 				}
 				if r == 1 {
-					select {
-					case <-rank0Done:
-					case <-ctx.Done():
-					}
-					return up.Close()
+					return closeAfter(ctx, rank0Done, up)
 				}
 				var start func(done chan<- error)
 				if tc.graph {
@@ -1891,6 +1887,16 @@ func openSecondGPU(t *testing.T, f gpuFixture) gpuFixture {
 	return gpuFixture{drv: f.drv, ordinal: ordinal, dev: dev, cctx: cctx}
 }
 
+// closeAfter is the idle rank of the close-during tests: it keeps its op
+// open until the stepping rank is done (or ctx ends), then closes it.
+func closeAfter(ctx context.Context, done <-chan struct{}, up interface{ Close() error }) error {
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return up.Close()
+}
+
 // Close while a step whose receive runs in the skinny kernel's grid (ranks
 // on separate GPUs) waits for a peer that never steps: the receive CTAs see
 // the abort word and the step returns mailbox.ErrClosed well before the
@@ -1918,11 +1924,7 @@ func TestGPUUpProjectionCloseDuringFusedStep(t *testing.T) {
 			return err
 		}
 		if r == 1 {
-			select {
-			case <-rank0Done:
-			case <-ctx.Done():
-			}
-			return up.Close()
+			return closeAfter(ctx, rank0Done, up)
 		}
 		e, err := up.cudaEngine("test")
 		if err != nil {
