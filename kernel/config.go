@@ -428,7 +428,7 @@ type SkinnyParams struct {
 	L2Prefetch   int32 // LaunchConfig.L2Prefetch
 	// The fused receive (SkinnyArgs.Receive; RecvSlot 0: none).
 	RecvSlot, RecvOut, RecvStatus, RecvTimeoutNs uint64
-	RecvFlags                                    int32 // 0 or ReceiveAbortable
+	RecvFlags                                    int32 // as ReceiveParams.Flags
 	Flags                                        int32 // SkinnyPacked for a packed weight (LaunchConfig.Packed), else 0
 }
 
@@ -445,13 +445,17 @@ type ReceiveParams struct {
 	M         int32
 	Hidden    int32
 	Shard     int32
-	Flags     int32 // 0 or ReceiveAbortable
+	Flags     int32 // ReceiveAbortable, ReceiveSkip with the rank at ReceiveSkipRankShift, or 0
 }
 
-// Receive flags and the abort word (skinny.h, TPRUN_RECEIVE_ABORTABLE).
+// Receive flags and the abort word (skinny.h, TPRUN_RECEIVE_ABORTABLE,
+// TPRUN_RECEIVE_SKIP): with ReceiveSkip the receive leaves the columns of
+// the rank in bits ReceiveSkipRankShift.. (8 bits) alone.
 const (
-	ReceiveAbortable = 1
-	ReceiveAbortWord = 32
+	ReceiveAbortable     = 1
+	ReceiveSkip          = 2
+	ReceiveSkipRankShift = 8
+	ReceiveAbortWord     = 32
 )
 
 // ReceiveStatusWords is the length of the receive kernel's status array:

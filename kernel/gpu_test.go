@@ -577,7 +577,54 @@ func TestGPUReceive(t *testing.T) {
 			runReceiveFull(e.sub(t), rng, M, 7168, 896)
 		})
 	}
+	for _, rank := range []int{0, 3, 7} {
+		t.Run(fmt.Sprintf("skip rank %d", rank), func(t *testing.T) {
+			runReceiveSkip(e.sub(t), rng, 5, 7168, 896, rank)
+		})
+	}
 	runReceiveTimeouts(t, e, rng, 100*time.Millisecond)
+}
+
+// runReceiveSkip receives a complete slot with ReceiveArgs.SkipSlice: the
+// skipped rank's columns must stay as they were in both buffers (out
+// poisoned, slot holding its data), every other word of the first M rows
+// copied and re-armed, the row below untouched, and the status clear.
+func runReceiveSkip(e *env, rng *rand.Rand, M, hidden, shard, skip int) {
+	t := e.t
+	rows := M + 1
+	words := rows * hidden / 2
+	dSlot := e.alloc(4*words, "slot")
+	dOut := e.alloc(4*words, "out")
+	dStatus := e.alloc(4*ReceiveStatusWords, "status")
+	data := randomWords(rng, words)
+	e.upload(dSlot, cuda.AsBytes(data), "slot")
+	e.fill(dOut, poisonWord, words, "out")
+	e.fill(dStatus, 0, ReceiveStatusWords, "status")
+	e.receive(ReceiveArgs{M: M, Hidden: hidden, Shard: shard, Slot: dSlot, Out: dOut, Status: dStatus,
+		Timeout: 5 * time.Second, SkipSlice: true, SkipRank: skip}, false)
+	out := make([]uint32, words)
+	slot := make([]uint32, words)
+	e.download(cuda.AsBytes(out), dOut, "out")
+	e.download(cuda.AsBytes(slot), dSlot, "slot")
+	if timedOut, missing := e.status(dStatus); timedOut || len(missing) > 0 {
+		t.Errorf("M=%d skip %d: complete slot reported timed out %v, missing ranks %v", M, skip, timedOut, missing)
+	}
+	bad := 0
+	for i := range words {
+		wantOut, wantSlot := poisonWord, data[i]
+		if i < M*hidden/2 && (2*i%hidden)/shard != skip {
+			wantOut, wantSlot = data[i], Sentinel
+		}
+		if out[i] != wantOut || slot[i] != wantSlot {
+			if bad++; bad <= 3 {
+				t.Errorf("M=%d skip %d word %d (row %d, rank %d): out %#08x slot %#08x, want %#08x and %#08x",
+					M, skip, i, 2*i/hidden, (2*i%hidden)/shard, out[i], slot[i], wantOut, wantSlot)
+			}
+		}
+	}
+	if bad > 3 {
+		t.Errorf("... %d words wrong in all", bad)
+	}
 }
 
 // sub is e for a subtest, called on the subtest's goroutine: failures
@@ -741,21 +788,35 @@ func runReceiveTimeout(e *env, rng *rand.Rand, tc receiveTimeoutCase, M, shard i
 func TestGPUStepInGraph(t *testing.T) {
 	e := openGPU(t)
 	rng := testRand(t)
-	for _, fused := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fused receive %v", fused), func(t *testing.T) {
-			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3, fused)
+	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
+		t.Run(mode.String(), func(t *testing.T) {
+			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3, mode)
 		})
 	}
+}
+
+// stepReceive is how runStepInGraph receives the block.
+type stepReceive int
+
+const (
+	receiveKernel    stepReceive = iota // a receive kernel after the skinny kernels
+	receiveFused                        // the last rank's skinny kernel (SkinnyArgs.Receive)
+	receiveFusedSkip                    // the same, its slice stored straight into Out (ReceiveArgs.SkipSlice)
+)
+
+func (m stepReceive) String() string {
+	return [...]string{"receive kernel", "fused receive", "fused receive, own slice into out"}[m]
 }
 
 // runStepInGraph plays a whole step of s.TP ranks on one GPU, captured in
 // a CUDA graph: every rank's skinny kernel writes its slice into one slot
 // (PDL between them), then the receive (PDL) copies the slot out and
 // re-arms it. Each replay gets fresh inputs and a poisoned output, and
-// must give the whole [M, hidden] block within tolerance. With fused, the
-// last rank's skinny kernel does the receive (SkinnyArgs.Receive) and no
-// receive kernel is launched.
-func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, fused bool) {
+// must give the whole [M, hidden] block within tolerance. With a fused
+// mode, the last rank's skinny kernel does the receive (SkinnyArgs.Receive)
+// and no receive kernel is launched; with receiveFusedSkip that rank also
+// stores its slice into Out instead of the slot, and its receive skips it.
+func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepReceive) {
 	t := e.t
 	shard, K, block := s.Shard(), s.Latent, s.M*s.Hidden
 	dLat := e.alloc(2*s.M*K, "latent")
@@ -778,14 +839,18 @@ func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, fused bool) {
 		for r := range s.TP {
 			a := SkinnyArgs{Shape: s, Rank: r, Latent: dLat, Weight: dW + cuda.DevicePtr(2*r*shard*K),
 				Shared: dShared + cuda.DevicePtr(2*r*shard), SharedStride: s.Hidden, Dst: []cuda.DevicePtr{dSlot}}
-			if fused && r == s.TP-1 {
+			if mode != receiveKernel && r == s.TP-1 {
 				a.Receive = &recv
+				if mode == receiveFusedSkip {
+					recv.SkipSlice, recv.SkipRank = true, r
+					a.Dst = []cuda.DevicePtr{dOut}
+				}
 			}
 			if err := e.k.LaunchSkinny(e.stream, a, r > 0); err != nil {
 				return err
 			}
 		}
-		if fused {
+		if mode != receiveKernel {
 			return nil
 		}
 		return e.k.LaunchReceive(e.stream, recv, true)
@@ -985,9 +1050,11 @@ func runSmall(t *testing.T, e *env, rng *rand.Rand, timeout time.Duration) {
 		runReceiveTimeout(e.sub(t), rng, receiveTimeoutCases[1], 2, 72, timeout)
 	})
 	t.Run("step in a graph", func(t *testing.T) {
-		runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, false)
-		runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, true)
+		for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
+			runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, mode)
+		}
 	})
+	t.Run("receive, skip a rank", func(t *testing.T) { runReceiveSkip(e.sub(t), rng, 2, 216, 72, 1) })
 	t.Run("PDL chain", func(t *testing.T) {
 		runPDLChain(e.sub(t), rng, Shape{M: 3, Hidden: 136, Latent: 520, TP: 1}, 40, 3)
 	})

@@ -161,7 +161,10 @@ type SkinnyArgs struct {
 	// Receive.Slot, copy the block to Receive.Out and re-arm the slot, with
 	// LaunchReceive's rules, so no receive kernel is launched. Its M, Hidden
 	// and Shard must be the shape's. Receive.Slot may be one of Dst (the
-	// local slot); Receive.Out must not overlap any Dst or input.
+	// local slot); Receive.Out must not overlap any Dst or input, except
+	// that with Receive.SkipSlice (SkipRank = Rank) Out may be one of Dst:
+	// the tiles then store this rank's columns of Out, the receive the
+	// others'.
 	Receive *ReceiveArgs
 }
 
@@ -200,7 +203,7 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 	}
 	grid := c.GridX
 	if a.Receive != nil {
-		grid += ReceiveCTAs(s.M, s.Hidden, c.BlockX, c.Cluster)
+		grid += ReceiveCTAs(s.M, a.Receive.polledColumns(), c.BlockX, c.Cluster)
 	}
 	b := encodeSkinnyParams(&p)
 	cfg := cuda.LaunchConfig{
@@ -265,6 +268,9 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 			bad("Receive", fmt.Sprintf("M=%d Hidden=%d Shard=%d", r.M, r.Hidden, r.Shard),
 				fmt.Sprintf("must match the shape (M=%d Hidden=%d Shard=%d)", s.M, s.Hidden, shard))
 		}
+		if r.SkipSlice && r.SkipRank != a.Rank {
+			bad("Receive.SkipRank", fmt.Sprint(r.SkipRank), fmt.Sprintf("must be the launch's own rank (%d): its tiles store that slice", a.Rank))
+		}
 		var err error
 		if rp, err = receiveParams(r); err != nil {
 			errs = append(errs, fmt.Errorf("fused receive: %w", err))
@@ -288,7 +294,8 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 // ReceiveCTAs is how many receive CTAs a skinny launch with a fused
 // receive (SkinnyArgs.Receive) adds after the tiles' CTAs: one thread per
 // 16-byte vector of the m×hidden block, rounded up to whole clusters, at
-// least one cluster, at most 132 CTAs (rounded the same way).
+// least one cluster, at most 132 CTAs (rounded the same way). With
+// ReceiveArgs.SkipSlice, hidden is the polled columns (Hidden - Shard).
 func ReceiveCTAs(m, hidden, blockX, cluster int) int {
 	blockX, cluster = max(blockX, 32), max(cluster, 1)
 	n := (max(m, 1)*max(hidden, 8)/8 + blockX - 1) / blockX
@@ -340,6 +347,20 @@ type ReceiveArgs struct {
 	// its first 200 µs. Status must then hold ReceiveAbortWord+1 words in
 	// host-mapped memory, and that word must be zero before the launch.
 	Abortable bool
+	// SkipSlice leaves rank SkipRank's columns of Slot and Out alone: the
+	// receive neither polls, copies nor re-arms them and never reports that
+	// rank missing. A rank whose skinny kernel stores its own slice straight
+	// into Out (in place of its local slot) receives only the others'.
+	SkipSlice bool
+	SkipRank  int
+}
+
+// polledColumns is how many columns of each row the receive polls.
+func (a ReceiveArgs) polledColumns() int {
+	if a.SkipSlice {
+		return a.Hidden - a.Shard
+	}
+	return a.Hidden
 }
 
 // LaunchReceive queues the Lamport receive of a on stream: wait until the
@@ -356,7 +377,7 @@ func (k *Kernels) LaunchReceive(stream cuda.Stream, a ReceiveArgs, pdl bool) err
 	if err != nil {
 		return fmt.Errorf("kernel: LaunchReceive (M=%d hidden=%d shard=%d): %w", a.M, a.Hidden, a.Shard, err)
 	}
-	c := ReceiveConfigFor(a.M, a.Hidden)
+	c := ReceiveConfigFor(a.M, a.polledColumns())
 	b := encodeReceiveParams(&p)
 	cfg := cuda.LaunchConfig{
 		Grid:                      [3]uint32{uint32(c.GridX), 1, 1},
@@ -395,6 +416,9 @@ func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
 	if a.Timeout <= 0 {
 		bad("Timeout", a.Timeout, "must be positive")
 	}
+	if a.SkipSlice && hiddenOK && a.Shard > 0 && a.Hidden%a.Shard == 0 && (a.SkipRank < 0 || a.SkipRank >= a.Hidden/a.Shard) {
+		bad("SkipRank", a.SkipRank, fmt.Sprintf("must be in 0..%d (Hidden/Shard ranks)", a.Hidden/a.Shard-1))
+	}
 	for _, f := range []struct {
 		name  string
 		v     cuda.DevicePtr
@@ -410,6 +434,9 @@ func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
 	var flags int32
 	if a.Abortable {
 		flags = ReceiveAbortable
+	}
+	if a.SkipSlice {
+		flags |= ReceiveSkip | int32(a.SkipRank)<<ReceiveSkipRankShift
 	}
 	return ReceiveParams{Slot: uint64(a.Slot), Out: uint64(a.Out), Status: uint64(a.Status),
 		TimeoutNs: uint64(a.Timeout.Nanoseconds()), M: int32(a.M), Hidden: int32(a.Hidden), Shard: int32(a.Shard),

@@ -267,6 +267,10 @@ func TestSkinnyParamsReject(t *testing.T) {
 			ErrArgs, []string{"fused receive", "Slot = 0x7f0000500008"}},
 		{"fused receive without timeout", func(a *SkinnyArgs) { a.Receive = fusedReceive(a.Shape); a.Receive.Timeout = 0 },
 			ErrArgs, []string{"fused receive", "Timeout = 0s"}},
+		{"fused receive skipping another rank", func(a *SkinnyArgs) {
+			a.Receive = fusedReceive(a.Shape)
+			a.Receive.SkipSlice, a.Receive.SkipRank = true, a.Rank+1
+		}, ErrArgs, []string{"Receive.SkipRank", "own rank"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -315,6 +319,8 @@ func TestReceiveParamsReject(t *testing.T) {
 		{"slot misaligned", func(a *ReceiveArgs) { a.Slot += 8 }, "Slot = 0x7f0000000008"},
 		{"null out", func(a *ReceiveArgs) { a.Out = 0 }, "Out = 0x0"},
 		{"status misaligned", func(a *ReceiveArgs) { a.Status += 2 }, "Status = 0x7f0000200006"},
+		{"skip past the last rank", func(a *ReceiveArgs) { a.SkipSlice, a.SkipRank = true, 8 }, "SkipRank = 8"},
+		{"skip a negative rank", func(a *ReceiveArgs) { a.SkipSlice, a.SkipRank = true, -1 }, "SkipRank = -1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -834,7 +840,11 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 	c := ConfigForLayout(m, shard, K, packed)
 	recvCTAs := 0 // the receive CTAs of a fused receive (skinny.h)
 	if le.Uint64(p[184:]) != 0 {
-		recvCTAs = ReceiveCTAs(m, int(le.Uint32(p[160:])), int(cfg.Block[0]), cluster)
+		polled := int(le.Uint32(p[160:])) // hidden, less the skipped rank's columns
+		if le.Uint32(p[216:])&ReceiveSkip != 0 {
+			polled -= shard
+		}
+		recvCTAs = ReceiveCTAs(m, polled, int(cfg.Block[0]), cluster)
 	}
 	switch {
 	case c.Function != name || c.Packed != packed || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster ||
@@ -944,8 +954,25 @@ func (d *emuDevice) runReceive(p []byte) error {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return fmt.Errorf("emu: receive operands: %w", err)
 	}
+	flags := le.Uint32(p[44:])
+	if flags&^(ReceiveAbortable|ReceiveSkip|0xff<<ReceiveSkipRankShift) != 0 {
+		return fmt.Errorf("emu: receive flags %#x", flags)
+	}
+	skipped := -1 // the rank whose columns are left alone
+	if flags&ReceiveSkip != 0 {
+		skipped = int(flags >> ReceiveSkipRankShift & 0xff)
+		switch d.bug {
+		case "receive ignores the skip":
+			skipped = -1
+		case "receive skips the wrong rank":
+			skipped = (skipped + 1) % (hidden / shard)
+		}
+	}
 	lost := false
 	for v := 0; v < len(slot); v += 4 {
+		if (2*v%hidden)/shard == skipped {
+			continue
+		}
 		if slices.Contains(slot[v:v+4], Sentinel) {
 			lost = true
 			status[0] = 1
@@ -981,12 +1008,11 @@ func TestHarnessOnEmulator(t *testing.T) {
 	})
 	t.Run("receive", func(t *testing.T) { runReceiveFull(e.sub(t), rng, 5, 7168, 896) })
 	runReceiveTimeouts(t, e, rng, 20*time.Millisecond)
-	t.Run("graph", func(t *testing.T) {
-		runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, false)
-	})
-	t.Run("graph, fused receive", func(t *testing.T) {
-		runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, true)
-	})
+	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
+		t.Run("graph, "+mode.String(), func(t *testing.T) {
+			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, mode)
+		})
+	}
 	t.Run("PDL chain", func(t *testing.T) {
 		runPDLChain(e.sub(t), rng, Shape{M: 4, Hidden: 1024, Latent: 1024, TP: 1}, 448, 3)
 	})
@@ -1059,11 +1085,16 @@ func TestHarnessCatchesBugs(t *testing.T) {
 		{"stores negative zero", runNegativeZero},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) { runReceiveFull(e, rng, 2, 216, 72) }},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, false)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveKernel)
 		}},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, true)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFused)
 		}},
+		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFusedSkip)
+		}},
+		{"receive ignores the skip", func(e *env, rng *rand.Rand) { runReceiveSkip(e, rng, 2, 216, 72, 1) }},
+		{"receive skips the wrong rank", func(e *env, rng *rand.Rand) { runReceiveSkip(e, rng, 2, 216, 72, 2) }},
 		{"receive blames the wrong rank", timeout},
 		{"receive gives up early", timeout},
 		{"PDL reads latent early", func(e *env, rng *rand.Rand) {
@@ -1111,6 +1142,8 @@ func TestReceiveAndPrefetchConstantsMatchHeader(t *testing.T) {
 	for name, want := range map[string]string{
 		"TPRUN_RECEIVE_ABORT_WORD": fmt.Sprint(ReceiveAbortWord),
 		"TPRUN_RECEIVE_ABORTABLE":  fmt.Sprint(ReceiveAbortable),
+		"TPRUN_RECEIVE_SKIP":       fmt.Sprint(ReceiveSkip),
+		"TPRUN_RECEIVE_SKIP_RANK":  fmt.Sprintf("(((x) >> %d) & 0xff)", ReceiveSkipRankShift),
 		"TPRUN_PF_HELPERS":         "((x) & 0xffff)",
 		"TPRUN_PF_SIXTEENTHS":      fmt.Sprintf("(((x) >> %d) & 0xff)", pfSixteenthsShift),
 		"TPRUN_PF_OWN":             "(((x) >> 24) & 1)",
@@ -1172,6 +1205,50 @@ func TestLoadFatbinOverride(t *testing.T) {
 // and the recv_* fields are set; the L2 prefetch plan the table has for the
 // shape (latent 3584, shard 1792, M 2) is kept either way (the kernel
 // counts its tiles from the shard, not the grid, since 2026-11-30b).
+// SkipSlice sets TPRUN_RECEIVE_SKIP and the rank in the flags, and a
+// launch polls only the other ranks' columns: fewer receive threads.
+func TestReceiveSkipFlagsAndGrid(t *testing.T) {
+	for _, abortable := range []bool{false, true} {
+		a := goodReceiveArgs()
+		a.Abortable, a.SkipSlice, a.SkipRank = abortable, true, 5
+		p, err := receiveParams(a)
+		want := int32(ReceiveSkip | 5<<ReceiveSkipRankShift)
+		if abortable {
+			want |= ReceiveAbortable
+		}
+		if err != nil || p.Flags != want {
+			t.Errorf("abortable %v: flags %#x, %v; want %#x", abortable, p.Flags, err, want)
+		}
+	}
+	s := Shape{M: 8, Hidden: 7168, Latent: 3584, TP: 2}
+	c := ConfigFor(s.M, s.Shard(), s.Latent)
+	for _, skip := range []bool{false, true} {
+		d := newFakeDriver("")
+		k, err := Load(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := fusedReceive(s)
+		r.SkipSlice, r.SkipRank = skip, 1
+		a := SkinnyArgs{Shape: s, Rank: 1, Latent: 0x7f0000000000, Weight: 0x7f0000100000,
+			Shared: 0x7f0000200000 + 2*3584, SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000, r.Out}, Receive: r}
+		if err := k.LaunchSkinny(0, a, true); err != nil {
+			t.Fatalf("skip %v: %v", skip, err)
+		}
+		polled := s.Hidden
+		if skip {
+			polled -= s.Shard()
+		}
+		want := c.GridX + ReceiveCTAs(s.M, polled, c.BlockX, c.Cluster)
+		if got := int(d.launches[0].cfg.Grid[0]); got != want {
+			t.Errorf("skip %v: grid %d, want %d", skip, got, want)
+		}
+	}
+	if a, b := ReceiveCTAs(8, 7168, 256, 1), ReceiveCTAs(8, 3584, 256, 1); b >= a {
+		t.Errorf("skipping half the columns leaves %d receive CTAs of %d", b, a)
+	}
+}
+
 func TestLaunchSkinnyFusedReceive(t *testing.T) {
 	s := Shape{M: 2, Hidden: 7168, Latent: 3584, TP: 4}
 	c := ConfigFor(s.M, s.Shard(), s.Latent)

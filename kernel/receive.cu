@@ -44,7 +44,9 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 
 // The Lamport receive of the 16-byte vectors first, first + stride, ...
 // (< m*hidden/8) of slot: poll each until it holds no sentinel word, copy it
-// to out, re-arm it. A thread stops waiting at the deadline (timeout_ns
+// to out, re-arm it. With TPRUN_RECEIVE_SKIP in flags the vectors are
+// numbered over the other ranks' columns only (< m*(hidden-shard)/8), so
+// the skipped rank's columns are never touched. A thread stops waiting at the deadline (timeout_ns
 // after it got here) or, with TPRUN_RECEIVE_ABORTABLE in flags, when the
 // host sets status[TPRUN_RECEIVE_ABORT_WORD] (looked at every 200 µs once
 // it has waited that long); it then records in status which ranks'
@@ -55,7 +57,14 @@ __device__ __forceinline__ void receive_block(unsigned long long slot_addr, unsi
                                               long long stride) {
   constexpr uint32_t kSentinel = 0x80000000u;
   constexpr unsigned long long kAbortEvery = 200000;  // ns between two looks at the abort word
-  const long long nvec = (long long)m * hidden / 8;  // 16-byte vectors
+  // Vector i is row i / per of slot, 16-byte column c = i % per, skipping
+  // the skipped rank's sk8 columns at s0 (none without TPRUN_RECEIVE_SKIP).
+  const bool skip = (flags & TPRUN_RECEIVE_SKIP) != 0;
+  const long long row8 = hidden / 8;
+  const long long sk8 = skip ? shard / 8 : 0;
+  const long long s0 = skip ? (long long)TPRUN_RECEIVE_SKIP_RANK(flags) * sk8 : 0;
+  const long long per = row8 - sk8;
+  const long long nvec = (long long)m * per;
   if (first >= nvec) return;
   const unsigned long long start = globaltimer();
   const unsigned long long deadline = start + timeout_ns;
@@ -71,7 +80,9 @@ __device__ __forceinline__ void receive_block(unsigned long long slot_addr, unsi
   bool expired = false;
   bool lost = false;     // some vector never arrived
   uint32_t missing = 0;  // bit r: some word of rank r's slice never arrived
-  for (long long v = first; v < nvec; v += stride) {
+  for (long long i = first; i < nvec; i += stride) {
+    const long long c = i % per;
+    const long long v = (i / per) * row8 + (c < s0 ? c : c + sk8);
     uint4 x;
     bool ok;
     for (;;) {

@@ -383,8 +383,14 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     slot[i] = s;
   }
   if (csize > 1) {
-    cluster.sync();  // release the remote stores, acquire them in the leader
+    // Release the remote stores; only the leader waits to acquire them. The
+    // others leave at once (their shared memory is never read remotely), a
+    // cluster barrier with no wait for them: 0.01-0.08 µs faster at shard
+    // 896 with 32-row tiles and a cluster of 4, 0.14-0.3 µs with 16-row
+    // tiles and 2 (bench/NOTES-kernel.md, 2026-11-30g).
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
     if (crank != 0) return;
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
   } else {
     __syncthreads();
   }

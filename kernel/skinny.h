@@ -16,6 +16,13 @@
 // at least TPRUN_RECEIVE_ABORT_WORD + 1 words, in host-mapped memory).
 #define TPRUN_RECEIVE_ABORT_WORD 32
 #define TPRUN_RECEIVE_ABORTABLE 1
+// With TPRUN_RECEIVE_SKIP in the receive flags, the receive leaves the
+// columns of rank TPRUN_RECEIVE_SKIP_RANK(flags) (flags bits 8-15) alone: it
+// neither polls, copies nor re-arms them, and never reports that rank
+// missing. The rank's own skinny kernel stores that slice straight into
+// out instead of its local slot (out is then one of its dst).
+#define TPRUN_RECEIVE_SKIP 2
+#define TPRUN_RECEIVE_SKIP_RANK(x) (((x) >> 8) & 0xff)
 // tprun_skinny_params.l2_prefetch fields (0: no L2 prefetch).
 #define TPRUN_PF_HELPERS(x) ((x) & 0xffff)
 #define TPRUN_PF_SIXTEENTHS(x) (((x) >> 16) & 0xff)
@@ -98,12 +105,15 @@ typedef struct tprun_skinny_params {
   // (or the deadline or the abort word ended the wait), so the next kernel
   // in the stream can follow it directly: one launch and one grid hand-off
   // per step fewer. The slot, out and status rules are tprun_receive's;
-  // out must not overlap any dst or input; slot is normally the local dst.
+  // out must not overlap any dst or input, except that with
+  // TPRUN_RECEIVE_SKIP of this rank out may be one of dst (the tiles store
+  // this rank's columns, the receive the others'); slot is normally the
+  // local dst, or with TPRUN_RECEIVE_SKIP the local slot that is not in dst.
   unsigned long long recv_slot;        // offset 184: 0 = no fused receive
   unsigned long long recv_out;         // offset 192
   unsigned long long recv_status;      // offset 200
   unsigned long long recv_timeout_ns;  // offset 208
-  int recv_flags;                      // offset 216: 0 or TPRUN_RECEIVE_ABORTABLE
+  int recv_flags;                      // offset 216: TPRUN_RECEIVE_ABORTABLE, TPRUN_RECEIVE_SKIP (rank in bits 8-15) or 0
   int flags;                           // offset 220: TPRUN_SKINNY_PACKED or 0 (other bits 0)
 } tprun_skinny_params;         // size 224, alignment 8
 
@@ -122,6 +132,9 @@ typedef struct tprun_skinny_params {
 // also reads status[TPRUN_RECEIVE_ABORT_WORD] (system scope) every 200 µs;
 // nonzero ends its wait as the deadline would (status[0] and the missing
 // ranks are reported the same way). The caller zeroes that word too.
+// With flags & TPRUN_RECEIVE_SKIP, rank TPRUN_RECEIVE_SKIP_RANK(flags)'s
+// columns of slot and out are neither read nor written (see above); the
+// vectors are then numbered over the other ranks' columns only.
 // Launch: any grid and block (block a multiple of 32, at most 1024; see
 // ReceiveConfigFor); PDL allowed: it lets the next kernel launch first
 // (griddepcontrol.launch_dependents), then waits with griddepcontrol.wait.
@@ -135,7 +148,7 @@ typedef struct tprun_receive_params {
   int m;                          // offset 32
   int hidden;                     // offset 36
   int shard;                      // offset 40
-  int flags;                      // offset 44: 0 or TPRUN_RECEIVE_ABORTABLE
+  int flags;                      // offset 44: TPRUN_RECEIVE_ABORTABLE, TPRUN_RECEIVE_SKIP (rank in bits 8-15) or 0
 } tprun_receive_params;           // size 48, alignment 8
 
 #ifdef __cplusplus

@@ -342,7 +342,7 @@ func (l *loadedKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) er
 		Shared: a.shared, SharedStride: a.sharedStride, Dst: a.dst}
 	if r := a.receive; r != nil {
 		args.Receive = &kernel.ReceiveArgs{M: r.m, Hidden: r.hidden, Shard: r.shard, Slot: r.slot, Out: r.out,
-			Status: r.status, Timeout: r.timeout, Abortable: r.abortable}
+			Status: r.status, Timeout: r.timeout, Abortable: r.abortable, SkipSlice: r.skip, SkipRank: r.skipRank}
 	}
 	return l.k.LaunchSkinny(s, args, pdl)
 }
@@ -351,7 +351,7 @@ func (l *loadedKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) er
 // waits for the skinny kernel before it touches memory.
 func (l *loadedKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
 	return l.k.LaunchReceive(s, kernel.ReceiveArgs{M: a.m, Hidden: a.hidden, Shard: a.shard, Slot: a.slot, Out: a.out,
-		Status: a.status, Timeout: a.timeout, Abortable: a.abortable}, true)
+		Status: a.status, Timeout: a.timeout, Abortable: a.abortable, SkipSlice: a.skip, SkipRank: a.skipRank}, true)
 }
 
 func (l *loadedKernels) unload() error { return l.k.Close() }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,10 @@ type receiveLaunch struct {
 	timeout           time.Duration
 	m, hidden, shard  int
 	abortable         bool // status holds the abort word (kernel.ReceiveArgs.Abortable)
+	// skip: rank skipRank's columns are left alone (kernel.ReceiveArgs.SkipSlice):
+	// that rank's skinny kernel stored them straight into out.
+	skip     bool
+	skipRank int
 }
 
 // stepKernels is what the engine needs from the loaded kernels.
@@ -184,6 +189,12 @@ type cudaEngine struct {
 	mb       gpuMailbox
 	layout   mailbox.Layout
 	dsts     [][]cuda.DevicePtr // per slot: the skinny kernel's destinations
+	// own: the index of this rank's local slot in each dsts[slot] (unicast),
+	// or -1 (multicast). A step replaces that destination by its output
+	// block, so the kernel stores this rank's slice straight into it, and
+	// its receive skips that slice: half the receive's work at tp 2, and
+	// 0.07-0.27 µs per step on two H200s (bench/NOTES-kernel.md, 2026-11-30g).
+	own      int
 	local    cuda.DevicePtr
 	deadline time.Duration
 	shape    kernel.Shape // M = capacity
@@ -307,6 +318,7 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 			e.dsts[slot] = append(e.dsts[slot], b+off)
 		}
 	}
+	e.own = slices.Index(bases, e.local)
 	return e, nil
 }
 
@@ -535,6 +547,11 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard(), abortable: true}
 	sk := skinnyLaunch{shape: s, rank: e.rank, latent: in.Latent, weight: in.Weight, weightPacked: in.WeightPacked,
 		shared: in.Shared, sharedStride: in.SharedStride, dst: e.dsts[slot]}
+	if e.own >= 0 {
+		sk.dst = slices.Clone(sk.dst)
+		sk.dst[e.own] = out
+		recv.skip, recv.skipRank = true, e.rank
+	}
 	if e.fused {
 		sk.receive = &recv
 	}

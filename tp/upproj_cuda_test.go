@@ -480,8 +480,9 @@ func (d *fakeDrv) GraphExecDestroy(e cuda.GraphExec) error {
 
 // fakeKernels compute like the real kernels, from and into fake memory.
 type fakeKernels struct {
-	d     *fakeDrv
-	fused atomic.Int64 // skinny launches that did a fused receive
+	d       *fakeDrv
+	fused   atomic.Int64 // skinny launches that did a fused receive
+	skipped atomic.Int64 // receives that skipped this rank's slice
 }
 
 func (k *fakeKernels) unload() error { k.d.gpu.add("module", -1); return nil }
@@ -550,6 +551,12 @@ func (k *fakeKernels) receive(a receiveLaunch) error {
 			return err
 		}
 		in, o, status := words(slot), words(out), words(st)
+		if a.skip {
+			if a.skipRank != k.d.rank {
+				return fmt.Errorf("fake receive of rank %d skips rank %d's slice", k.d.rank, a.skipRank)
+			}
+			k.skipped.Add(1)
+		}
 		deadline := time.Now().Add(a.timeout)
 		// As the kernel: the deadline, or the host's abort word when the
 		// launch is abortable, ends the wait.
@@ -557,6 +564,9 @@ func (k *fakeKernels) receive(a receiveLaunch) error {
 			return time.Now().Before(deadline) && !(a.abortable && atomic.LoadUint32(&status[kernel.ReceiveAbortWord]) != 0)
 		}
 		for i := range in {
+			if a.skip && (2*i%a.hidden)/a.shard == a.skipRank {
+				continue // that rank's kernel stored its slice straight into out
+			}
 			w := atomic.LoadUint32(&in[i])
 			for w == kernel.Sentinel && waiting() {
 				time.Sleep(20 * time.Microsecond)
@@ -2024,7 +2034,9 @@ func TestCUDAEngineFakeFusedReceive(t *testing.T) {
 	const hidden, latent, steps = 64, 16, 4
 	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
 	in := randomInputs(rng, 2, hidden, latent, 2, 1)
+	var skipped atomic.Int64 // receives that skipped their own slice, over both ranks
 	run := func(t *testing.T, mode string) (outs [2][]kernel.BF16, fused int64, errs []error) {
+		skipped.Store(0)
 		t.Setenv(ReceiveModeEnv, mode)
 		gpu := newFakeGPU()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -2043,6 +2055,7 @@ func TestCUDAEngineFakeFusedReceive(t *testing.T) {
 				}
 			}
 			n.Add(up.eng.(*cudaEngine).kern.(*fakeKernels).fused.Load())
+			skipped.Add(up.eng.(*cudaEngine).kern.(*fakeKernels).skipped.Load())
 			return nil
 		})
 		if l := gpu.leaks(); l != "" {
@@ -2050,13 +2063,21 @@ func TestCUDAEngineFakeFusedReceive(t *testing.T) {
 		}
 		return outs, n.Load(), errs
 	}
+	// Unicast: each rank's kernel stores its own slice straight into the
+	// output, and every receive (kernel or fused) skips that slice.
 	base, nbase, errs := run(t, "kernel")
 	if err := errors.Join(errs...); err != nil || nbase != 0 {
 		t.Fatalf("kernel mode: %v, %d fused receives", err, nbase)
 	}
+	if n := skipped.Load(); n != 2*steps {
+		t.Errorf("kernel mode: %d receives skipped their own slice, want %d", n, 2*steps)
+	}
 	got, n, errs := run(t, "fused")
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("fused mode: %v", err)
+	}
+	if n := skipped.Load(); n != 2*steps {
+		t.Errorf("fused mode: %d receives skipped their own slice, want %d", n, 2*steps)
 	}
 	if n != 2*steps {
 		t.Errorf("fused mode: %d skinny launches received, want %d", n, 2*steps)

@@ -420,6 +420,21 @@ Verdict verify(const std::vector<uint16_t>& out, int M, int shard, int hidden, i
   return v;
 }
 
+// Fills of device memory. cuMemsetD16/D32 run on the legacy default
+// stream and may return before they finish; a CU_STREAM_NON_BLOCKING
+// stream (every launch here) does not wait for that stream, so a kernel
+// could start while the fill still runs and find its output poisoned
+// afterwards (a check of 2026-11-30g failed once that way: "destination 3
+// of 4 differs"). These wait for the fill.
+void fill16(CUdeviceptr p, uint16_t v, size_t n) {
+  CK(cuMemsetD16Async(p, v, n, nullptr));
+  CK(cuStreamSynchronize(nullptr));
+}
+void fill32(CUdeviceptr p, uint32_t v, size_t n) {
+  CK(cuMemsetD32Async(p, v, n, nullptr));
+  CK(cuStreamSynchronize(nullptr));
+}
+
 struct DevBuf {
   CUdeviceptr p = 0;
   size_t bytes = 0;
@@ -475,7 +490,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
         const std::vector<uint16_t> shs(sh.begin() + (size_t)rank * shard, sh.end());
         auto run = [&](const Cfg& c, int ndst, std::vector<uint16_t>& o) -> bool {
           for (int d = 0; d < ndst; ++d) {
-            CK(cuMemsetD16(dout[d]->p, kPoison, outn + hidden));
+            fill16(dout[d]->p, kPoison, outn + hidden);
             p.dst[d] = dout[d]->p;
           }
           p.ndst = ndst;
@@ -567,7 +582,7 @@ int check_negzero(const Kernels& k, CUstream s) {
   CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
   CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
-  CK(cuMemsetD16(dout.p, kPoison, (size_t)M * hidden));
+  fill16(dout.p, kPoison, (size_t)M * hidden);
   tprun_skinny_params p;
   memset(&p, 0, sizeof p);
   p.latent = dl.p;
@@ -602,7 +617,7 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int 
   for (auto& x : data)
     if (x == 0x8000) x = 0;  // writers sanitize: no sentinel word can appear
   DevBuf slot(n * 2), out(n * 2), status(64 * 4);
-  CK(cuMemsetD32(status.p, 0, 64));
+  fill32(status.p, 0, 64);
   std::vector<uint32_t> st(TPRUN_RECEIVE_STATUS_WORDS);
   std::vector<uint16_t> got(n);
   tprun_receive_params p;
@@ -624,8 +639,8 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int 
 
   // 1. Everything arrived before the receive starts.
   CK(cuMemcpyHtoD(slot.p, data.data(), n * 2));
-  CK(cuMemsetD32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS));
-  CK(cuMemsetD16(out.p, kPoison, n));
+  fill32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS);
+  fill16(out.p, kPoison, n);
   p.timeout_ns = 1000000000ull;
   CK(launch_receive(k, p, s));
   CK(cuStreamSynchronize(s));
@@ -644,8 +659,8 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int 
   partial[(size_t)0 * hidden + 0 * shard + 6] = 0x0000;
   partial[(size_t)0 * hidden + 0 * shard + 7] = 0x8000;
   CK(cuMemcpyHtoD(slot.p, partial.data(), n * 2));
-  CK(cuMemsetD32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS));
-  CK(cuMemsetD16(out.p, kPoison, n));
+  fill32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS);
+  fill16(out.p, kPoison, n);
   p.timeout_ns = 2000000ull;  // 2 ms
   auto t0 = std::chrono::steady_clock::now();
   CK(launch_receive(k, p, s));
@@ -671,9 +686,9 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int 
   void* pinned;
   CK(cuMemAllocHost(&pinned, n * 2));
   memcpy(pinned, data.data(), n * 2);
-  CK(cuMemsetD32(slot.p, 0x80000000u, n / 2));
-  CK(cuMemsetD32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS));
-  CK(cuMemsetD16(out.p, kPoison, n));
+  fill32(slot.p, 0x80000000u, n / 2);
+  fill32(status.p, 0, TPRUN_RECEIVE_STATUS_WORDS);
+  fill16(out.p, kPoison, n);
   CK(cuCtxSynchronize());
   p.timeout_ns = 2000000000ull;
   CK(launch_receive(k, p, s));
@@ -699,7 +714,7 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int 
   CUdeviceptr dev_status;
   CK(cuMemHostGetDevicePointer(&dev_status, hst, 0));
   CK(cuMemcpyHtoD(slot.p, partial.data(), n * 2));
-  CK(cuMemsetD16(out.p, kPoison, n));
+  fill16(out.p, kPoison, n);
   CK(cuCtxSynchronize());
   tprun_receive_params q = p;
   q.status = dev_status;
@@ -763,8 +778,8 @@ int check_fused(const Kernels& k, Rng& rng, CUstream s, int M, int shard, int K,
       init[(size_t)(M - 1) * hidden + 11] = 0x8000;
     }
     CK(cuMemcpyHtoD(slot.p, init.data(), n * 2));
-    CK(cuMemsetD16(out.p, kPoison, n));
-    CK(cuMemsetD32(status.p, 0, 64));
+    fill16(out.p, kPoison, n);
+    fill32(status.p, 0, 64);
     tprun_skinny_params p = small_params(dl, dw, dsh, K, shard, hidden, rank);
     p.dst[0] = slot.p;
     p.ndst = 1;
@@ -831,8 +846,8 @@ int small_m(const Kernels& k, Rng& rng, CUstream s, int M, std::initializer_list
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
   int fails = 0;
   for (const Cfg& c : cfgs) {
-    CK(cuMemsetD16(o0.p, kPoison, (size_t)M * hidden));
-    CK(cuMemsetD16(o1.p, kPoison, (size_t)M * hidden));
+    fill16(o0.p, kPoison, (size_t)M * hidden);
+    fill16(o1.p, kPoison, (size_t)M * hidden);
     tprun_skinny_params p = small_params(dl, c.packed ? dwp : dw, dsh, K, shard, hidden, rank);
     p.dst[0] = o0.p;
     p.dst[1] = o1.p;
@@ -892,7 +907,7 @@ double median(std::vector<double> v) {
 double copy_bandwidth(CUstream s) {
   const size_t bytes = 1ull << 30;
   DevBuf a(bytes), b(bytes);
-  CK(cuMemsetD32(a.p, 0x3f803f80u, bytes / 4));
+  fill32(a.p, 0x3f803f80u, bytes / 4);
   Timer t;
   std::vector<double> v;
   for (int i = 0; i < 12; ++i) {
@@ -1233,7 +1248,7 @@ double time_read(size_t bytes, int ctas, int threads, int depth, CUstream s) {
   const size_t stride = ((size_t)vpc * ctas * 16 + 255) / 256 * 256;
   const int nbuf = (int)std::max<size_t>(2, ((512ull << 20) + stride - 1) / stride);
   DevBuf buf(stride * nbuf), sink(256);
-  CK(cuMemsetD32(buf.p, 0x3f803f80u, buf.bytes / 4));
+  fill32(buf.p, 0x3f803f80u, buf.bytes / 4);
   const int L = nbuf * std::max(1, (96 + nbuf - 1) / nbuf);
   auto launch = [&](int i) -> cudaError_t {
     cudaLaunchAttribute at[1];
