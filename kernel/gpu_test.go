@@ -585,48 +585,6 @@ func TestGPUReceive(t *testing.T) {
 	runReceiveTimeouts(t, e, rng, 100*time.Millisecond)
 }
 
-// runReceiveSkip receives a complete slot with ReceiveArgs.SkipSlice: the
-// skipped rank's columns must stay as they were in both buffers (out
-// poisoned, slot holding its data), every other word of the first M rows
-// copied and re-armed, the row below untouched, and the status clear.
-func runReceiveSkip(e *env, rng *rand.Rand, M, hidden, shard, skip int) {
-	t := e.t
-	rows := M + 1
-	words := rows * hidden / 2
-	dSlot := e.alloc(4*words, "slot")
-	dOut := e.alloc(4*words, "out")
-	dStatus := e.alloc(4*ReceiveStatusWords, "status")
-	data := randomWords(rng, words)
-	e.upload(dSlot, cuda.AsBytes(data), "slot")
-	e.fill(dOut, poisonWord, words, "out")
-	e.fill(dStatus, 0, ReceiveStatusWords, "status")
-	e.receive(ReceiveArgs{M: M, Hidden: hidden, Shard: shard, Slot: dSlot, Out: dOut, Status: dStatus,
-		Timeout: 5 * time.Second, SkipSlice: true, SkipRank: skip}, false)
-	out := make([]uint32, words)
-	slot := make([]uint32, words)
-	e.download(cuda.AsBytes(out), dOut, "out")
-	e.download(cuda.AsBytes(slot), dSlot, "slot")
-	if timedOut, missing := e.status(dStatus); timedOut || len(missing) > 0 {
-		t.Errorf("M=%d skip %d: complete slot reported timed out %v, missing ranks %v", M, skip, timedOut, missing)
-	}
-	bad := 0
-	for i := range words {
-		wantOut, wantSlot := poisonWord, data[i]
-		if i < M*hidden/2 && (2*i%hidden)/shard != skip {
-			wantOut, wantSlot = data[i], Sentinel
-		}
-		if out[i] != wantOut || slot[i] != wantSlot {
-			if bad++; bad <= 3 {
-				t.Errorf("M=%d skip %d word %d (row %d, rank %d): out %#08x slot %#08x, want %#08x and %#08x",
-					M, skip, i, 2*i/hidden, (2*i%hidden)/shard, out[i], slot[i], wantOut, wantSlot)
-			}
-		}
-	}
-	if bad > 3 {
-		t.Errorf("... %d words wrong in all", bad)
-	}
-}
-
 // sub is e for a subtest, called on the subtest's goroutine: failures
 // and cleanups go to t, and the context is made current there.
 func (e *env) sub(t testing.TB) *env {
@@ -643,10 +601,22 @@ func (e *env) sub(t testing.TB) *env {
 // must be copied out exactly and re-armed, the row below untouched in
 // both buffers, and the status clear.
 func runReceiveFull(e *env, rng *rand.Rand, M, hidden, shard int) {
+	runReceiveComplete(e, rng, M, hidden, shard, -1)
+}
+
+// runReceiveSkip is runReceiveFull with ReceiveArgs.SkipSlice of rank
+// skip: that rank's columns must also stay as they were in both buffers
+// (out poisoned, slot holding its data).
+func runReceiveSkip(e *env, rng *rand.Rand, M, hidden, shard, skip int) {
+	runReceiveComplete(e, rng, M, hidden, shard, skip)
+}
+
+// runReceiveComplete is runReceiveFull, skipping rank skip's columns when
+// skip >= 0.
+func runReceiveComplete(e *env, rng *rand.Rand, M, hidden, shard, skip int) {
 	t := e.t
 	rows := M + 1
 	words := rows * hidden / 2
-	got := M * hidden / 2
 	dSlot := e.alloc(4*words, "slot")
 	dOut := e.alloc(4*words, "out")
 	dStatus := e.alloc(4*ReceiveStatusWords, "status")
@@ -654,24 +624,25 @@ func runReceiveFull(e *env, rng *rand.Rand, M, hidden, shard int) {
 	e.upload(dSlot, cuda.AsBytes(data), "slot")
 	e.fill(dOut, poisonWord, words, "out")
 	e.fill(dStatus, 0, ReceiveStatusWords, "status")
-	e.receive(ReceiveArgs{M: M, Hidden: hidden, Shard: shard, Slot: dSlot, Out: dOut, Status: dStatus, Timeout: 5 * time.Second}, false)
+	e.receive(ReceiveArgs{M: M, Hidden: hidden, Shard: shard, Slot: dSlot, Out: dOut, Status: dStatus,
+		Timeout: 5 * time.Second, SkipSlice: skip >= 0, SkipRank: max(skip, 0)}, false)
 	out := make([]uint32, words)
 	slot := make([]uint32, words)
 	e.download(cuda.AsBytes(out), dOut, "out")
 	e.download(cuda.AsBytes(slot), dSlot, "slot")
 	if timedOut, missing := e.status(dStatus); timedOut || len(missing) > 0 {
-		t.Errorf("M=%d hidden=%d: complete slot reported timed out %v, missing ranks %v", M, hidden, timedOut, missing)
+		t.Errorf("M=%d hidden=%d skip %d: complete slot reported timed out %v, missing ranks %v", M, hidden, skip, timedOut, missing)
 	}
 	bad := 0
 	for i := range words {
 		wantOut, wantSlot := poisonWord, data[i]
-		if i < got {
+		if i < M*hidden/2 && (2*i%hidden)/shard != skip {
 			wantOut, wantSlot = data[i], Sentinel
 		}
 		if out[i] != wantOut || slot[i] != wantSlot {
 			if bad++; bad <= 3 {
-				t.Errorf("M=%d hidden=%d word %d (row %d): out %#08x slot %#08x, want %#08x and %#08x",
-					M, hidden, i, 2*i/hidden, out[i], slot[i], wantOut, wantSlot)
+				t.Errorf("M=%d hidden=%d skip %d word %d (row %d, rank %d): out %#08x slot %#08x, want %#08x and %#08x",
+					M, hidden, skip, i, 2*i/hidden, (2*i%hidden)/shard, out[i], slot[i], wantOut, wantSlot)
 			}
 		}
 	}
