@@ -651,23 +651,31 @@ func runReceiveComplete(e *env, rng *rand.Rand, M, hidden, shard, skip int) {
 	}
 }
 
-// receiveTimeoutCase is a slot with some words never written.
+// receiveTimeoutCase is a slot with some words never written; with skip,
+// rank skipRank's columns are left to its kernel (ReceiveArgs.SkipSlice).
 type receiveTimeoutCase struct {
-	desc    string
-	lost    func(word, hidden, shard, M int) bool
-	missing []int
+	desc     string
+	lost     func(word, hidden, shard, M int) bool
+	missing  []int
+	skip     bool
+	skipRank int
 }
 
 var receiveTimeoutCases = []receiveTimeoutCase{
 	{"rank 2's slice in every row", func(w, hidden, shard, M int) bool {
 		return w < M*hidden/2 && (2*w%hidden)/shard == 2
-	}, []int{2}},
+	}, []int{2}, false, 0},
 	{"one word of the last rank in the last row", func(w, hidden, shard, M int) bool {
 		return w == M*hidden/2-1
-	}, []int{timeoutTP - 1}},
+	}, []int{timeoutTP - 1}, false, 0},
 	{"ranks 0 and 1 in the first row", func(w, hidden, shard, M int) bool {
 		return w < hidden/2 && 2*w < 2*shard
-	}, []int{0, 1}},
+	}, []int{0, 1}, false, 0},
+	// The vectors are numbered past the skipped rank: the blame must still
+	// name the rank of the slot's column.
+	{"rank 2's slice, rank 0 skipped", func(w, hidden, shard, M int) bool {
+		return w < M*hidden/2 && (2*w%hidden)/shard == 2
+	}, []int{2}, true, 0},
 }
 
 // timeoutTP is the number of ranks of the timeout cases.
@@ -704,7 +712,8 @@ func runReceiveTimeout(e *env, rng *rand.Rand, tc receiveTimeoutCase, M, shard i
 	e.fill(dStatus, 0, ReceiveStatusWords, "status")
 	e.sync("preparing the slot")
 	t0 := time.Now()
-	e.receive(ReceiveArgs{M: M, Hidden: hidden, Shard: shard, Slot: dSlot, Out: dOut, Status: dStatus, Timeout: timeout}, false)
+	e.receive(ReceiveArgs{M: M, Hidden: hidden, Shard: shard, Slot: dSlot, Out: dOut, Status: dStatus, Timeout: timeout,
+		SkipSlice: tc.skip, SkipRank: tc.skipRank}, false)
 	e.sync("receive with a deadline of %v", timeout)
 	elapsed := time.Since(t0)
 	timedOut, missing := e.status(dStatus)
@@ -731,6 +740,10 @@ func runReceiveTimeout(e *env, rng *rand.Rand, tc receiveTimeoutCase, M, shard i
 		case i >= M*hidden/2:
 			if out[i] != poisonWord || slot[i] != data[i] {
 				report("word %d below the received rows touched: out %#08x slot %#08x", i, out[i], slot[i])
+			}
+		case tc.skip && (2*i%hidden)/shard == tc.skipRank:
+			if out[i] != poisonWord || slot[i] != orig[i] {
+				report("word %d of skipped rank %d touched: out %#08x slot %#08x", i, tc.skipRank, out[i], slot[i])
 			}
 		case !arrived:
 			if out[i] != poisonWord || slot[i] != Sentinel {
@@ -807,17 +820,31 @@ func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepRecei
 	capture := func() error {
 		recv := ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: shard, Slot: dSlot, Out: dOut,
 			Status: dStatus, Timeout: 5 * time.Second}
+		// The rank whose kernel receives is launched last; with its own
+		// slice into out, a middle rank, so the receive's numbering has to
+		// step over a slice between two others.
+		fr := s.TP - 1
+		if mode == receiveFusedSkip {
+			fr = s.TP / 2
+		}
+		var order []int
 		for r := range s.TP {
+			if r != fr {
+				order = append(order, r)
+			}
+		}
+		order = append(order, fr)
+		for i, r := range order {
 			a := SkinnyArgs{Shape: s, Rank: r, Latent: dLat, Weight: dW + cuda.DevicePtr(2*r*shard*K),
 				Shared: dShared + cuda.DevicePtr(2*r*shard), SharedStride: s.Hidden, Dst: []cuda.DevicePtr{dSlot}}
-			if mode != receiveKernel && r == s.TP-1 {
+			if mode != receiveKernel && r == fr {
 				a.Receive = &recv
 				if mode == receiveFusedSkip {
 					recv.SkipSlice, recv.SkipRank = true, r
 					a.Dst = []cuda.DevicePtr{dOut}
 				}
 			}
-			if err := e.k.LaunchSkinny(e.stream, a, r > 0); err != nil {
+			if err := e.k.LaunchSkinny(e.stream, a, i > 0); err != nil {
 				return err
 			}
 		}

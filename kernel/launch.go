@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/tprun/tprun/internal/cuda"
@@ -271,6 +272,9 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 		if r.SkipSlice && r.SkipRank != a.Rank {
 			bad("Receive.SkipRank", fmt.Sprint(r.SkipRank), fmt.Sprintf("must be the launch's own rank (%d): its tiles store that slice", a.Rank))
 		}
+		if r.SkipSlice && !slices.Contains(a.Dst, r.Out) {
+			bad("Receive.Out", fmt.Sprintf("%#x", uint64(r.Out)), "must be one of Dst with SkipSlice: the receive leaves this rank's columns to the tiles")
+		}
 		var err error
 		if rp, err = receiveParams(r); err != nil {
 			errs = append(errs, fmt.Errorf("fused receive: %w", err))
@@ -364,8 +368,8 @@ func (a ReceiveArgs) polledColumns() int {
 }
 
 // LaunchReceive queues the Lamport receive of a on stream: wait until the
-// first M*Hidden elements of the slot hold no sentinel word, copy them to
-// Out and re-arm the slot. With pdl it may be scheduled before the
+// first M*Hidden elements of the slot (less rank SkipRank's columns with
+// SkipSlice) hold no sentinel word, copy them to Out and re-arm the slot. With pdl it may be scheduled before the
 // previous kernel on stream ends (it waits for it before touching memory).
 // Read the outcome from Status with DecodeReceiveStatus after the stream
 // has synchronized.

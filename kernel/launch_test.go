@@ -270,7 +270,12 @@ func TestSkinnyParamsReject(t *testing.T) {
 		{"fused receive skipping another rank", func(a *SkinnyArgs) {
 			a.Receive = fusedReceive(a.Shape)
 			a.Receive.SkipSlice, a.Receive.SkipRank = true, a.Rank+1
+			a.Dst = append(a.Dst, a.Receive.Out)
 		}, ErrArgs, []string{"Receive.SkipRank", "own rank"}},
+		{"fused receive skipping into an output the tiles do not write", func(a *SkinnyArgs) {
+			a.Receive = fusedReceive(a.Shape)
+			a.Receive.SkipSlice, a.Receive.SkipRank = true, a.Rank
+		}, ErrArgs, []string{"Receive.Out = 0x7f0000600000", "one of Dst"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -1201,10 +1206,6 @@ func TestLoadFatbinOverride(t *testing.T) {
 	}
 }
 
-// A launch with a fused receive: the receive CTAs are appended to the grid
-// and the recv_* fields are set; the L2 prefetch plan the table has for the
-// shape (latent 3584, shard 1792, M 2) is kept either way (the kernel
-// counts its tiles from the shard, not the grid, since 2026-11-30b).
 // SkipSlice sets TPRUN_RECEIVE_SKIP and the rank in the flags, and a
 // launch polls only the other ranks' columns: fewer receive threads.
 func TestReceiveSkipFlagsAndGrid(t *testing.T) {
@@ -1249,6 +1250,10 @@ func TestReceiveSkipFlagsAndGrid(t *testing.T) {
 	}
 }
 
+// A launch with a fused receive: the receive CTAs are appended to the grid
+// and the recv_* fields are set; the L2 prefetch plan the table has for the
+// shape (latent 3584, shard 1792, M 2) is kept either way (the kernel
+// counts its tiles from the shard, not the grid, since 2026-11-30b).
 func TestLaunchSkinnyFusedReceive(t *testing.T) {
 	s := Shape{M: 2, Hidden: 7168, Latent: 3584, TP: 4}
 	c := ConfigFor(s.M, s.Shard(), s.Latent)

@@ -1,7 +1,7 @@
 // The Lamport receive of one rank (../shared/DESIGN.md, "The mailbox"):
 // wait until every 32-bit word of the first m*hidden elements of the local
-// slot differs from the sentinel, copy the block out, re-arm the slot with
-// the sentinel. A deadline from %globaltimer makes a missing peer a reported
+// slot (less a skipped rank's columns, TPRUN_RECEIVE_SKIP) differs from the
+// sentinel, copy the block out, re-arm the slot with the sentinel. A deadline from %globaltimer makes a missing peer a reported
 // failure instead of a hang. Parameters and status words: skinny.h.
 //
 // receive_block is also the tail of the skinny kernel's fused receive

@@ -385,9 +385,9 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   if (csize > 1) {
     // Release the remote stores; only the leader waits to acquire them. The
     // others leave at once (their shared memory is never read remotely), a
-    // cluster barrier with no wait for them: 0.01-0.08 µs faster at shard
-    // 896 with 32-row tiles and a cluster of 4, 0.14-0.3 µs with 16-row
-    // tiles and 2 (bench/NOTES-kernel.md, 2026-11-30g).
+    // cluster barrier with no wait for them. At shard 896: 0.14-0.32 µs
+    // faster with 16-row tiles and a cluster of 2; with 32-row tiles and 4,
+    // within noise but at M 7 (0.08 µs) (bench/NOTES-kernel.md, 2026-11-30g).
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
     if (crank != 0) return;
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");

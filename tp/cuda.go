@@ -41,7 +41,8 @@ type DeviceInputs struct {
 }
 
 // DeviceStep is one step of a captured sequence: its operands and where
-// the whole [M, hidden_dim] block goes (16-byte aligned device memory).
+// the whole [M, hidden_dim] block goes (16-byte aligned device memory that
+// does not overlap the operands).
 type DeviceStep struct {
 	In  DeviceInputs
 	Out DevicePtr

@@ -13,9 +13,10 @@
 // and returns the whole [M, hidden] block. It runs on one of two engines:
 // the host engine (the CPU kernel and the shared-memory mailbox) or, where
 // a GPU is usable, the CUDA engine (upproj_cuda.go, cuda.go): the skinny
-// kernel stores the rank's slice into every rank's mailbox (the unicast VMM
-// backend, or the multicast one where the group resolves to it) and the
-// Lamport receive collects the block: receive CTAs appended to the skinny
+// kernel stores the rank's slice into every other rank's mailbox and its
+// own output (the unicast VMM backend), or into every rank's mailbox
+// through the multicast one where the group resolves to it, and the
+// Lamport receive collects the rest of the block: receive CTAs appended to the skinny
 // kernel's grid when the rank has its GPU to itself, else a receive kernel
 // chained with programmatic dependent launch. The mailbox choice is collective: every rank probes
 // its device and its multicast safety variables, and all ranks apply the

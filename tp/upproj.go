@@ -67,9 +67,10 @@ type UpInputs struct {
 
 // UpProjection is the fused up-projection of one rank of a group: every
 // Step multiplies the latent block by this rank's weight shard, adds its
-// shared slice, writes the result into every rank's mailbox slot and
-// returns once the whole [M, hidden_dim] block, every rank's slice, has
-// arrived. Every rank of the group must call Step the same number of times
+// shared slice, writes the result into every other rank's mailbox slot (and
+// its own, or with the CUDA engine's unicast mailbox straight into the
+// output) and returns once the whole [M, hidden_dim] block, every rank's
+// slice, has arrived. Every rank of the group must call Step the same number of times
 // with the same M.
 //
 // Step must not be called concurrently with itself; Close may be called

@@ -20,10 +20,12 @@ import (
 
 // The CUDA engine: the op's operands live in device memory, the skinny
 // kernel computes this rank's slice and stores it into the mailbox slot of
-// every rank (unicast: one store per peer mapping; multicast: one store
-// through the multicast address), and the receive kernel, chained after it
-// with programmatic dependent launch, polls the local slot, copies the
-// block out and re-arms the slot (DESIGN.md "The mailbox").
+// every other rank and straight into this step's output block (unicast:
+// one store per peer mapping), or through the multicast address into every
+// rank's slot, this one's included; the receive (CTAs in the same grid, or
+// a kernel chained after it with programmatic dependent launch) polls the
+// local slot, copies the others' slices out and re-arms the slot
+// (DESIGN.md "The mailbox").
 //
 // Ordering across steps is the GPU's own: the next step's skinny kernel
 // waits (griddepcontrol.wait, after issuing its weight loads) until the
@@ -193,7 +195,7 @@ type cudaEngine struct {
 	// or -1 (multicast). A step replaces that destination by its output
 	// block, so the kernel stores this rank's slice straight into it, and
 	// its receive skips that slice: half the receive's work at tp 2, and
-	// 0.07-0.27 µs per step on two H200s (bench/NOTES-kernel.md, 2026-11-30g).
+	// 0.05-0.27 µs per step on two H200s (bench/NOTES-kernel.md, 2026-11-30g).
 	own      int
 	local    cuda.DevicePtr
 	deadline time.Duration
@@ -780,7 +782,8 @@ func (u *UpProjection) Device() int {
 
 // StepDevice runs one step with operands already in device memory (in the
 // primary context of Device()) and waits for it, leaving the whole
-// [M, hidden_dim] block, row-major, at out. Errors are those of Step; the
+// [M, hidden_dim] block, row-major, at out, which must not overlap the
+// operands (this rank's kernel writes its slice there while it reads them). Errors are those of Step; the
 // host backend refuses it with ErrBackendUnavailable.
 //
 // Cancelling ctx while the step waits for peers ends the wait at once and
@@ -828,6 +831,26 @@ func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out Devic
 	if in.SharedStride < s.Shard() || in.SharedStride%8 != 0 {
 		errs = append(errs, &kernel.ShapeError{Field: "SharedStride", Value: in.SharedStride,
 			Rule: fmt.Sprintf("must be a multiple of 8 and at least shard = %d", s.Shard())})
+	} else {
+		// The step writes out (this rank's columns from its own kernel)
+		// while that kernel still reads its operands.
+		wlen := s.Shard() * s.Latent
+		if in.WeightPacked {
+			wlen = kernel.PackedWeightLen(s.Shard(), s.Latent)
+		}
+		outEnd := out + DevicePtr(2*s.M*s.Hidden)
+		for _, p := range []struct {
+			name     string
+			from, to DevicePtr
+		}{{"Latent", in.Latent, in.Latent + DevicePtr(2*s.M*s.Latent)},
+			{"Weight", in.Weight, in.Weight + DevicePtr(2*wlen)},
+			{"Shared", in.Shared, in.Shared + DevicePtr(2*((s.M-1)*in.SharedStride+s.Shard()))}} {
+			if out < p.to && p.from < outEnd {
+				errs = append(errs, &kernel.ShapeError{Field: "out", Value: int(out - p.from),
+					Rule: fmt.Sprintf("the block [%#x, %#x) must not overlap %s [%#x, %#x) (value: out - %s)",
+						uint64(out), uint64(outEnd), p.name, uint64(p.from), uint64(p.to), p.name)})
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

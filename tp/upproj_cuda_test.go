@@ -2097,3 +2097,36 @@ func TestCUDAEngineFakeFusedReceive(t *testing.T) {
 		}
 	}
 }
+
+// A device step's output must not overlap its operands: the rank's kernel
+// writes its slice there while it still reads them.
+func TestValidateDeviceRejectsOverlap(t *testing.T) {
+	s := kernel.Shape{M: 4, Hidden: 64, Latent: 32, TP: 2} // shard 32
+	u := &UpProjection{shape: s}
+	in := DeviceInputs{M: 4, Latent: 0x10000, Weight: 0x20000, Shared: 0x30000, SharedStride: 64}
+	// Byte ends: latent 0x10000 + 2*4*32, weight 0x20000 + 2*32*32,
+	// shared 0x30000 + 2*(3*64+32); the block is 2*4*64 = 0x200 bytes.
+	tests := []struct {
+		desc  string
+		out   DevicePtr
+		inMsg string // "" = accepted
+	}{
+		{"apart", 0x40000, ""},
+		{"right after the latent", 0x10100, ""},
+		{"right before the weight", 0x20000 - 0x200, ""},
+		{"inside the latent", 0x10010, "overlap Latent"},
+		{"ending inside the weight", 0x20000 - 0x1f0, "overlap Weight"},
+		{"over the last shared row", 0x30000 + 2*(3*64+32) - 16, "overlap Shared"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			err := u.validateDevice(s, in, tc.out)
+			switch {
+			case tc.inMsg == "" && err != nil:
+				t.Errorf("out %#x: %v, want no error", uint64(tc.out), err)
+			case tc.inMsg != "" && (!errors.Is(err, kernel.ErrShape) || !strings.Contains(err.Error(), tc.inMsg)):
+				t.Errorf("out %#x: %v, want kernel.ErrShape mentioning %q", uint64(tc.out), err, tc.inMsg)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,6 +237,15 @@ func TestUpProjectionStepRejectsBadInputs(t *testing.T) {
 
 // TestUpProjectionDeadRank: a rank that stops stepping makes the others'
 // next step fail within the deadline, naming it.
+//
+// The dead rank closes its op only after the others are done: with the
+// CUDA engine (what the default backend picks on a GPU machine) these
+// in-process ranks share one CUDA context, and the dead rank's Close, which
+// frees device memory, can hold a live rank's launch back past the
+// deadline; that rank is then blamed too (5 of 50 runs on two H200s, before
+// and after the 2026-11-30g changes alike). Separate rank processes have
+// separate contexts and no such coupling (TestGPUUpProjectionDeadPeer does
+// the same).
 func TestUpProjectionDeadRank(t *testing.T) {
 	const tp, hidden, latent, dead = 3, 48, 16, 2
 	const deadline = 300 * time.Millisecond
@@ -243,17 +253,26 @@ func TestUpProjectionDeadRank(t *testing.T) {
 	defer cancel()
 	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
 	in := randomInputs(rng, 2, hidden, latent, tp, 1)
+	var live sync.WaitGroup
+	live.Add(tp - 1)
 	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
 		up, err := NewUpProjection(ctx, ex, hidden, latent, 2, WithDeadline(deadline))
 		if err != nil {
+			if r != dead {
+				live.Done()
+			}
 			return err
 		}
 		defer func() { err = errors.Join(err, up.Close()) }()
+		if r != dead {
+			defer live.Done() // before this rank's Close
+		}
 		out := make([]kernel.BF16, 2*hidden)
 		if err := up.Step(ctx, in, out); err != nil {
 			return err
 		}
 		if r == dead {
+			live.Wait()
 			return nil
 		}
 		return stepToDeadPeer(ctx, up, r, dead, deadline, in, out)
