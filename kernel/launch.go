@@ -369,8 +369,9 @@ func (a ReceiveArgs) polledColumns() int {
 
 // LaunchReceive queues the Lamport receive of a on stream: wait until the
 // first M*Hidden elements of the slot (less rank SkipRank's columns with
-// SkipSlice) hold no sentinel word, copy them to Out and re-arm the slot. With pdl it may be scheduled before the
-// previous kernel on stream ends (it waits for it before touching memory).
+// SkipSlice) hold no sentinel word, copy them to Out and re-arm the slot.
+// With pdl it may be scheduled before the previous kernel on stream ends
+// (it waits for it before touching memory).
 // Read the outcome from Status with DecodeReceiveStatus after the stream
 // has synchronized.
 func (k *Kernels) LaunchReceive(stream cuda.Stream, a ReceiveArgs, pdl bool) error {
