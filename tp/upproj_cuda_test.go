@@ -48,11 +48,17 @@ type fakeGPU struct {
 	sharedCtx bool
 	ctxMu     sync.RWMutex
 	drvs      []*fakeDrv // every rank's driver: the context's streams
+
+	// multicast: a fake multicast range (its base, as every rank sees it)
+	// -> the ranks' local mailboxes bound to it; a store into the range
+	// lands in every one of them (stores).
+	multicast map[cuda.DevicePtr][]cuda.DevicePtr
 }
 
 func newFakeGPU() *fakeGPU {
 	return &fakeGPU{next: 1 << 32, mem: map[cuda.DevicePtr][]byte{}, host: map[*byte]cuda.DevicePtr{},
-		live: map[string]int{}, failAt: map[int]int{}, calls: map[int]int{}, retired: map[cuda.DevicePtr]bool{}}
+		live: map[string]int{}, failAt: map[int]int{}, calls: map[int]int{}, retired: map[cuda.DevicePtr]bool{},
+		multicast: map[cuda.DevicePtr][]cuda.DevicePtr{}}
 }
 
 var errInjected = errors.New("injected failure")
@@ -137,6 +143,35 @@ func (g *fakeGPU) bytes(p cuda.DevicePtr, n int) ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("fake GPU: %#x is not allocated (illegal address)", uint64(p))
+}
+
+// stores is where a store of n bytes at p lands: the memory at p, or for
+// an address in a fake multicast range the same offset of every mailbox
+// bound to it.
+func (g *fakeGPU) stores(p cuda.DevicePtr, n int) ([][]byte, error) {
+	g.mu.Lock()
+	var targets []cuda.DevicePtr
+	for base, members := range g.multicast {
+		if b := g.mem[base]; p >= base && p < base+cuda.DevicePtr(len(b)) {
+			for _, m := range members {
+				targets = append(targets, m+(p-base))
+			}
+		}
+	}
+	g.mu.Unlock()
+	if targets == nil {
+		b, err := g.bytes(p, n)
+		return [][]byte{b}, err
+	}
+	var out [][]byte
+	for _, t := range targets {
+		b, err := g.bytes(t, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 func words(b []byte) []uint32 {
@@ -514,13 +549,15 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 		}
 		for _, dst := range a.dst {
 			for m := range sh.M {
-				b, err := k.d.gpu.bytes(dst+cuda.DevicePtr(2*(m*sh.Hidden+a.rank*n)), 2*n)
+				bs, err := k.d.gpu.stores(dst+cuda.DevicePtr(2*(m*sh.Hidden+a.rank*n)), 2*n)
 				if err != nil {
 					return err
 				}
-				ws := words(b)
-				for i := range ws {
-					atomic.StoreUint32(&ws[i], kernel.PackWord(out[m*n+2*i], out[m*n+2*i+1]))
+				for _, b := range bs {
+					ws := words(b)
+					for i := range ws {
+						atomic.StoreUint32(&ws[i], kernel.PackWord(out[m*n+2*i], out[m*n+2*i+1]))
+					}
 				}
 			}
 		}
@@ -630,13 +667,19 @@ func fakeDeps() engineDeps {
 }
 
 type fakeMailbox struct {
-	d      *fakeDrv
-	layout mailbox.Layout
-	local  cuda.DevicePtr
-	once   sync.Once
+	d         *fakeDrv
+	layout    mailbox.Layout
+	local     cuda.DevicePtr
+	once      sync.Once
+	multicast bool // bound to a fake multicast range (fakeMulticastDeps)
 }
 
-func (m *fakeMailbox) Name() string           { return "unicast" }
+func (m *fakeMailbox) Name() string {
+	if m.multicast {
+		return "multicast"
+	}
+	return "unicast"
+}
 func (m *fakeMailbox) Layout() mailbox.Layout { return m.layout }
 func (m *fakeMailbox) Local() cuda.DevicePtr  { return m.local }
 func (m *fakeMailbox) Close() error {
@@ -652,15 +695,53 @@ func (m *fakeMailbox) Close() error {
 	return err
 }
 
+// fakeMulticastDeps is fakeDeps whose multicast mailbox is the fake
+// unicast one bound to a fake multicast range: rank 0 makes the range and
+// binds every rank's mailbox to it, and every rank's kernel gets that one
+// address as its only destination (a store there lands in every mailbox,
+// fakeGPU.stores), as with a real multicast object.
+func fakeMulticastDeps() engineDeps {
+	deps := fakeDeps()
+	deps.newMulticast = func(ctx context.Context, ex mailbox.Exchanger, drv engineDriver, dev cuda.Device, cfg mailbox.Config) (gpuMailbox, []cuda.DevicePtr, error) {
+		mb, bases, err := deps.newUnicast(ctx, ex, drv, dev, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		fm := mb.(*fakeMailbox)
+		fm.multicast = true
+		var mc cuda.DevicePtr
+		if ex.Rank() == 0 {
+			g := fm.d.gpu
+			mc = g.alloc(make([]byte, fm.layout.Bytes))
+			g.mu.Lock()
+			g.multicast[mc] = slices.Clone(bases)
+			g.retired[mc] = true // no owner frees the range in the fake
+			g.mu.Unlock()
+		}
+		all, err := ex.AllGather(ctx, binary.LittleEndian.AppendUint64(nil, uint64(mc)))
+		if err != nil {
+			return nil, nil, errors.Join(err, mb.Close())
+		}
+		return mb, []cuda.DevicePtr{cuda.DevicePtr(binary.LittleEndian.Uint64(all[0]))}, nil
+	}
+	return deps
+}
+
 // newFakeUp is NewUpProjection on the fake GPU.
 func newFakeUp(ctx context.Context, ex mailbox.Exchanger, gpu *fakeGPU, hidden, latent, maxM, slots int, deadline time.Duration) (*UpProjection, error) {
+	return newFakeUpKind(ctx, ex, gpu, hidden, latent, maxM, slots, deadline, mailbox.KindUnicast, fakeDeps())
+}
+
+// newFakeUpKind is newFakeUp with the given mailbox kind and deps.
+func newFakeUpKind(ctx context.Context, ex mailbox.Exchanger, gpu *fakeGPU, hidden, latent, maxM, slots int, deadline time.Duration,
+	kind mailbox.Kind, deps engineDeps) (*UpProjection, error) {
 	s := kernel.Shape{M: maxM, Hidden: hidden, Latent: latent, TP: ex.Size()}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	gpu.add("driver", 1)
 	closeDrv := func() error { gpu.add("driver", -1); return nil }
-	eng, err := newCUDAEngine(ctx, ex, s, upConfig{slots: slots, deadline: deadline}, newFakeDrv(gpu, ex.Rank()), closeDrv, 0, mailbox.KindUnicast, fakeDeps())
+	eng, err := newCUDAEngine(ctx, ex, s, upConfig{slots: slots, deadline: deadline}, newFakeDrv(gpu, ex.Rank()), closeDrv, 0, kind, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -2128,5 +2209,66 @@ func TestValidateDeviceRejectsOverlap(t *testing.T) {
 				t.Errorf("out %#x: %v, want kernel.ErrShape mentioning %q", uint64(tc.out), err, tc.inMsg)
 			}
 		})
+	}
+}
+
+// With a multicast mailbox the kernel's one destination is the multicast
+// address, which reaches every rank's slot, its own included: the engine
+// must keep the full receive (no skipped slice) and give the same blocks
+// as the unicast engine, which skips its own slice.
+func TestCUDAEngineFakeMulticast(t *testing.T) {
+	const tp, hidden, latent, steps = 3, 96, 16, 4
+	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
+	ins := make([]UpInputs, tp)
+	for r := range tp {
+		ins[r] = randomInputs(rng, 2, hidden, latent, tp, 1)
+	}
+	lat, shared := ins[0].Latent, ins[0].Shared
+	for r := range ins {
+		ins[r].Latent, ins[r].Shared = lat, shared[r*hidden/tp:] // one latent and shared tensor for all ranks
+	}
+	run := func(t *testing.T, kind mailbox.Kind, deps engineDeps) (outs [tp][]kernel.BF16, skipped int64) {
+		gpu := newFakeGPU()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var n atomic.Int64
+		errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) error {
+			up, err := newFakeUpKind(ctx, ex, gpu, hidden, latent, 2, 0, 2*time.Second, kind, deps)
+			if err != nil {
+				return err
+			}
+			defer up.Close()
+			if got := up.eng.(*cudaEngine).mb.Name(); got != kind.String() {
+				return fmt.Errorf("rank %d: mailbox %q, want %q", r, got, kind)
+			}
+			outs[r] = make([]kernel.BF16, 2*hidden)
+			for range steps {
+				if err := up.Step(ctx, ins[r], outs[r]); err != nil {
+					return err
+				}
+			}
+			n.Add(up.eng.(*cudaEngine).kern.(*fakeKernels).skipped.Load())
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("%v: %v", kind, err)
+		}
+		if l := gpu.leaks(); l != "" {
+			t.Errorf("%v: left alive: %s", kind, l)
+		}
+		return outs, n.Load()
+	}
+	uni, nu := run(t, mailbox.KindUnicast, fakeDeps())
+	mc, nm := run(t, mailbox.KindMulticast, fakeMulticastDeps())
+	if nu != tp*steps || nm != 0 {
+		t.Errorf("receives that skipped their own slice: unicast %d (want %d), multicast %d (want 0)", nu, tp*steps, nm)
+	}
+	for r := range tp {
+		if !slices.Equal(mc[r], uni[r]) || !slices.Equal(mc[r], mc[0]) {
+			t.Errorf("rank %d: the multicast engine gave another block than the unicast one", r)
+		}
+	}
+	if slices.Equal(uni[0], make([]kernel.BF16, 2*hidden)) {
+		t.Errorf("the blocks are all zeros: the test cannot tell anything apart")
 	}
 }
