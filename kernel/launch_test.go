@@ -1252,10 +1252,10 @@ func TestReceiveSkipFlagsAndGrid(t *testing.T) {
 
 // A launch with a fused receive: the receive CTAs are appended to the grid
 // and the recv_* fields are set; the L2 prefetch plan the table has for the
-// shape (latent 3584, shard 1792, M 2) is kept either way (the kernel
+// shape (latent 3584, shard 3584, M 1) is kept either way (the kernel
 // counts its tiles from the shard, not the grid, since 2026-11-30b).
 func TestLaunchSkinnyFusedReceive(t *testing.T) {
-	s := Shape{M: 2, Hidden: 7168, Latent: 3584, TP: 4}
+	s := Shape{M: 1, Hidden: 7168, Latent: 3584, TP: 2}
 	c := ConfigFor(s.M, s.Shard(), s.Latent)
 	if c.L2Prefetch == 0 {
 		t.Fatalf("the table has no prefetch plan for %v any more: pick a shape that has one", s)
@@ -1267,7 +1267,7 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := SkinnyArgs{Shape: s, Rank: 1, Latent: 0x7f0000000000, Weight: 0x7f0000100000,
-			Shared: 0x7f0000200000 + 2*1792, SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000}}
+			Shared: 0x7f0000200000 + 2*cuda.DevicePtr(s.Shard()), SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000}}
 		if fused {
 			a.Receive = fusedReceive(s)
 		}

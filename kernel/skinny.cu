@@ -11,8 +11,8 @@
 //   is the same 8 k of latent row g, one 16-byte load.
 // - One CTA owns tile_rows (16 or 32) output columns and one K slice; each
 //   warp takes a contiguous run of 32-k chunks of that slice; the CTAs of a
-//   cluster split K, write their partial sums into the leader CTA's shared
-//   memory (distributed shared memory), and the leader adds them in rank
+//   cluster split K, send their partial sums into the leader CTA's shared
+//   memory (st.async, counted on an mbarrier there), and the leader adds them in rank
 //   order, adds `shared`, rounds and stores 16-byte vectors. Fixed order:
 //   bit-identical reruns.
 // - Each warp keeps a ring of U chunks of weight loads in flight (16-byte,
@@ -219,6 +219,68 @@ __device__ __forceinline__ void trace_landed(Trace&, int, uint32_t) {}
 __device__ __forceinline__ uint32_t trace_fold(uint32_t a, uint32_t) { return a; }
 #endif
 
+// The cluster sum (clusters of 2..8 CTAs that split K): each non-leader
+// CTA sends its partial sums into its slot of the LEADER's shared memory
+// with st.async, which counts the bytes on an mbarrier of the leader; only
+// the leader's epilogue threads wait, on that barrier. One-way: no cluster
+// barrier round trip at the end, and the senders leave as soon as their
+// stores are issued. Against the cluster barrier it replaced, same GPU,
+// interleaved: shard 896 at 32/4/g/8/4/p 0.06-0.20 µs faster, shard 3584 at
+// 32/4/g/4/4/p 0.41-0.52 µs (bench/NOTES-kernel.md, 2026-11-30i).
+// The barrier is set up at the kernel's start (cluster_sum_init); every
+// thread's barrier.cluster.wait in reduce_store, long after, orders that
+// before the first st.async.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+// The address of local shared address a in CTA rank r of the cluster.
+__device__ __forceinline__ uint32_t mapa_u32(uint32_t a, uint32_t r) {
+  uint32_t d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(r));
+  return d;
+}
+__device__ __forceinline__ void st_async_v4(uint32_t dst, const float4& v, uint32_t mbar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(mbar)
+      : "memory");
+}
+// The barrier: 8 bytes in the padding of red's first row (columns
+// ROWS..ROWS+3 of warp 0's latent row 0, which nothing else reads or
+// writes), so the entry points have no static shared memory.
+template <int ROWS>
+__device__ __forceinline__ uint64_t* cluster_sum_bar(float* red) {
+  return reinterpret_cast<uint64_t*>(red + ROWS);
+}
+// Thread 0 of the leader: a barrier of one arrival that also expects
+// tx_bytes (its own arrival comes first, so only the bytes complete the
+// phase); then every thread of every CTA arrives at the cluster barrier
+// (relaxed: the init's fence orders the init before it).
+__device__ __forceinline__ void cluster_sum_init(uint64_t* mbar, int crank, uint32_t tx_bytes) {
+  if (crank == 0 && threadIdx.x == 0) {
+    const uint32_t a = smem_u32(mbar);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(tx_bytes) : "memory");
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+// Waits for phase 0 of the barrier, acquiring at cluster scope the bytes
+// that completed it.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* mbar) {
+  const uint32_t a = smem_u32(mbar);
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(a)
+        : "memory");
+  }
+}
+
 __device__ __forceinline__ uint4 lds_v4(const uint16_t* p) {
   return *reinterpret_cast<const uint4*>(p);
 }
@@ -327,10 +389,12 @@ __device__ __forceinline__ bool warp_epilogue(int nv, int csize) {
 //   the warps l%4, l%4+4, ... in order, two xor shuffles combine the four
 //   lanes, lane 0 gathers the 8 columns, rounds and stores (one barrier,
 //   no serial pass over the warps; `shared` was fetched by that lane); or
-// - each thread of the first M*ROWS sums one output over the warps into
-//   slot crank of the LEADER CTA's parts (distributed shared memory, one
-//   cluster barrier); the leader's first NV threads add the slots in rank
-//   order, add `shared` (shv, prefetched by them) and store.
+// - each thread of the first M*ROWS/4 sums four outputs over the warps
+//   into slot crank of the LEADER CTA's parts (the leader by plain stores,
+//   the others by st.async into its shared memory, see cluster_sum_init);
+//   the leader's first NV threads wait for the other slots on the cluster
+//   sum's barrier, add the slots in rank order, add `shared` (shv,
+//   prefetched by them) and store.
 // Both orders are fixed: bit-identical reruns.
 template <int M, int TR>
 __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float* red, float* parts,
@@ -372,32 +436,37 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     if (eok) store_vector(p, s, shv, n0, em, ec);  // lane 0 only (see the callers)
     return;
   }
-  // Each CTA's sum goes to slot crank of the LEADER's parts (distributed
-  // shared memory); one cluster barrier publishes them all.
-  float* slot = parts + crank * 8 * SP;
-  if (crank != 0) slot = cluster.map_shared_rank(slot, 0);
-  for (int e = threadIdx.x; e < M * ROWS; e += blockDim.x) {
-    const int i = (e / ROWS) * SP + e % ROWS;
-    float s = red[i];
-    for (int w = 1; w < nwarps; ++w) s += red[w * 8 * SP + i];
-    slot[i] = s;
-  }
+  // Each CTA's sum over its warps goes to slot crank of the LEADER's parts,
+  // four columns per thread: the leader's own by plain stores, the others'
+  // by st.async into the leader's shared memory (cluster_sum_init).
+  uint32_t rslot = 0, rbar = 0;
   if (csize > 1) {
-    // Release the remote stores; only the leader waits to acquire them. The
-    // others leave at once (their shared memory is never read remotely), a
-    // cluster barrier with no wait for them. At shard 896: 0.14-0.32 µs
-    // faster with 16-row tiles and a cluster of 2; with 32-row tiles and 4,
-    // within noise but at M 7 (0.08 µs) (bench/NOTES-kernel.md, 2026-11-30g).
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-    if (crank != 0) return;
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-  } else {
-    __syncthreads();
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the leader's barrier is set up
+    if (crank != 0) {
+      rslot = mapa_u32(smem_u32(parts + crank * 8 * SP), 0);
+      rbar = mapa_u32(smem_u32(cluster_sum_bar<ROWS>(red)), 0);
+    }
   }
+  for (int e = threadIdx.x; e < M * ROWS / 4; e += blockDim.x) {
+    const int i = (e / (ROWS / 4)) * SP + (e % (ROWS / 4)) * 4;
+    float4 s = *reinterpret_cast<const float4*>(red + i);
+    for (int w = 1; w < nwarps; ++w) {
+      const float4 t = *reinterpret_cast<const float4*>(red + w * 8 * SP + i);
+      s.x += t.x; s.y += t.y; s.z += t.z; s.w += t.w;
+    }
+    if (crank == 0) {
+      *reinterpret_cast<float4*>(parts + i) = s;
+    } else {
+      st_async_v4(rslot + 4 * i, s, rbar);
+    }
+  }
+  if (crank != 0) return;  // the stores complete on the leader's barrier
+  __syncthreads();         // the leader's own slot
 
   // Epilogue (the leader's first NV threads): 8 consecutive columns of one
   // latent row per thread, slots added in rank order.
   if (!eok) return;
+  if (csize > 1) mbar_wait_cluster(cluster_sum_bar<ROWS>(red));  // every other CTA's slot
   float s[8];
   {
     const float4 a = *reinterpret_cast<const float4*>(parts + em * SP + ec);
@@ -447,6 +516,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   const int csize = (int)cluster.num_blocks();
   const int crank = (int)cluster.block_rank();
   const int n0 = (int)(blockIdx.x / csize) * ROWS;
+  if (csize > 1) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
 
   // K split: CTA crank of the cluster takes chunks [cs, ce); each warp a
   // contiguous part of that, so every load address is a base plus an
@@ -642,6 +712,7 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
   const int csize = (int)cluster.num_blocks();
   const int crank = (int)cluster.block_rank();
   const int n0 = (int)(blockIdx.x / csize) * ROWS;
+  if (csize > 1) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
 
   const int K = p.latent_dim;
   const int nchunks = (K + 31) >> 5;
