@@ -220,20 +220,63 @@ func ConfigTableOverride() string { return os.Getenv(ConfigTableEnv) }
 var measured = sync.OnceValues(loadConfigTable)
 
 // loadConfigTable parses ConfigTableEnv's file, or else the embedded table.
-func loadConfigTable() ([]tableEntry, error) {
-	path := ConfigTableOverride()
+func loadConfigTable() ([]tableEntry, error) { return loadTable(ConfigTableEnv, configTableTSV) }
+
+// loadTable parses the file named by the environment variable env, or else
+// the embedded text.
+func loadTable(env, embedded string) ([]tableEntry, error) {
+	path := os.Getenv(env)
 	if path == "" {
-		return parseConfigTable(configTableTSV)
+		return parseConfigTable(embedded)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("kernel: %s: %w", ConfigTableEnv, err)
+		return nil, fmt.Errorf("kernel: %s: %w", env, err)
 	}
 	e, err := parseConfigTable(string(b))
 	if err != nil {
-		return nil, fmt.Errorf("kernel: %s=%s: %w", ConfigTableEnv, path, err)
+		return nil, fmt.Errorf("kernel: %s=%s: %w", env, path, err)
 	}
 	return e, nil
+}
+
+// The step table: launch configs for a skinny launch that carries the fused
+// receive (the fused step of tp.UpProjection on separate GPUs). Its receive
+// CTAs and the peer's stores change what is fastest, so the step is
+// measured on its own: scripts/step-sweep runs the step (tp 2 on two GPUs)
+// with each candidate config for every m and writes the best per m. Same
+// format as config_table.tsv; only exact (latent, shard, m) matches are
+// used, every other launch with a fused receive takes ConfigForLayout's
+// pick.
+//
+//go:embed step_table.tsv
+var stepTableTSV string
+
+// StepTableEnv names a step table file (config_table.tsv format) that
+// StepConfigForLayout uses instead of the embedded step_table.tsv: for
+// scripts/step-sweep and kernel development. Load fails when the file cannot
+// be read or parsed.
+const StepTableEnv = "TPRUN_KERNELS_STEP_TABLE"
+
+// stepMeasured parses the step table once; the result is never modified.
+var stepMeasured = sync.OnceValues(func() ([]tableEntry, error) { return loadTable(StepTableEnv, stepTableTSV) })
+
+// StepConfigForLayout is the launch config of a skinny kernel with a fused
+// receive (SkinnyArgs.Receive set): the step table's entry for exactly this
+// latent, shard and m (its entry point swapped for the twin that reads the
+// given weight layout, as ConfigForLayout does), else ConfigForLayout.
+func StepConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
+	m = min(max(m, 1), MaxM)
+	shard = max(shard, ShardAlign)
+	latent = max(latent, LatentAlign)
+	if entries, err := stepMeasured(); err == nil {
+		for _, e := range entries {
+			if e.m == m && e.shard == shard && e.latent == latent {
+				return configFrom(e, twin(e.v, packed), m, shard, latent)
+			}
+		}
+	}
+	return ConfigForLayout(m, shard, latent, packed)
 }
 
 func parseConfigTable(text string) ([]tableEntry, error) {

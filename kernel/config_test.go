@@ -273,6 +273,57 @@ func TestConfigTableOverride(t *testing.T) {
 	}
 }
 
+// The step table: exact (latent, shard, m) entries win for a launch with a
+// fused receive, every other shape gets ConfigForLayout's pick; every entry
+// is a valid config in the layout the kernel table picks for its shape (the
+// weight is packed once, by PreferPacked), and its env override is read
+// like the kernel table's.
+func TestStepConfig(t *testing.T) {
+	entries, err := stepMeasured()
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("step table: %d entries, %v", len(entries), err)
+	}
+	for _, e := range entries {
+		if e.v.packed != PreferPacked(e.shard, e.latent) {
+			t.Errorf("step entry latent %d shard %d m %d: packed %v, the kernel table's layout is packed %v",
+				e.latent, e.shard, e.m, e.v.packed, PreferPacked(e.shard, e.latent))
+		}
+		for _, packed := range []bool{false, true} {
+			c := StepConfigForLayout(e.m, e.shard, e.latent, packed)
+			want := configFrom(e, twin(e.v, packed), e.m, e.shard, e.latent)
+			if c != want {
+				t.Errorf("StepConfigForLayout(%d, %d, %d, %v) = %+v, want the entry's %+v", e.m, e.shard, e.latent, packed, c, want)
+			}
+			if err := c.Validate(e.m, e.shard, e.latent); err != nil {
+				t.Errorf("step entry m %d shard %d: %v", e.m, e.shard, err)
+			}
+		}
+	}
+	// A shape the step table lacks: ConfigForLayout's pick.
+	for _, tc := range []struct{ m, shard, latent int }{{1, 896, 3584}, {8, 1792, 3584}, {3, 1024, 1024}} {
+		for _, packed := range []bool{false, true} {
+			if got, want := StepConfigForLayout(tc.m, tc.shard, tc.latent, packed), ConfigForLayout(tc.m, tc.shard, tc.latent, packed); got != want {
+				t.Errorf("StepConfigForLayout(%d, %d, %d, %v) = %+v, want ConfigForLayout's %+v", tc.m, tc.shard, tc.latent, packed, got, want)
+			}
+		}
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "step.tsv")
+	if err := os.WriteFile(good, []byte("3584\t896\t2\t32\t4\t0\t8\t2\t0\t1\t8.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(StepTableEnv, good)
+	if e, err := loadTable(StepTableEnv, stepTableTSV); err != nil || len(e) != 1 || e[0].cluster != 2 || e[0].shard != 896 {
+		t.Errorf("override step table: %+v, %v", e, err)
+	}
+	for _, path := range []string{filepath.Join(dir, "missing.tsv")} {
+		t.Setenv(StepTableEnv, path)
+		if _, err := loadTable(StepTableEnv, stepTableTSV); err == nil || !strings.Contains(err.Error(), StepTableEnv) {
+			t.Errorf("%s: %v; want an error naming %s", path, err, StepTableEnv)
+		}
+	}
+}
+
 func TestReceiveCTAs(t *testing.T) {
 	for _, tc := range []struct{ m, hidden, block, cluster, want int }{
 		{8, 7168, 256, 1, 28},  // 7168 vectors

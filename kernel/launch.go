@@ -95,6 +95,9 @@ func Load(drv KernelDriver) (*Kernels, error) {
 	if _, err := measured(); err != nil {
 		return nil, fmt.Errorf("kernel: load kernels: the launch table: %w", err)
 	}
+	if _, err := stepMeasured(); err != nil {
+		return nil, fmt.Errorf("kernel: load kernels: the step table: %w", err)
+	}
 	mod, err := drv.ModuleLoadData(image)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: load kernels (%d-byte fatbin): %w", len(image), err)
@@ -171,7 +174,7 @@ type SkinnyArgs struct {
 
 // LaunchSkinny queues the fused up-projection for a's shape and rank on
 // stream, with the launch configuration ConfigForLayout picks for the shape
-// and a.WeightPacked.
+// and a.WeightPacked (StepConfigForLayout's when a.Receive is set).
 // With pdl the launch carries programmatic stream serialization: it may
 // start while the previous kernel on stream runs, streaming its weights,
 // and reads latent and shared only after that kernel completed. The
@@ -186,6 +189,9 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 	}
 	s := a.Shape
 	c := ConfigForLayout(s.M, s.Shard(), s.Latent, a.WeightPacked)
+	if a.Receive != nil {
+		c = StepConfigForLayout(s.M, s.Shard(), s.Latent, a.WeightPacked)
+	}
 	if err := c.Validate(s.M, s.Shard(), s.Latent); err != nil {
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
 	}

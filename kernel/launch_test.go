@@ -1279,8 +1279,9 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 		le := binary.LittleEndian
 		grid, pf, slot := int(l.cfg.Grid[0]), int(le.Uint32(p[180:])), le.Uint64(p[184:])
 		wantGrid, wantPF, wantSlot := c.GridX, c.L2Prefetch, uint64(0)
-		if fused {
-			wantGrid += ReceiveCTAs(s.M, s.Hidden, c.BlockX, c.Cluster)
+		if fused { // the step table's config, with the receive CTAs after the tiles
+			sc := StepConfigForLayout(s.M, s.Shard(), s.Latent, false)
+			wantGrid, wantPF = sc.GridX+ReceiveCTAs(s.M, s.Hidden, sc.BlockX, sc.Cluster), sc.L2Prefetch
 			wantSlot = uint64(a.Receive.Slot)
 		}
 		if grid != wantGrid || pf != wantPF || slot != wantSlot {
