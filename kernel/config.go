@@ -258,6 +258,9 @@ var stepTableTSV string
 // be read or parsed.
 const StepTableEnv = "TPRUN_KERNELS_STEP_TABLE"
 
+// StepTableOverride is the path in StepTableEnv, or "".
+func StepTableOverride() string { return os.Getenv(StepTableEnv) }
+
 // stepMeasured parses the step table once; the result is never modified.
 var stepMeasured = sync.OnceValues(func() ([]tableEntry, error) { return loadTable(StepTableEnv, stepTableTSV) })
 

@@ -197,6 +197,9 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 	if f := kernel.ConfigTableOverride(); f != "" {
 		out.printf("# launch table from %s=%s, not the embedded one\n", kernel.ConfigTableEnv, f)
 	}
+	if f := kernel.StepTableOverride(); f != "" {
+		out.printf("# step launch table from %s=%s, not the embedded one\n", kernel.StepTableEnv, f)
+	}
 	out.printf("# one CUDA graph = %d steps (skinny kernel + stores to every rank + receive, PDL-chained), %d warm-up and %d timed replays per M\n",
 		rig.k, bc.Warmup, bc.Replays)
 
