@@ -220,20 +220,22 @@ func ConfigTableOverride() string { return os.Getenv(ConfigTableEnv) }
 var measured = sync.OnceValues(loadConfigTable)
 
 // loadConfigTable parses ConfigTableEnv's file, or else the embedded table.
-func loadConfigTable() ([]tableEntry, error) { return loadTable(ConfigTableEnv, configTableTSV) }
+func loadConfigTable() ([]tableEntry, error) {
+	return loadTable(ConfigTableEnv, "config_table.tsv", configTableTSV)
+}
 
 // loadTable parses the file named by the environment variable env, or else
-// the embedded text.
-func loadTable(env, embedded string) ([]tableEntry, error) {
+// the embedded text; name is the table's file name, for errors.
+func loadTable(env, name, embedded string) ([]tableEntry, error) {
 	path := os.Getenv(env)
 	if path == "" {
-		return parseConfigTable(embedded)
+		return parseTable(name, embedded)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %s: %w", env, err)
 	}
-	e, err := parseConfigTable(string(b))
+	e, err := parseTable(name, string(b))
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %s=%s: %w", env, path, err)
 	}
@@ -247,7 +249,12 @@ func loadTable(env, embedded string) ([]tableEntry, error) {
 // with each candidate config for every m and writes the best per m. Same
 // format as config_table.tsv; only exact (latent, shard, m) matches are
 // used, every other launch with a fused receive takes ConfigForLayout's
-// pick.
+// pick. The key has no hidden size, tp, mailbox backend or skipped slice:
+// an entry measured on the unicast tp-2 step (hidden = 2 shard, own slice
+// skipped) also serves, say, a multicast step or a tp-4 step of the same
+// shard and latent, whose receive CTAs poll other numbers of columns.
+// Every entry must be in the weight layout the kernel table picks for its
+// shape (PreferPacked): the weight is laid out once.
 //
 //go:embed step_table.tsv
 var stepTableTSV string
@@ -262,7 +269,27 @@ const StepTableEnv = "TPRUN_KERNELS_STEP_TABLE"
 func StepTableOverride() string { return os.Getenv(StepTableEnv) }
 
 // stepMeasured parses the step table once; the result is never modified.
-var stepMeasured = sync.OnceValues(func() ([]tableEntry, error) { return loadTable(StepTableEnv, stepTableTSV) })
+var stepMeasured = sync.OnceValues(loadStepTable)
+
+// loadStepTable parses StepTableEnv's file, or else the embedded step
+// table, and checks each entry's layout against the kernel table's.
+func loadStepTable() ([]tableEntry, error) {
+	entries, err := loadTable(StepTableEnv, "step_table.tsv", stepTableTSV)
+	if err != nil {
+		return nil, err
+	}
+	src := "step_table.tsv"
+	if path := StepTableOverride(); path != "" {
+		src = StepTableEnv + "=" + path
+	}
+	for _, e := range entries {
+		if want := PreferPacked(e.shard, e.latent); e.v.packed != want {
+			return nil, fmt.Errorf("kernel: %s: latent %d shard %d m %d: packed=%v, but the weight of that shape is laid out packed=%v (PreferPacked)",
+				src, e.latent, e.shard, e.m, e.v.packed, want)
+		}
+	}
+	return entries, nil
+}
 
 // StepConfigForLayout is the launch config of a skinny kernel with a fused
 // receive (SkinnyArgs.Receive set): the step table's entry for exactly this
@@ -282,7 +309,11 @@ func StepConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
 	return ConfigForLayout(m, shard, latent, packed)
 }
 
-func parseConfigTable(text string) ([]tableEntry, error) {
+func parseConfigTable(text string) ([]tableEntry, error) { return parseTable("config_table.tsv", text) }
+
+// parseTable parses a table in config_table.tsv's format; name is its file
+// name, for errors.
+func parseTable(name, text string) ([]tableEntry, error) {
 	var out []tableEntry
 	for i, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
@@ -293,13 +324,13 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 		// 11 fields; 10 (no packed column) or 8-9 (no l2_prefetch) in older tables.
 		f := strings.Fields(line)
 		if len(f) < 8 || len(f) > 11 {
-			return nil, fmt.Errorf("kernel: config_table.tsv line %d: %d fields, want 8 to 11", i+1, len(f))
+			return nil, fmt.Errorf("kernel: %s line %d: %d fields, want 8 to 11", name, i+1, len(f))
 		}
 		prefetch, packed := 0, false
 		if len(f) >= 10 {
 			x, err := strconv.Atoi(f[8])
 			if err != nil || !validPrefetch(x) {
-				return nil, fmt.Errorf("kernel: config_table.tsv line %d: l2_prefetch %q is not a plan skinny.h defines", i+1, f[8])
+				return nil, fmt.Errorf("kernel: %s line %d: l2_prefetch %q is not a plan skinny.h defines", name, i+1, f[8])
 			}
 			prefetch = x
 		}
@@ -309,26 +340,26 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 			case "1":
 				packed = true
 			default:
-				return nil, fmt.Errorf("kernel: config_table.tsv line %d: packed %q is not 0 or 1", i+1, f[9])
+				return nil, fmt.Errorf("kernel: %s line %d: packed %q is not 0 or 1", name, i+1, f[9])
 			}
 		}
 		var n [8]int
 		for j := range n {
 			x, err := strconv.Atoi(f[j])
 			if err != nil {
-				return nil, fmt.Errorf("kernel: config_table.tsv line %d field %d: %w", i+1, j+1, err)
+				return nil, fmt.Errorf("kernel: %s line %d field %d: %w", name, i+1, j+1, err)
 			}
 			n[j] = x
 		}
 		v, ok := findVariant(n[3], n[4], n[5], packed)
 		if !ok || n[6] < 1 || n[6] > v.maxWarps || n[7] < 1 || n[7] > MaxCluster ||
 			n[2] < 1 || n[2] > MaxM || n[0] < LatentAlign || n[1] < ShardAlign {
-			return nil, fmt.Errorf("kernel: config_table.tsv line %d: invalid entry %q", i+1, line)
+			return nil, fmt.Errorf("kernel: %s line %d: invalid entry %q", name, i+1, line)
 		}
 		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7], prefetch: prefetch})
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("kernel: config_table.tsv has no entries")
+		return nil, fmt.Errorf("kernel: %s has no entries", name)
 	}
 	// A weight is laid out once for every M: one layout per shape.
 	type shape struct{ latent, shard int }
@@ -338,8 +369,8 @@ func parseConfigTable(text string) ([]tableEntry, error) {
 		if f, ok := first[k]; !ok {
 			first[k] = e
 		} else if f.v.packed != e.v.packed {
-			return nil, fmt.Errorf("kernel: config_table.tsv: latent %d shard %d mixes weight layouts (M %d packed=%v, M %d packed=%v)",
-				e.latent, e.shard, f.m, f.v.packed, e.m, e.v.packed)
+			return nil, fmt.Errorf("kernel: %s: latent %d shard %d mixes weight layouts (M %d packed=%v, M %d packed=%v)",
+				name, e.latent, e.shard, f.m, f.v.packed, e.m, e.v.packed)
 		}
 	}
 	return out, nil

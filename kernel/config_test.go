@@ -313,12 +313,20 @@ func TestStepConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(StepTableEnv, good)
-	if e, err := loadTable(StepTableEnv, stepTableTSV); err != nil || len(e) != 1 || e[0].cluster != 2 || e[0].shard != 896 {
+	if e, err := loadStepTable(); err != nil || len(e) != 1 || e[0].cluster != 2 || e[0].shard != 896 {
 		t.Errorf("override step table: %+v, %v", e, err)
 	}
-	for _, path := range []string{filepath.Join(dir, "missing.tsv")} {
+	// A row-major entry for a shape whose weight the kernel table packs.
+	wrong := filepath.Join(dir, "wrong-layout.tsv")
+	if err := os.WriteFile(wrong, []byte("3584\t3584\t2\t16\t8\t0\t8\t1\t0\t0\t8.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !PreferPacked(3584, 3584) {
+		t.Fatal("the kernel table no longer packs shard 3584: pick another shape for the layout check")
+	}
+	for _, path := range []string{filepath.Join(dir, "missing.tsv"), wrong} {
 		t.Setenv(StepTableEnv, path)
-		if _, err := loadTable(StepTableEnv, stepTableTSV); err == nil || !strings.Contains(err.Error(), StepTableEnv) {
+		if _, err := loadStepTable(); err == nil || !strings.Contains(err.Error(), StepTableEnv) {
 			t.Errorf("%s: %v; want an error naming %s", path, err, StepTableEnv)
 		}
 	}

@@ -13,9 +13,10 @@
 // mailbox sentinel.
 //
 // The CUDA sources (skinny.cu, receive.cu, skinny.h), the embedded compiled
-// kernels (fatbin.go), their launch table (config.go) and the Go launch of
-// them (launch.go, through internal/cuda and so cgo) live in this package
-// too. Among them is the GPU half of the Lamport receive (receive.cu,
+// kernels (fatbin.go), their launch tables (config.go: config_table.tsv,
+// and step_table.tsv for launches that carry the fused receive) and the Go
+// launch of them (launch.go, through internal/cuda and so cgo) live in this
+// package too. Among them is the GPU half of the Lamport receive (receive.cu,
 // LaunchReceive, DecodeReceiveStatus): it polls a slot it is given for the
 // sentinel word, copies it out and re-arms it; where the slot lives and
 // which step uses it is the mailbox package's business. The numeric files

@@ -1250,15 +1250,21 @@ func TestReceiveSkipFlagsAndGrid(t *testing.T) {
 	}
 }
 
-// A launch with a fused receive: the receive CTAs are appended to the grid
-// and the recv_* fields are set; the L2 prefetch plan the table has for the
-// shape (latent 3584, shard 3584, M 1) is kept either way (the kernel
+// A launch with a fused receive takes the step table's config, with the
+// receive CTAs appended to its grid and the recv_* fields set; without one,
+// the kernel table's. At M 2 of latent 3584, shard 3584 the two tables
+// differ (so a launch that ignored the step table fails here), and the
+// step's config has an L2 prefetch plan, which the launch keeps (the kernel
 // counts its tiles from the shard, not the grid, since 2026-11-30b).
 func TestLaunchSkinnyFusedReceive(t *testing.T) {
-	s := Shape{M: 1, Hidden: 7168, Latent: 3584, TP: 2}
-	c := ConfigFor(s.M, s.Shard(), s.Latent)
-	if c.L2Prefetch == 0 {
-		t.Fatalf("the table has no prefetch plan for %v any more: pick a shape that has one", s)
+	s := Shape{M: 2, Hidden: 7168, Latent: 3584, TP: 2}
+	kc := ConfigForLayout(s.M, s.Shard(), s.Latent, false)
+	sc := StepConfigForLayout(s.M, s.Shard(), s.Latent, false)
+	if kc == sc {
+		t.Fatalf("the step and kernel tables agree for %v (%+v) now: pick a shape where they differ", s, kc)
+	}
+	if sc.L2Prefetch == 0 {
+		t.Fatalf("the step table has no prefetch plan for %v any more: pick a shape that has one", s)
 	}
 	for _, fused := range []bool{false, true} {
 		d := newFakeDriver("")
@@ -1268,8 +1274,10 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 		}
 		a := SkinnyArgs{Shape: s, Rank: 1, Latent: 0x7f0000000000, Weight: 0x7f0000100000,
 			Shared: 0x7f0000200000 + 2*cuda.DevicePtr(s.Shard()), SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000}}
+		want, wantGrid, wantSlot := kc, kc.GridX, uint64(0)
 		if fused {
 			a.Receive = fusedReceive(s)
+			want, wantGrid, wantSlot = sc, sc.GridX+ReceiveCTAs(s.M, s.Hidden, sc.BlockX, sc.Cluster), uint64(a.Receive.Slot)
 		}
 		if err := k.LaunchSkinny(0, a, true); err != nil {
 			t.Fatalf("fused %v: %v", fused, err)
@@ -1277,15 +1285,12 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 		l := d.launches[0]
 		p := l.params[0]
 		le := binary.LittleEndian
-		grid, pf, slot := int(l.cfg.Grid[0]), int(le.Uint32(p[180:])), le.Uint64(p[184:])
-		wantGrid, wantPF, wantSlot := c.GridX, c.L2Prefetch, uint64(0)
-		if fused { // the step table's config, with the receive CTAs after the tiles
-			sc := StepConfigForLayout(s.M, s.Shard(), s.Latent, false)
-			wantGrid, wantPF = sc.GridX+ReceiveCTAs(s.M, s.Hidden, sc.BlockX, sc.Cluster), sc.L2Prefetch
-			wantSlot = uint64(a.Receive.Slot)
-		}
-		if grid != wantGrid || pf != wantPF || slot != wantSlot {
-			t.Errorf("fused %v: grid %d, l2_prefetch %#x, recv_slot %#x; want %d, %#x, %#x", fused, grid, pf, slot, wantGrid, wantPF, wantSlot)
+		got := fmt.Sprintf("function %v grid %d block %d cluster %d smem %d tile_rows %d l2_prefetch %#x recv_slot %#x",
+			l.f, l.cfg.Grid[0], l.cfg.Block[0], l.cfg.ClusterDim[0], l.cfg.SharedMem, le.Uint32(p[176:]), le.Uint32(p[180:]), le.Uint64(p[184:]))
+		exp := fmt.Sprintf("function %v grid %d block %d cluster %d smem %d tile_rows %d l2_prefetch %#x recv_slot %#x",
+			k.skinny[want.Function], wantGrid, want.BlockX, want.Cluster, want.SharedBytes, want.TileRows, want.L2Prefetch, wantSlot)
+		if got != exp {
+			t.Errorf("fused %v (%s):\n got %s\nwant %s", fused, want.Function, got, exp)
 		}
 	}
 }

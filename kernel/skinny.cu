@@ -460,13 +460,21 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
       st_async_v4(rslot + 4 * i, s, rbar);
     }
   }
-  if (crank != 0) return;  // the stores complete on the leader's barrier
+  // A sender leaves with its st.async possibly in flight: their data comes
+  // from registers, and the shared memory they write is the leader's, which
+  // stays resident until the barrier has counted every byte. (The PTX ISA
+  // neither requires nor forbids waiting here; the CUDA guide asks that
+  // distributed shared memory accesses end before the TARGET block exits.)
+  if (crank != 0) return;
   __syncthreads();         // the leader's own slot
 
   // Epilogue (the leader's first NV threads): 8 consecutive columns of one
   // latent row per thread, slots added in rank order.
+  // Only the epilogue threads wait for the other slots; the leader stays
+  // resident (its shared memory the target of those stores) because thread
+  // 0 is always one of them: vector 0 (em 0, ec 0) exists for every tile.
   if (!eok) return;
-  if (csize > 1) mbar_wait_cluster(cluster_sum_bar<ROWS>(red));  // every other CTA's slot
+  if (csize > 1) mbar_wait_cluster(cluster_sum_bar<ROWS>(red));
   float s[8];
   {
     const float4 a = *reinterpret_cast<const float4*>(parts + em * SP + ec);
