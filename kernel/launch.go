@@ -188,10 +188,11 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", a.Shape, a.Rank, err)
 	}
 	s := a.Shape
-	c := ConfigForLayout(s.M, s.Shard(), s.Latent, a.WeightPacked)
+	configFor := ConfigForLayout
 	if a.Receive != nil {
-		c = StepConfigForLayout(s.M, s.Shard(), s.Latent, a.WeightPacked)
+		configFor = StepConfigForLayout
 	}
+	c := configFor(s.M, s.Shard(), s.Latent, a.WeightPacked)
 	if err := c.Validate(s.M, s.Shard(), s.Latent); err != nil {
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
 	}
