@@ -281,6 +281,26 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* mbar) {
   }
 }
 
+// The launch's cluster shape as an entry point's instance sees it: CL false
+// is the instance for launches without a cluster (one CTA per cluster; no
+// cluster instruction is compiled into it), CL true the one for clusters of
+// 2..8 (the entry points pick by %cluster_nctarank, tile_entry).
+template <bool CL>
+struct ClusterShape {
+  int csize;  // CTAs per cluster
+  int crank;  // this CTA's rank in it
+  __device__ __forceinline__ ClusterShape() {
+    if constexpr (CL) {
+      cg::cluster_group c = cg::this_cluster();
+      csize = (int)c.num_blocks();
+      crank = (int)c.block_rank();
+    } else {
+      csize = 1;
+      crank = 0;
+    }
+  }
+};
+
 __device__ __forceinline__ uint4 lds_v4(const uint16_t* p) {
   return *reinterpret_cast<const uint4*>(p);
 }
@@ -396,7 +416,7 @@ __device__ __forceinline__ bool warp_epilogue(int nv, int csize) {
 //   sum's barrier, add the slots in rank order, add `shared` (shv,
 //   prefetched by them) and store.
 // Both orders are fixed: bit-identical reruns.
-template <int M, int TR>
+template <int M, int TR, bool CL>
 __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float* red, float* parts,
                                              const float (&acc)[TR][2][4], int n0, const uint4& shv,
                                              bool eok, int em, int ec) {
@@ -408,9 +428,8 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   const int nwarps = blockDim.x >> 5;
   const int g = lane >> 2;
   const int tig = lane & 3;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int csize = (int)cluster.num_blocks();
-  const int crank = (int)cluster.block_rank();
+  const ClusterShape<CL> cl;
+  const int csize = cl.csize, crank = cl.crank;
   {
     float* mine = red + warp * 8 * SP;
 #pragma unroll
@@ -422,7 +441,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     }
   }
   __syncthreads();
-  if (warp_epilogue(NV, csize)) {
+  if (!CL && warp_epilogue(NV, csize)) {
     if (warp >= NV) return;
     const int vm = warp / (ROWS / 8), vc = (warp % (ROWS / 8)) * 8;
     const float* col = red + vm * SP + vc + (lane >> 2);
@@ -440,7 +459,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   // four columns per thread: the leader's own by plain stores, the others'
   // by st.async into the leader's shared memory (cluster_sum_init).
   uint32_t rslot = 0, rbar = 0;
-  if (csize > 1) {
+  if constexpr (CL) {
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the leader's barrier is set up
     if (crank != 0) {
       rslot = mapa_u32(smem_u32(parts + crank * 8 * SP), 0);
@@ -454,7 +473,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
       const float4 t = *reinterpret_cast<const float4*>(red + w * 8 * SP + i);
       s.x += t.x; s.y += t.y; s.z += t.z; s.w += t.w;
     }
-    if (crank == 0) {
+    if (!CL || crank == 0) {
       *reinterpret_cast<float4*>(parts + i) = s;
     } else {
       st_async_v4(rslot + 4 * i, s, rbar);
@@ -465,7 +484,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   // stays resident until the barrier has counted every byte. (The PTX ISA
   // neither requires nor forbids waiting here; the CUDA guide asks that
   // distributed shared memory accesses end before the TARGET block exits.)
-  if (crank != 0) return;
+  if (CL && crank != 0) return;
   __syncthreads();         // the leader's own slot
 
   // Epilogue (the leader's first NV threads): 8 consecutive columns of one
@@ -474,7 +493,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   // resident (its shared memory the target of those stores) because thread
   // 0 is always one of them: vector 0 (em 0, ec 0) exists for every tile.
   if (!eok) return;
-  if (csize > 1) mbar_wait_cluster(cluster_sum_bar<ROWS>(red));
+  if constexpr (CL) mbar_wait_cluster(cluster_sum_bar<ROWS>(red));
   float s[8];
   {
     const float4 a = *reinterpret_cast<const float4*>(parts + em * SP + ec);
@@ -499,7 +518,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
 // L2 through a ring of UB registers.
 // PACKED: the weight is in skinny.h's packed layout. mrows (<= M): the
 // latent rows that exist; the code computes M (latent_rows).
-template <int M, int TR, int U, int UB, bool STAGE, bool PACKED>
+template <int M, int TR, int U, int UB, bool STAGE, bool PACKED, bool CL>
 __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem, int mrows) {
   static_assert(U % UB == 0, "latent ring must divide the weight ring");
   Trace tr;
@@ -520,11 +539,10 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   const int g = lane >> 2;   // MMA group: weight rows g and g+8, latent row g
   const int tig = lane & 3;  // thread in group: k offset tig*8 within a chunk
 
-  cg::cluster_group cluster = cg::this_cluster();
-  const int csize = (int)cluster.num_blocks();
-  const int crank = (int)cluster.block_rank();
+  const ClusterShape<CL> cl;
+  const int csize = cl.csize, crank = cl.crank;
   const int n0 = (int)(blockIdx.x / csize) * ROWS;
-  if (csize > 1) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
+  if constexpr (CL) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
 
   // K split: CTA crank of the cluster takes chunks [cs, ce); each warp a
   // contiguous part of that, so every load address is a base plus an
@@ -614,7 +632,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   const uint16_t* bs = lat_s + (lrow ? g : 0) * lpitch + (wc0 - cs) * 32 + tig * 8;
   // The epilogue threads fetch `shared` now, off the critical path: lane 0
   // of warp v for vector v (warp_epilogue), else the leader's thread v.
-  const bool wepi = warp_epilogue(NV, csize);
+  const bool wepi = !CL && warp_epilogue(NV, csize);
   const int ev = wepi ? (lane == 0 ? warp : NV) : (int)threadIdx.x;
   const bool epi = crank == 0 && ev < NV;
   const int em = ev / (ROWS / 8);
@@ -690,7 +708,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   }
 
   tr.mark(2);
-  reduce_store<M, TR>(p, red, parts, acc, n0, shv, eok, em, ec);
+  reduce_store<M, TR, CL>(p, red, parts, acc, n0, shv, eok, em, ec);
   tr.mark(3);
   tr.flush(p);
 }
@@ -701,7 +719,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
 // kernels' CTAs fit on an SM at once; the latent slice follows after the
 // wait. Rows of both slabs have an odd multiple of 64 bytes as pitch, so
 // the 16-byte fragment loads of a quarter warp hit distinct banks.
-template <int M>
+template <int M, bool CL>
 __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float* smem) {
   constexpr int ROWS = 16;
   constexpr int SP = ROWS + 4;
@@ -716,11 +734,10 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
   const int g = lane >> 2;
   const int tig = lane & 3;
 
-  cg::cluster_group cluster = cg::this_cluster();
-  const int csize = (int)cluster.num_blocks();
-  const int crank = (int)cluster.block_rank();
+  const ClusterShape<CL> cl;
+  const int csize = cl.csize, crank = cl.crank;
   const int n0 = (int)(blockIdx.x / csize) * ROWS;
-  if (csize > 1) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
+  if constexpr (CL) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
 
   const int K = p.latent_dim;
   const int nchunks = (K + 31) >> 5;
@@ -757,7 +774,7 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
       cp_async16(lsl + m * pitch + q * 8, L + (ok ? (size_t)m * K + k : 0), ok);
     }
   }
-  const int ev = warp_epilogue(NV, csize) ? (lane == 0 ? warp : NV) : (int)threadIdx.x;  // as in skinny()
+  const int ev = !CL && warp_epilogue(NV, csize) ? (lane == 0 ? warp : NV) : (int)threadIdx.x;  // as in skinny()
   const int em = ev / (ROWS / 8);
   const int ec = (ev % (ROWS / 8)) * 8;
   const bool eok = crank == 0 && ev < NV && n0 + ec < p.shard;
@@ -785,7 +802,7 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
     mma16816(acc[0][0], wa.x, wb.x, wa.y, wb.y, b.x, b.y);
     mma16816(acc[0][1], wa.z, wb.z, wa.w, wb.w, b.z, b.w);
   }
-  reduce_store<M, 1>(p, red, parts, acc, n0, shv, eok, em, ec);
+  reduce_store<M, 1, CL>(p, red, parts, acc, n0, shv, eok, em, ec);
 }
 
 // The receive CTAs of a launch with a fused receive (skinny.h, recv_slot):
@@ -809,6 +826,14 @@ __device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p) {
   return true;
 }
 
+// Whether this launch has clusters of more than one CTA: which instance of
+// the tile code (ClusterShape) an entry point runs. Uniform over the grid.
+__device__ __forceinline__ bool in_cluster() {
+  uint32_t n;
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n > 1;
+}
+
 }  // namespace tprun
 
 // Entry points: tprun_skinny_m<M><variant>, one per M and geometry:
@@ -827,8 +852,11 @@ __device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p) {
       tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {                 \
     extern __shared__ float4 tprun_smem[];                                                        \
     if (tprun::receive_cta<MM>(p)) return;                                                        \
-    tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED>(p, reinterpret_cast<float*>(tprun_smem), \
-                                                              tprun::latent_rows<MM>());          \
+    float* smem = reinterpret_cast<float*>(tprun_smem);                                           \
+    if (tprun::in_cluster())                                                                      \
+      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, true>(p, smem, tprun::latent_rows<MM>()); \
+    else                                                                                          \
+      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, false>(p, smem, tprun::latent_rows<MM>()); \
   }
 #define TPRUN_SKINNY_M(MM)                                    \
   TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3)     \
@@ -843,7 +871,11 @@ __device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p) {
       tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \
     extern __shared__ float4 tprun_smem[];                    \
     if (tprun::receive_cta<MM>(p)) return;                    \
-    tprun::skinny_slab<MM>(p, reinterpret_cast<float*>(tprun_smem)); \
+    float* smem = reinterpret_cast<float*>(tprun_smem);       \
+    if (tprun::in_cluster())                                  \
+      tprun::skinny_slab<MM, true>(p, smem);                  \
+    else                                                      \
+      tprun::skinny_slab<MM, false>(p, smem);                 \
   }
 
 TPRUN_SKINNY_M(1)
