@@ -23,6 +23,9 @@
 //   memory made right after the wait. The "_c" entry points instead copy
 //   the CTA's whole weight slab into shared memory (cp.async) before the
 //   wait: few registers, so several kernels' CTAs can share an SM.
+// - Each entry point holds the tile code twice (ClusterShape): once for
+//   launches without a cluster, with no cluster instruction in it, once for
+//   clusters; it picks by the launch's cluster size.
 // - The "p" entry points read the weight in skinny.h's packed layout: the
 //   same fragments, stored so that each 16-byte load of a warp reads 512
 //   contiguous bytes (fewer L2 requests per byte than 8 rows x 64 bytes).
@@ -284,7 +287,11 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* mbar) {
 // The launch's cluster shape as an entry point's instance sees it: CL false
 // is the instance for launches without a cluster (one CTA per cluster; no
 // cluster instruction is compiled into it), CL true the one for clusters of
-// 2..8 (the entry points pick by %cluster_nctarank, tile_entry).
+// 2..8 (the entry points pick by %cluster_nctarank, in_cluster). Against
+// one instance with the cluster size read at run time, same GPU,
+// interleaved: shard 3584 0.05-0.15 µs faster, shard 896 with 16 warps and
+// no cluster 0.19 µs faster at M 1 but 0.12-0.43 µs slower at M 3-8, not
+// explained (bench/NOTES-kernel.md, 2026-11-30m).
 template <bool CL>
 struct ClusterShape {
   int csize;  // CTAs per cluster
