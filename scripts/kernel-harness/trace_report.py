@@ -16,7 +16,8 @@ taken), so read them for order, not for speed. Launches are told apart by weight
 time. Per config the report gives the period between launch ends, where a
 CTA's time goes, and what happens at each kernel boundary: how long after
 the previous grid's last CTA ended this grid's CTAs were released from the
-wait, and how many of them were already resident by then.
+wait, and how many of them were already resident by then; and, where the
+weight mark exists, what sets apart the CTAs whose weights land last.
 
 usage: trace_report.py trace.tsv
 """
@@ -32,6 +33,37 @@ def q(v, f):
 
 def fmt(v):
     return "med %6.0f  p10 %6.0f  p90 %6.0f  max %6.0f" % (st.median(v), q(v, 0.1), q(v, 0.9), max(v))
+
+
+def late_ctas(full):
+    """The CTAs whose first weight chunk lands last after the wait (the
+    slowest tenth of each grid, when that is slower than the grid's median)
+    against the others of the same grids: when they started, whether the
+    previous grid had used their SM, and how many CTAs of the next grid
+    started on their SM before their weights landed."""
+    cols = {"late": defaultdict(list), "rest": defaultdict(list)}
+    for a, b, c in zip(full, full[1:], full[2:]):
+        a_end = max(x["g3"] for x in a)
+        a_sms = {x["smid"] for x in a}
+        land = [x["g4"] - x["g1"] for x in b]
+        thr, med = q(land, 0.9), st.median(land)
+        for x in b:
+            k = "late" if x["g4"] - x["g1"] >= thr and thr > med else "rest"
+            cols[k]["start"].append(x["g0"] - a_end)
+            cols[k]["prev_sm"].append(1 if x["smid"] in a_sms else 0)
+            cols[k]["next_on_sm"].append(sum(1 for y in c if y["smid"] == x["smid"] and y["g0"] < x["g4"]))
+    late, rest = cols["late"], cols["rest"]
+    if not late["start"] or not rest["start"]:
+        print("late CTAs: none stand out (the slowest tenth lands no later than the median)")
+        return
+    print("late CTAs (first weight chunk in the slowest tenth after the wait), %d of %d, against the rest:" %
+          (len(late["start"]), len(late["start"]) + len(rest["start"])))
+    print("              start, ns from prev grid's last end:   late med %6.0f   rest med %6.0f" %
+          (st.median(late["start"]), st.median(rest["start"])))
+    print("              on an SM the prev grid used:            late %5.0f %%   rest %5.0f %%" %
+          (100 * st.mean(late["prev_sm"]), 100 * st.mean(rest["prev_sm"])))
+    print("              next grid's CTAs on its SM before its weights landed: late mean %.2f   rest mean %.2f" %
+          (st.mean(late["next_on_sm"]), st.mean(rest["next_on_sm"])))
 
 
 def main(path):
@@ -97,6 +129,8 @@ def main(path):
         print("              wait-return spread within a grid:          " + fmt(spread))
         print("              median CTA end -> last CTA end:            " + fmt(endspread))
         print("              share of CTAs started before the prev grid's last end: med %.2f" % st.median(early))
+        if "g4" in ctas[0]:
+            late_ctas(full)
         # One launch in detail: CTAs by start time, where each phase ends.
         L = full[len(full) // 2]
         prev_end = max(x["g3"] for x in full[len(full) // 2 - 1])
