@@ -296,9 +296,7 @@ func loadStepTable() ([]tableEntry, error) {
 // latent, shard and m (its entry point swapped for the twin that reads the
 // given weight layout, as ConfigForLayout does), else ConfigForLayout.
 func StepConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
-	m = min(max(m, 1), MaxM)
-	shard = max(shard, ShardAlign)
-	latent = max(latent, LatentAlign)
+	m, shard, latent = clampShape(m, shard, latent)
 	if entries, err := stepMeasured(); err == nil {
 		for _, e := range entries {
 			if e.m == m && e.shard == shard && e.latent == latent {
@@ -308,8 +306,6 @@ func StepConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
 	}
 	return ConfigForLayout(m, shard, latent, packed)
 }
-
-func parseConfigTable(text string) ([]tableEntry, error) { return parseTable("config_table.tsv", text) }
 
 // parseTable parses a table in config_table.tsv's format; name is its file
 // name, for errors.
@@ -391,9 +387,7 @@ var fallbackConfig = tableEntry{v: variants[1], warps: 16, cluster: 1}
 // satisfies Validate for a shape that Shape.Validate accepts; m is clamped
 // to 1..MaxM so that no input panics.
 func ConfigFor(m, shard, latent int) LaunchConfig {
-	m = min(max(m, 1), MaxM)
-	shard = max(shard, ShardAlign)
-	latent = max(latent, LatentAlign)
+	m, shard, latent = clampShape(m, shard, latent)
 	best := nearestEntry(m, shard, latent)
 	return configFrom(best, best.v, m, shard, latent)
 }
@@ -402,11 +396,15 @@ func ConfigFor(m, shard, latent int) LaunchConfig {
 // pick, with its entry point swapped for the twin that reads the other
 // layout (twin) when the table measured the other one best.
 func ConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
-	m = min(max(m, 1), MaxM)
-	shard = max(shard, ShardAlign)
-	latent = max(latent, LatentAlign)
+	m, shard, latent = clampShape(m, shard, latent)
 	best := nearestEntry(m, shard, latent)
 	return configFrom(best, twin(best.v, packed), m, shard, latent)
+}
+
+// clampShape is the shape the config lookups use: m in 1..MaxM, shard and
+// latent at least one alignment unit, so that no input panics.
+func clampShape(m, shard, latent int) (int, int, int) {
+	return min(max(m, 1), MaxM), max(shard, ShardAlign), max(latent, LatentAlign)
 }
 
 // PreferPacked says whether the table measured the packed weight layout

@@ -205,20 +205,20 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"prefetch plan with unknown bits", "3584 896 1 16 8 0 16 1 67108864 2.5\n"},
 	}
 	for _, tc := range cases {
-		if _, err := parseConfigTable(tc.text); err == nil {
+		if _, err := parseTable("config_table.tsv", tc.text); err == nil {
 			t.Errorf("%s: parsed", tc.desc)
 		}
 	}
-	e, err := parseConfigTable("# c\n3584\t896\t1\t32\t4\t1\t16\t2\t2.5\n")
+	e, err := parseTable("config_table.tsv", "# c\n3584\t896\t1\t32\t4\t1\t16\t2\t2.5\n")
 	if err != nil || len(e) != 1 || e[0].v.stage != 1 || e[0].v.tileRows != 32 || e[0].warps != 16 || e[0].cluster != 2 || e[0].prefetch != 0 {
 		t.Errorf("valid line: %+v, %v", e, err)
 	}
-	e, err = parseConfigTable("3584\t896\t1\t32\t4\t0\t8\t4\t0\t1\t2.6\n3584\t896\t2\t32\t4\t0\t8\t4\t0\t1\t2.6\n")
+	e, err = parseTable("config_table.tsv", "3584\t896\t1\t32\t4\t0\t8\t4\t0\t1\t2.6\n3584\t896\t2\t32\t4\t0\t8\t4\t0\t1\t2.6\n")
 	if err != nil || len(e) != 2 || !e[0].v.packed || e[0].v.suffix != "_t32p" || e[1].cluster != 4 {
 		t.Errorf("valid packed lines: %+v, %v", e, err)
 	}
 	plan := 32 | 8<<16 | 1<<24
-	e, err = parseConfigTable(fmt.Sprintf("# c\n3584\t3584\t2\t16\t8\t0\t8\t1\t%d\t6.9\n", plan))
+	e, err = parseTable("config_table.tsv", fmt.Sprintf("# c\n3584\t3584\t2\t16\t8\t0\t8\t1\t%d\t6.9\n", plan))
 	if err != nil || len(e) != 1 || e[0].prefetch != plan || e[0].warps != 8 {
 		t.Errorf("valid line with a prefetch plan: %+v, %v", e, err)
 	}
