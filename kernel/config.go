@@ -43,6 +43,7 @@ type LaunchConfig struct {
 	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8 (0 for stage 2)
 	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c")
 	Packed      bool   // the entry point reads the packed weight layout (PackWeight), not row-major
+	OneInstance bool   // the entry point's tile code is compiled once for every cluster size ("_d8p1")
 	Warps       int    // warps per CTA
 	Cluster     int    // CTAs per cluster; they split K
 	GridX       int    // ceil(shard/TileRows) * Cluster
@@ -75,32 +76,37 @@ type variant struct {
 	stage    int
 	maxWarps int
 	packed   bool // reads the packed weight layout
+	// one: the tile code compiled once for launches with and without a
+	// cluster (skinny.cu, ClusterShape kAny), not once for each.
+	one bool
 }
 
 var variants = [...]variant{
-	{"", 16, 4, 0, 8, false},
-	{"_d8", 16, 8, 0, 16, false},
-	{"_t32", 32, 4, 0, 16, false},
-	{"_s8", 16, 8, 1, 16, false},
-	{"_s32", 32, 4, 1, 16, false},
-	{"_c", 16, 0, 2, 16, false},
-	{"_d8p", 16, 8, 0, 16, true},
-	{"_t32p", 32, 4, 0, 16, true},
-	{"_s8p", 16, 8, 1, 16, true},
+	{"", 16, 4, 0, 8, false, false},
+	{"_d8", 16, 8, 0, 16, false, false},
+	{"_t32", 32, 4, 0, 16, false, false},
+	{"_s8", 16, 8, 1, 16, false, false},
+	{"_s32", 32, 4, 1, 16, false, false},
+	{"_c", 16, 0, 2, 16, false, false},
+	{"_d8p", 16, 8, 0, 16, true, false},
+	{"_t32p", 32, 4, 0, 16, true, false},
+	{"_s8p", 16, 8, 1, 16, true, false},
+	{"_d8p1", 16, 8, 0, 16, true, true},
 }
 
-func findVariant(tileRows, depth, stage int, packed bool) (variant, bool) {
+func findVariant(tileRows, depth, stage int, packed, one bool) (variant, bool) {
 	for _, v := range variants {
-		if v.tileRows == tileRows && v.depth == depth && v.stage == stage && v.packed == packed {
+		if v.tileRows == tileRows && v.depth == depth && v.stage == stage && v.packed == packed && v.one == one {
 			return v, true
 		}
 	}
 	return variant{}, false
 }
 
-// mustVariant is findVariant for the fixed families named in this file.
+// mustVariant is findVariant for the fixed families named in this file
+// (each with two instances of the tile code).
 func mustVariant(tileRows, depth, stage int, packed bool) variant {
-	v, ok := findVariant(tileRows, depth, stage, packed)
+	v, ok := findVariant(tileRows, depth, stage, packed, false)
 	if !ok {
 		panic(fmt.Sprintf("kernel: no entry point %d/%d/%d packed=%v", tileRows, depth, stage, packed))
 	}
@@ -120,7 +126,8 @@ func unstaged(v variant) variant {
 // twin is the entry point closest to v that reads the other weight layout
 // when v's is not the one asked for: "_d8", "_t32", "_s8" and their "p"
 // forms map onto each other; the lean "" and slab "_c" entries (row-major
-// only) map to "_d8p", and "_s32" to "_t32p".
+// only) map to "_d8p", "_s32" to "_t32p", and "_d8p1" (packed only) to
+// "_d8".
 func twin(v variant, packed bool) variant {
 	switch {
 	case v.packed == packed:
@@ -158,6 +165,7 @@ func makeConfig(m, shard, latent int, v variant, warps, cluster int) LaunchConfi
 		Depth:       v.depth,
 		Stage:       v.stage,
 		Packed:      v.packed,
+		OneInstance: v.one,
 		Warps:       warps,
 		Cluster:     cluster,
 		GridX:       (shard + v.tileRows - 1) / v.tileRows * cluster,
@@ -173,10 +181,11 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if m < 1 || m > MaxM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
 		return fmt.Errorf("%w: launch config for M=%d shard=%d latent=%d", ErrShape, m, shard, latent)
 	}
-	v, ok := findVariant(c.TileRows, c.Depth, c.Stage, c.Packed)
+	v, ok := findVariant(c.TileRows, c.Depth, c.Stage, c.Packed, c.OneInstance)
 	switch {
 	case !ok:
-		return fmt.Errorf("kernel: no entry point with %d rows, depth %d, stage %d, packed %v", c.TileRows, c.Depth, c.Stage, c.Packed)
+		return fmt.Errorf("kernel: no entry point with %d rows, depth %d, stage %d, packed %v, one instance %v",
+			c.TileRows, c.Depth, c.Stage, c.Packed, c.OneInstance)
 	case c.Warps < 1 || c.Warps > v.maxWarps:
 		return fmt.Errorf("kernel: %d warps, entry %q takes 1..%d", c.Warps, v.suffix, v.maxWarps)
 	case c.Cluster < 1 || c.Cluster > MaxCluster:
@@ -316,13 +325,14 @@ func parseTable(name, text string) ([]tableEntry, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		// latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed] median_us]:
-		// 11 fields; 10 (no packed column) or 8-9 (no l2_prefetch) in older tables.
+		// latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one]] median_us]:
+		// 12 fields; 11 (no one column), 10 (no packed column) or 8-9 (no
+		// l2_prefetch) in older tables.
 		f := strings.Fields(line)
-		if len(f) < 8 || len(f) > 11 {
-			return nil, fmt.Errorf("kernel: %s line %d: %d fields, want 8 to 11", name, i+1, len(f))
+		if len(f) < 8 || len(f) > 12 {
+			return nil, fmt.Errorf("kernel: %s line %d: %d fields, want 8 to 12", name, i+1, len(f))
 		}
-		prefetch, packed := 0, false
+		prefetch, packed, one := 0, false, false
 		if len(f) >= 10 {
 			x, err := strconv.Atoi(f[8])
 			if err != nil || !validPrefetch(x) {
@@ -330,13 +340,22 @@ func parseTable(name, text string) ([]tableEntry, error) {
 			}
 			prefetch = x
 		}
-		if len(f) == 11 {
+		if len(f) >= 11 {
 			switch f[9] {
 			case "0":
 			case "1":
 				packed = true
 			default:
 				return nil, fmt.Errorf("kernel: %s line %d: packed %q is not 0 or 1", name, i+1, f[9])
+			}
+		}
+		if len(f) == 12 {
+			switch f[10] {
+			case "0":
+			case "1":
+				one = true
+			default:
+				return nil, fmt.Errorf("kernel: %s line %d: one %q is not 0 or 1", name, i+1, f[10])
 			}
 		}
 		var n [8]int
@@ -347,7 +366,7 @@ func parseTable(name, text string) ([]tableEntry, error) {
 			}
 			n[j] = x
 		}
-		v, ok := findVariant(n[3], n[4], n[5], packed)
+		v, ok := findVariant(n[3], n[4], n[5], packed, one)
 		if !ok || n[6] < 1 || n[6] > v.maxWarps || n[7] < 1 || n[7] > MaxCluster ||
 			n[2] < 1 || n[2] > MaxM || n[0] < LatentAlign || n[1] < ShardAlign {
 			return nil, fmt.Errorf("kernel: %s line %d: invalid entry %q", name, i+1, line)

@@ -177,6 +177,7 @@ func TestLaunchConfigValidateRejects(t *testing.T) {
 		{"latent not a multiple of 8", good, 4, 896, 3590},
 		{"prefetch plan with unknown bits", mod(func(c *LaunchConfig) { c.L2Prefetch = 1 << 26 }), 4, 896, 3584},
 		{"prefetch plan of 17 sixteenths", mod(func(c *LaunchConfig) { c.L2Prefetch = 17 << 16 }), 4, 896, 3584},
+		{"the other instance form", mod(func(c *LaunchConfig) { c.OneInstance = !c.OneInstance }), 4, 896, 3584},
 	}
 	for _, tc := range cases {
 		if err := tc.c.Validate(tc.m, tc.shard, tc.latent); err == nil {
@@ -196,7 +197,10 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"M 9", "3584 896 9 16 8 0 16 1\n"},
 		{"stage 2 with depth 8", "3584 896 1 16 8 2 16 1\n"},
 		{"stage 3", "3584 896 1 16 0 3 16 1\n"},
-		{"12 fields", "3584 896 1 16 8 0 16 1 0 1 2.5 7\n"},
+		{"13 fields", "3584 896 1 16 8 0 16 1 0 1 0 2.5 7\n"},
+		{"one neither 0 nor 1", "3584 896 1 16 8 0 16 1 0 1 2 2.5\n"},
+		{"one-instance row-major entry (no such entry point)", "3584 896 1 16 8 0 16 1 0 0 1 2.5\n"},
+		{"one-instance 32-row entry (no such entry point)", "3584 896 1 32 4 0 8 4 0 1 1 2.5\n"},
 		{"packed neither 0 nor 1", "3584 896 1 16 8 0 16 1 0 2 2.5\n"},
 		{"packed lean entry (no such entry point)", "3584 896 1 16 4 0 8 1 0 1 2.5\n"},
 		{"packed slab entry (no such entry point)", "3584 896 1 16 0 2 8 1 0 1 2.5\n"},
@@ -216,6 +220,10 @@ func TestParseConfigTableRejects(t *testing.T) {
 	e, err = parseTable("config_table.tsv", "3584\t896\t1\t32\t4\t0\t8\t4\t0\t1\t2.6\n3584\t896\t2\t32\t4\t0\t8\t4\t0\t1\t2.6\n")
 	if err != nil || len(e) != 2 || !e[0].v.packed || e[0].v.suffix != "_t32p" || e[1].cluster != 4 {
 		t.Errorf("valid packed lines: %+v, %v", e, err)
+	}
+	e, err = parseTable("config_table.tsv", "3584\t896\t3\t16\t8\t0\t16\t1\t0\t1\t1\t2.49\n3584\t896\t4\t32\t4\t0\t8\t4\t0\t1\t0\t2.5\n")
+	if err != nil || len(e) != 2 || e[0].v.suffix != "_d8p1" || !e[0].v.one || e[1].v.suffix != "_t32p" || e[1].v.one {
+		t.Errorf("valid lines with the one column: %+v, %v", e, err)
 	}
 	plan := 32 | 8<<16 | 1<<24
 	e, err = parseTable("config_table.tsv", fmt.Sprintf("# c\n3584\t3584\t2\t16\t8\t0\t8\t1\t%d\t6.9\n", plan))

@@ -1252,19 +1252,24 @@ func TestReceiveSkipFlagsAndGrid(t *testing.T) {
 
 // A launch with a fused receive takes the step table's config, with the
 // receive CTAs appended to its grid and the recv_* fields set; without one,
-// the kernel table's. At M 2 of latent 3584, shard 3584 the two tables
-// differ (so a launch that ignored the step table fails here), and the
-// step's config has an L2 prefetch plan, which the launch keeps (the kernel
-// counts its tiles from the shard, not the grid, since 2026-11-30b).
+// the kernel table's. The test takes an M of latent 3584, shard 3584 where
+// the two tables differ (so a launch that ignored the step table fails
+// here) and the step's config has an L2 prefetch plan, which the launch
+// keeps (the kernel counts its tiles from the shard, not the grid, since
+// 2026-11-30b).
 func TestLaunchSkinnyFusedReceive(t *testing.T) {
-	s := Shape{M: 2, Hidden: 7168, Latent: 3584, TP: 2}
-	kc := ConfigForLayout(s.M, s.Shard(), s.Latent, false)
-	sc := StepConfigForLayout(s.M, s.Shard(), s.Latent, false)
-	if kc == sc {
-		t.Fatalf("the step and kernel tables agree for %v (%+v) now: pick a shape where they differ", s, kc)
+	var s Shape
+	var kc, sc LaunchConfig
+	for m := 1; m <= MaxM && s.M == 0; m++ {
+		x := Shape{M: m, Hidden: 7168, Latent: 3584, TP: 2}
+		kc = ConfigForLayout(x.M, x.Shard(), x.Latent, false)
+		sc = StepConfigForLayout(x.M, x.Shard(), x.Latent, false)
+		if kc != sc && sc.L2Prefetch != 0 {
+			s = x
+		}
 	}
-	if sc.L2Prefetch == 0 {
-		t.Fatalf("the step table has no prefetch plan for %v any more: pick a shape that has one", s)
+	if s.M == 0 {
+		t.Fatal("at latent 3584, shard 3584 no M has a step config with a prefetch plan that differs from the kernel table's: pick another shape")
 	}
 	for _, fused := range []bool{false, true} {
 		d := newFakeDriver("")

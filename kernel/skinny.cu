@@ -25,7 +25,9 @@
 //   wait: few registers, so several kernels' CTAs can share an SM.
 // - Each entry point holds the tile code twice (ClusterShape): once for
 //   launches without a cluster, with no cluster instruction in it, once for
-//   clusters; it picks by the launch's cluster size.
+//   clusters; it picks by the launch's cluster size. "_d8p1" is "_d8p"
+//   compiled once for both, as every entry point was before (the sweep
+//   picks it where that form is faster).
 // - The "p" entry points read the weight in skinny.h's packed layout: the
 //   same fragments, stored so that each 16-byte load of a warp reads 512
 //   contiguous bytes (fewer L2 requests per byte than 8 rows x 64 bytes).
@@ -284,20 +286,30 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* mbar) {
   }
 }
 
-// The launch's cluster shape as an entry point's instance sees it: CL false
-// is the instance for launches without a cluster (one CTA per cluster; no
-// cluster instruction is compiled into it), CL true the one for clusters of
-// 2..8 (the entry points pick by %cluster_nctarank, in_cluster). Against
-// one instance with the cluster size read at run time, same GPU,
-// interleaved: shard 3584 0.05-0.15 µs faster, shard 896 with 16 warps and
-// no cluster 0.19 µs faster at M 1 but 0.12-0.43 µs slower at M 3-8, not
-// explained (bench/NOTES-kernel.md, 2026-11-30m).
-template <bool CL>
+// Which launches an instance of the tile code serves, and so what it knows
+// of the cluster shape at compile time (template parameter CL):
+// - kNoCluster: launches without a cluster (one CTA per cluster); no
+//   cluster instruction is compiled into it;
+// - kCluster: clusters of 2..8;
+// - kAny: both, the cluster size read at run time (the "_d8p1" entry
+//   points, and every entry point up to 2026-11-30i).
+// The entry points with two instances pick by %cluster_nctarank
+// (in_cluster). Against kAny, same GPU, interleaved: shard 3584 0.05-0.15
+// µs faster, shard 896 with 16 warps and no cluster 0.19 µs faster at M 1,
+// but 0.12-0.43 µs slower at M 3-8 (2026-11-30m; 0.18-0.41 at M 3-6 in
+// three calls of 2026-11-30p on three H200s). Not explained: the
+// no-cluster instance issues its first weight load about 100 instructions
+// sooner, and elsewhere the two differ in the order of a few instructions
+// (SASS of nvcc 12.4). Hence "_d8p1".
+constexpr int kNoCluster = 0;
+constexpr int kCluster = 1;
+constexpr int kAny = 2;
+template <int CL>
 struct ClusterShape {
   int csize;  // CTAs per cluster
   int crank;  // this CTA's rank in it
   __device__ __forceinline__ ClusterShape() {
-    if constexpr (CL) {
+    if constexpr (CL != kNoCluster) {
       cg::cluster_group c = cg::this_cluster();
       csize = (int)c.num_blocks();
       crank = (int)c.block_rank();
@@ -307,6 +319,12 @@ struct ClusterShape {
     }
   }
 };
+
+// Whether this launch has clusters of 2..8 CTAs, as instance CL knows it.
+template <int CL>
+__device__ __forceinline__ bool cluster_launch(int csize) {
+  return CL == kCluster || (CL == kAny && csize > 1);
+}
 
 __device__ __forceinline__ uint4 lds_v4(const uint16_t* p) {
   return *reinterpret_cast<const uint4*>(p);
@@ -423,7 +441,7 @@ __device__ __forceinline__ bool warp_epilogue(int nv, int csize) {
 //   sum's barrier, add the slots in rank order, add `shared` (shv,
 //   prefetched by them) and store.
 // Both orders are fixed: bit-identical reruns.
-template <int M, int TR, bool CL>
+template <int M, int TR, int CL>
 __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float* red, float* parts,
                                              const float (&acc)[TR][2][4], int n0, const uint4& shv,
                                              bool eok, int em, int ec) {
@@ -448,7 +466,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     }
   }
   __syncthreads();
-  if (!CL && warp_epilogue(NV, csize)) {
+  if (CL != kCluster && warp_epilogue(NV, csize)) {
     if (warp >= NV) return;
     const int vm = warp / (ROWS / 8), vc = (warp % (ROWS / 8)) * 8;
     const float* col = red + vm * SP + vc + (lane >> 2);
@@ -466,7 +484,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   // four columns per thread: the leader's own by plain stores, the others'
   // by st.async into the leader's shared memory (cluster_sum_init).
   uint32_t rslot = 0, rbar = 0;
-  if constexpr (CL) {
+  if (cluster_launch<CL>(csize)) {
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the leader's barrier is set up
     if (crank != 0) {
       rslot = mapa_u32(smem_u32(parts + crank * 8 * SP), 0);
@@ -480,7 +498,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
       const float4 t = *reinterpret_cast<const float4*>(red + w * 8 * SP + i);
       s.x += t.x; s.y += t.y; s.z += t.z; s.w += t.w;
     }
-    if (!CL || crank == 0) {
+    if (CL == kNoCluster || crank == 0) {
       *reinterpret_cast<float4*>(parts + i) = s;
     } else {
       st_async_v4(rslot + 4 * i, s, rbar);
@@ -491,7 +509,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   // stays resident until the barrier has counted every byte. (The PTX ISA
   // neither requires nor forbids waiting here; the CUDA guide asks that
   // distributed shared memory accesses end before the TARGET block exits.)
-  if (CL && crank != 0) return;
+  if (CL != kNoCluster && crank != 0) return;
   __syncthreads();         // the leader's own slot
 
   // Epilogue (the leader's first NV threads): 8 consecutive columns of one
@@ -500,7 +518,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   // resident (its shared memory the target of those stores) because thread
   // 0 is always one of them: vector 0 (em 0, ec 0) exists for every tile.
   if (!eok) return;
-  if constexpr (CL) mbar_wait_cluster(cluster_sum_bar<ROWS>(red));
+  if (cluster_launch<CL>(csize)) mbar_wait_cluster(cluster_sum_bar<ROWS>(red));
   float s[8];
   {
     const float4 a = *reinterpret_cast<const float4*>(parts + em * SP + ec);
@@ -525,7 +543,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
 // L2 through a ring of UB registers.
 // PACKED: the weight is in skinny.h's packed layout. mrows (<= M): the
 // latent rows that exist; the code computes M (latent_rows).
-template <int M, int TR, int U, int UB, bool STAGE, bool PACKED, bool CL>
+template <int M, int TR, int U, int UB, bool STAGE, bool PACKED, int CL>
 __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem, int mrows) {
   static_assert(U % UB == 0, "latent ring must divide the weight ring");
   Trace tr;
@@ -549,7 +567,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   const ClusterShape<CL> cl;
   const int csize = cl.csize, crank = cl.crank;
   const int n0 = (int)(blockIdx.x / csize) * ROWS;
-  if constexpr (CL) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
+  if (cluster_launch<CL>(csize)) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
 
   // K split: CTA crank of the cluster takes chunks [cs, ce); each warp a
   // contiguous part of that, so every load address is a base plus an
@@ -639,7 +657,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   const uint16_t* bs = lat_s + (lrow ? g : 0) * lpitch + (wc0 - cs) * 32 + tig * 8;
   // The epilogue threads fetch `shared` now, off the critical path: lane 0
   // of warp v for vector v (warp_epilogue), else the leader's thread v.
-  const bool wepi = !CL && warp_epilogue(NV, csize);
+  const bool wepi = CL != kCluster && warp_epilogue(NV, csize);
   const int ev = wepi ? (lane == 0 ? warp : NV) : (int)threadIdx.x;
   const bool epi = crank == 0 && ev < NV;
   const int em = ev / (ROWS / 8);
@@ -726,7 +744,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
 // kernels' CTAs fit on an SM at once; the latent slice follows after the
 // wait. Rows of both slabs have an odd multiple of 64 bytes as pitch, so
 // the 16-byte fragment loads of a quarter warp hit distinct banks.
-template <int M, bool CL>
+template <int M, int CL>
 __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float* smem) {
   constexpr int ROWS = 16;
   constexpr int SP = ROWS + 4;
@@ -744,7 +762,7 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
   const ClusterShape<CL> cl;
   const int csize = cl.csize, crank = cl.crank;
   const int n0 = (int)(blockIdx.x / csize) * ROWS;
-  if constexpr (CL) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
+  if (cluster_launch<CL>(csize)) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
 
   const int K = p.latent_dim;
   const int nchunks = (K + 31) >> 5;
@@ -781,7 +799,7 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
       cp_async16(lsl + m * pitch + q * 8, L + (ok ? (size_t)m * K + k : 0), ok);
     }
   }
-  const int ev = !CL && warp_epilogue(NV, csize) ? (lane == 0 ? warp : NV) : (int)threadIdx.x;  // as in skinny()
+  const int ev = CL != kCluster && warp_epilogue(NV, csize) ? (lane == 0 ? warp : NV) : (int)threadIdx.x;  // as in skinny()
   const int em = ev / (ROWS / 8);
   const int ec = (ev % (ROWS / 8)) * 8;
   const bool eok = crank == 0 && ev < NV && n0 + ec < p.shard;
@@ -854,35 +872,41 @@ __device__ __forceinline__ bool in_cluster() {
 //           memory (cp.async), no register ring; up to 512 threads
 //   "_d8p", "_t32p", "_s8p"  as "_d8", "_t32", "_s8" on a packed weight
 //           (skinny.h: flags & TPRUN_SKINNY_PACKED)
-#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB)                        \
+//   "_d8p1" as "_d8p", its tile code compiled once for launches with and
+//           without a cluster (ClusterShape, kAny)
+// ONE: one instance of the tile code for every cluster size (kAny).
+#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB, ONE)                   \
   extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                        \
       tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {                 \
     extern __shared__ float4 tprun_smem[];                                                        \
     if (tprun::receive_cta<MM>(p)) return;                                                        \
     float* smem = reinterpret_cast<float*>(tprun_smem);                                           \
-    if (tprun::in_cluster())                                                                      \
-      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, true>(p, smem, tprun::latent_rows<MM>()); \
+    if constexpr (ONE)                                                                            \
+      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, tprun::kAny>(p, smem, tprun::latent_rows<MM>()); \
+    else if (tprun::in_cluster())                                                                 \
+      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, tprun::kCluster>(p, smem, tprun::latent_rows<MM>()); \
     else                                                                                          \
-      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, false>(p, smem, tprun::latent_rows<MM>()); \
+      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM>()); \
   }
 #define TPRUN_SKINNY_M(MM)                                    \
-  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3)     \
-  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1)  \
-  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1) \
-  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1)   \
-  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1)  \
-  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1)  \
-  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1) \
-  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1)   \
+  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3, false)     \
+  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1, false)  \
+  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1, false) \
+  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1, false)   \
+  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1, false)  \
+  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1, false)  \
+  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1, false) \
+  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1, false)   \
+  TPRUN_SKINNY_ENTRY(MM, _d8p1, 1, 8, 4, false, true, 512, 1, true)  \
   extern "C" __global__ void __launch_bounds__(512, 2)        \
       tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \
     extern __shared__ float4 tprun_smem[];                    \
     if (tprun::receive_cta<MM>(p)) return;                    \
     float* smem = reinterpret_cast<float*>(tprun_smem);       \
     if (tprun::in_cluster())                                  \
-      tprun::skinny_slab<MM, true>(p, smem);                  \
+      tprun::skinny_slab<MM, tprun::kCluster>(p, smem);       \
     else                                                      \
-      tprun::skinny_slab<MM, false>(p, smem);                 \
+      tprun::skinny_slab<MM, tprun::kNoCluster>(p, smem);     \
   }
 
 TPRUN_SKINNY_M(1)

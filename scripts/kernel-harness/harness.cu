@@ -95,7 +95,7 @@ void fill_bf16(std::vector<uint16_t>& v, Rng& rng, float lo, float hi) {
 
 // ---------------------------------------------------------------- module
 
-constexpr int kNumVariants = 9;
+constexpr int kNumVariants = 10;
 
 struct Kernels {
   CUmodule mod{};
@@ -103,7 +103,7 @@ struct Kernels {
   CUfunction receive{};
 };
 
-const char* const kSuffix[kNumVariants] = {"", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p", "_t32p", "_s8p"};
+const char* const kSuffix[kNumVariants] = {"", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p", "_t32p", "_s8p", "_d8p1"};
 
 Kernels load(const char* path) {
   FILE* f = fopen(path, "rb");
@@ -139,7 +139,9 @@ struct Cfg {
   int tile_rows, depth, stage, warps, cluster;
   int pf = 0;      // tprun_skinny_params.l2_prefetch
   int packed = 0;  // packed weight layout (skinny.h, TPRUN_SKINNY_PACKED): the "p" entry points
+  int one = 0;     // "_d8p1": the "_d8p" tile code compiled once for every cluster size (skinny.cu)
   int variant() const {
+    if (one) return 9;  // valid only with 16 rows, depth 8, stage 0, packed (exists())
     if (packed) return stage ? 8 : tile_rows == 32 ? 7 : 6;
     if (stage == 2) return 5;
     if (stage) return tile_rows == 32 ? 4 : 3;
@@ -152,13 +154,26 @@ struct Cfg {
     if (pf)
       n += snprintf(b + n, sizeof b - n, "/pf%d.%d%s%s", TPRUN_PF_HELPERS(pf), TPRUN_PF_SIXTEENTHS(pf),
                     TPRUN_PF_OWN(pf) ? "o" : "", TPRUN_PF_LSU(pf) ? "l" : "");
-    if (packed) snprintf(b + n, sizeof b - n, "/p");
+    if (packed) n += snprintf(b + n, sizeof b - n, "/p");
+    if (one) snprintf(b + n, sizeof b - n, "/one");
     return b;
+  }
+  // Whether an entry point has this geometry (variant() maps the others
+  // onto one that traps or is not what was asked for).
+  bool exists() const {
+    if (one) return packed == 1 && tile_rows == 16 && depth == 8 && stage == 0;
+    if (packed)  // "_d8p", "_s8p", "_t32p"
+      return (tile_rows == 16 && depth == 8 && (stage == 0 || stage == 1)) ||
+             (tile_rows == 32 && depth == 4 && stage == 0);
+    if (stage == 2) return tile_rows == 16 && depth == 0;  // "_c"
+    // "", "_d8", "_s8", "_t32", "_s32"
+    return (stage == 0 || stage == 1) &&
+           ((tile_rows == 32 && depth == 4) || (tile_rows == 16 && (depth == 8 || (depth == 4 && stage == 0))));
   }
 };
 
 // Reads a config as Cfg::str() writes it: rows/depth/{g,s,c}/warps/cluster,
-// then optionally /pfH.S[o][l] and /p. False when it is not one.
+// then optionally /pfH.S[o][l], /p and /one. False when it is not one.
 bool parse_cfg(const std::string& str, Cfg* out) {
   std::vector<std::string> f;
   std::stringstream q(str);
@@ -173,6 +188,8 @@ bool parse_cfg(const std::string& str, Cfg* out) {
   for (size_t i = 5; i < f.size(); ++i) {
     if (f[i] == "p") {
       c.packed = 1;
+    } else if (f[i] == "one") {
+      c.one = 1;
     } else if (f[i].rfind("pf", 0) == 0) {
       int h = 0, s16 = 0, n = 0;
       if (sscanf(f[i].c_str(), "pf%d.%d%n", &h, &s16, &n) != 2) return false;
@@ -186,9 +203,44 @@ bool parse_cfg(const std::string& str, Cfg* out) {
       return false;
     }
   }
-  if (c.str() != str) return false;  // round trip: nothing was dropped
+  if (c.str() != str || !c.exists()) return false;  // round trip: nothing was dropped
   *out = c;
   return true;
+}
+
+// A group of the `ab` and `trace` specs: "SHARD:M,M,...:CFG,CFG,..." (CFG as
+// the sweep prints it, e.g. 16/8/g/8/1/p); groups are separated by ';'.
+struct Group {
+  int shard;
+  std::vector<int> ms;
+  std::vector<Cfg> cfgs;
+};
+bool parse_groups(const char* spec, std::vector<Group>* out) {
+  std::stringstream groups(spec);
+  std::string grp;
+  while (std::getline(groups, grp, ';')) {
+    std::stringstream parts(grp);
+    std::string shard_s, ms_s, cfgs_s, tok;
+    std::getline(parts, shard_s, ':');
+    std::getline(parts, ms_s, ':');
+    std::getline(parts, cfgs_s, ':');
+    Group g{atoi(shard_s.c_str()), {}, {}};
+    for (std::stringstream q(ms_s); std::getline(q, tok, ',');) g.ms.push_back(atoi(tok.c_str()));
+    for (std::stringstream q(cfgs_s); std::getline(q, tok, ',');) {
+      Cfg c{};
+      if (!parse_cfg(tok, &c)) {
+        fprintf(stderr, "cannot read config %s\n", tok.c_str());
+        return false;
+      }
+      g.cfgs.push_back(c);
+    }
+    if (g.shard <= 0 || g.ms.empty() || g.cfgs.empty()) {
+      fprintf(stderr, "cannot read group %s\n", grp.c_str());
+      return false;
+    }
+    out->push_back(g);
+  }
+  return !out->empty();
 }
 
 // The packed weight layout of skinny.h: 16-row groups x 32-k chunks, 1 KB
@@ -298,6 +350,10 @@ std::vector<Cfg> all_configs() {
           Cfg q{base.tile_rows, base.depth, base.stage, w, c};
           q.packed = 1;
           v.push_back(q);
+          if (base.variant() == 1) {  // "_d8p1"
+            q.one = 1;
+            v.push_back(q);
+          }
         }
       }
     }
@@ -1096,10 +1152,10 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
     fprintf(stderr, "cannot write %s\n", outpath);
     return 1;
   }
-  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tus\n");
+  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tus\n");
   auto row = [&](const Shape& sh, int M, const Cfg& c, double us) {
-    fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, c.tile_rows, c.depth, c.stage,
-            c.warps, c.cluster, c.pf, c.packed, us);
+    fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, c.tile_rows, c.depth,
+            c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, us);
   };
   const int L = 1 << 25, O = 1 << 24;
   // 48.8l: the step sweep's pick at shard 3584 (bench/NOTES-kernel.md, 2026-11-30m).
@@ -1112,6 +1168,7 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
     for (int M = 1; M <= 8; ++M) {
       double best[2] = {1e30, 1e30};
       Cfg bc[2]{};
+      std::vector<std::pair<double, Cfg>> timed[2];  // per layout, for the plans below
       for (int pk : {0, 1})
         for (const Cfg& base : kVariants) {
           if (pk && (base.stage == 2 || (base.tile_rows == 16 && base.depth == 4))) continue;  // no packed twin
@@ -1124,18 +1181,32 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
                 continue;
               Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
               cfg.packed = pk;
-              double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
-              row(sh, M, cfg, us);
-              if (us > 0 && us < best[pk]) best[pk] = us, bc[pk] = cfg;
+              // "_d8p" in both forms: two instances, and one ("_d8p1").
+              for (int one : {0, 1}) {
+                if (one && (!pk || base.variant() != 1)) continue;
+                cfg.one = one;
+                double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
+                row(sh, M, cfg, us);
+                if (us > 0) timed[pk].push_back({us, cfg});
+                if (us > 0 && us < best[pk]) best[pk] = us, bc[pk] = cfg;
+              }
             }
         }
-      for (int pk : {0, 1})
-        for (int plan : lsu_plans) {
-          Cfg cfg = bc[pk];
-          if (cfg.stage == 2) break;
-          cfg.pf = plan;
-          row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
-        }
+      // The plans on the three fastest configs of each layout: a plan can
+      // turn a close second into the best (2026-11-30p: at shard 3584 M 3
+      // the best without a plan was 16/8/g/4/2/p, the best with one
+      // 32/4/g/4/4/pf48.8l/p, 0.25 µs faster).
+      for (int pk : {0, 1}) {
+        std::stable_sort(timed[pk].begin(), timed[pk].end(),
+                         [](const std::pair<double, Cfg>& a, const std::pair<double, Cfg>& b) { return a.first < b.first; });
+        for (size_t i = 0; i < timed[pk].size() && i < 3; ++i)
+          for (int plan : lsu_plans) {
+            Cfg cfg = timed[pk][i].second;
+            if (cfg.stage == 2) break;
+            cfg.pf = plan;
+            row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
+          }
+      }
       fflush(f);
       printf("sweep latent %d shard %d M %d: best row-major %.2f us with %s, packed %.2f us with %s\n", sh.latent,
              sh.shard, M, best[0], bc[0].str().c_str(), best[1], bc[1].str().c_str());
@@ -1330,32 +1401,22 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   char line[256];
   while (fgets(line, sizeof line, tf)) {
     if (line[0] == '#') continue;
-    // latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed] median_us]:
-    // 11 fields; 10 (no packed column) or 8-9 (no l2_prefetch) in older tables.
+    // latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one]] median_us]:
+    // 12 fields; 11 (no one column), 10 (no packed column) or 8-9 (no
+    // l2_prefetch) in older tables.
     std::vector<std::string> f;
     for (char* t = strtok(line, " \t\n"); t; t = strtok(nullptr, " \t\n")) f.push_back(t);
     if (f.empty()) continue;
-    if (f.size() < 8 || f.size() > 11) {
+    if (f.size() < 8 || f.size() > 12) {
       fprintf(stderr, "table %s: a line of %zu fields\n", tablepath, f.size());
       return 1;
     }
     int v[8];
     for (int i = 0; i < 8; ++i) v[i] = atoi(f[i].c_str());
     Cfg cfg{v[3], v[4], v[5], v[6], v[7], f.size() >= 10 ? atoi(f[8].c_str()) : 0};
-    cfg.packed = f.size() == 11 ? atoi(f[9].c_str()) : 0;
-    // Only combinations with an entry point (Cfg::variant would map the
-    // others onto one that traps or is not what the table says).
-    bool known;
-    if (cfg.packed)  // "_d8p", "_s8p", "_t32p"
-      known = (cfg.tile_rows == 16 && cfg.depth == 8 && (cfg.stage == 0 || cfg.stage == 1)) ||
-              (cfg.tile_rows == 32 && cfg.depth == 4 && cfg.stage == 0);
-    else if (cfg.stage == 2)  // "_c"
-      known = cfg.tile_rows == 16 && cfg.depth == 0;
-    else  // "", "_d8", "_s8", "_t32", "_s32"
-      known = (cfg.stage == 0 || cfg.stage == 1) &&
-              ((cfg.tile_rows == 32 && cfg.depth == 4) ||
-               (cfg.tile_rows == 16 && (cfg.depth == 8 || (cfg.depth == 4 && cfg.stage == 0))));
-    if (!known || (cfg.packed != 0 && cfg.packed != 1)) {
+    cfg.packed = f.size() >= 11 ? atoi(f[9].c_str()) : 0;
+    cfg.one = f.size() == 12 ? atoi(f[10].c_str()) : 0;
+    if (!cfg.exists() || (cfg.packed != 0 && cfg.packed != 1) || (cfg.one != 0 && cfg.one != 1)) {
       fprintf(stderr, "table %s: no entry point for %s\n", tablepath, cfg.str().c_str());
       return 1;
     }
@@ -1366,7 +1427,7 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
   fprintf(f, "# copy bandwidth (read+write) %.1f GB/s\n", bw0 / 1e9);
-  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tours_us\tnopdl_us\tfloor_us\n");
+  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tours_us\tnopdl_us\tfloor_us\n");
   for (const Shape& sh : bench_shapes()) {
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
@@ -1381,8 +1442,9 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
       double us2 = time_skinny(k, pool, acts, M, sh.hidden, c, s, 25);
       double nopdl = time_skinny(k, pool, acts, M, sh.hidden, c, s, 15, false);
       double floor_us = pool.weight_bytes() / bw0 * 1e6;
-      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard, M,
-              c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, std::min(us, us2), nopdl, floor_us);
+      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard,
+              M, c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, std::min(us, us2), nopdl,
+              floor_us);
       printf("bench latent %d shard %d M %d cfg %s: %.2f us (repeat %.2f, no PDL %.2f), floor %.2f, ratio %.2f\n",
              sh.latent, sh.shard, M, c.str().c_str(), us, us2, nopdl, floor_us, us / floor_us);
       fflush(stdout);
@@ -1454,16 +1516,24 @@ int main(int argc, char** argv) {
     g_trace = fopen(argv[3], "w");
     if (!g_trace) return 1;
     fprintf(g_trace, "shard\tm\tcfg\tg0\tg1\tg2\tg3\tg4\tg5\tg6\tc1\tc2\tc3\tc4\tc5\tc6\tsmid\tblk\twlo\tnctas\n");
-    struct T { int shard, M; Cfg c; };
-    const Cfg d8{16, 8, 0, 8, 1, 0, 1}, w16{16, 8, 0, 16, 1, 0, 1}, t32{32, 4, 0, 8, 4, 0, 1};
-    const T ts[] = {{3584, 2, d8}, {3584, 8, d8}, {896, 2, w16}, {896, 3, w16},
-                    {896, 3, t32}, {896, 8, w16}, {896, 8, t32}};
-    for (const T& t : ts) {
-      Pool pool(t.shard, 3584, rng);
+    // HARNESS_TRACE (the `ab` group format) picks the configs; without it, a
+    // fixed set at shards 3584 and 896.
+    std::vector<Group> gs;
+    if (const char* spec = getenv("HARNESS_TRACE")) {
+      if (!parse_groups(spec, &gs)) return 2;
+    } else {
+      const Cfg d8{16, 8, 0, 8, 1, 0, 1}, w16{16, 8, 0, 16, 1, 0, 1}, t32{32, 4, 0, 8, 4, 0, 1};
+      gs = {{3584, {2, 8}, {d8}}, {896, {2, 3}, {w16}}, {896, {3, 8}, {t32}}, {896, {8}, {w16}}};
+    }
+    for (const Group& gr : gs) {
+      Pool pool(gr.shard, 3584, rng);
       Acts acts(3584, 7168, rng);
-      const double us = time_skinny(k, pool, acts, t.M, 7168, t.c, s, 7);
-      printf("trace shard %d M %d %s: %.3f us per launch\n", t.shard, t.M, t.c.str().c_str(), us);
-      fflush(stdout);
+      for (int M : gr.ms)
+        for (const Cfg& c : gr.cfgs) {
+          const double us = time_skinny(k, pool, acts, M, 7168, c, s, 7);
+          printf("trace shard %d M %d %s: %.3f us per launch\n", gr.shard, M, c.str().c_str(), us);
+          fflush(stdout);
+        }
     }
     fclose(g_trace);
     g_trace = nullptr;
@@ -1478,29 +1548,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     const int reps = std::max(1, env_ints("HARNESS_AB_REPS", {5})[0]);
-    std::stringstream groups(spec);
-    std::string grp;
-    while (std::getline(groups, grp, ';')) {
-      std::stringstream parts(grp);
-      std::string shard_s, ms_s, cfgs_s, tok;
-      std::getline(parts, shard_s, ':');
-      std::getline(parts, ms_s, ':');
-      std::getline(parts, cfgs_s, ':');
-      const int shard = atoi(shard_s.c_str());
-      std::vector<int> ms;
-      for (std::stringstream q(ms_s); std::getline(q, tok, ',');) ms.push_back(atoi(tok.c_str()));
-      std::vector<Cfg> cs;
-      for (std::stringstream q(cfgs_s); std::getline(q, tok, ',');) {
-        Cfg c{};
-        if (!parse_cfg(tok, &c)) {
-          fprintf(stderr, "ab: cannot read config %s\n", tok.c_str());
-          return 2;
-        }
-        cs.push_back(c);
-      }
+    std::vector<Group> gs;
+    if (!parse_groups(spec, &gs)) return 2;
+    for (const Group& gr : gs) {
+      const int shard = gr.shard;
+      const std::vector<Cfg>& cs = gr.cfgs;
       Pool pool(shard, 3584, rng);
       Acts acts(3584, 7168, rng);
-      for (int M : ms) {
+      for (int M : gr.ms) {
         std::vector<std::vector<double>> t(cs.size());
         for (int r = 0; r < reps; ++r)
           for (size_t i = 0; i < cs.size(); ++i) {

@@ -34,7 +34,7 @@ def main():
         print(c)
     tt = {(r["latent"], r["shard"], r["m"]): float(r["torch_us"]) for r in torch_rows}
     print()
-    print("| latent | shard | M | config (rows/depth/stage/warps/cluster[/L2 prefetch][/p: packed weight]) | ours µs | floor µs | ours/floor "
+    print("| latent | shard | M | config (rows/depth/stage/warps/cluster[/L2 prefetch][/p: packed weight][/one: one instance]) | ours µs | floor µs | ours/floor "
           "| no-PDL µs | torch µs | speedup | target |")
     print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     misses = []
@@ -66,6 +66,8 @@ def main():
             cfg += f'/pf{pf & 0xffff}.{(pf >> 16) & 0xff}{"o" if (pf >> 24) & 1 else ""}{"l" if (pf >> 25) & 1 else ""}'
         if r.get("packed", "0") != "0":
             cfg += "/p"
+        if r.get("one", "0") != "0":
+            cfg += "/one"
         ts = f"{t:.2f}" if t is not None else "-"
         sp = f"{t / us:.2f}×" if t is not None else "-"
         print(f"| {r['latent']} | {shard} | {m} | {cfg} | {us:.2f} | {fl:.2f} | {ratio:.2f} | "
