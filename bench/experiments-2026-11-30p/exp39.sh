@@ -1,0 +1,46 @@
+#!/bin/bash
+# Session 2026-11-30 (9th) call 3, nvidia-h200: H (the d8p entry points of
+# M >= 3 as one instance with the cluster shape read at run time, the v11
+# form; .dev/H) against v12, v11, HW (H, warp epilogue up to 16 vectors),
+# HP (H, prologue paced by 60 ns sleeps), SW (v12 with the no-cluster
+# instance first in source order); sm_90 builds, interleaved, 3 rounds.
+set -u
+O=$OUT
+mkdir -p $O build
+exec > >(tee -a $O/console.txt) 2>&1
+date -u; nvidia-smi -L
+bld() { # name dir flags
+  ( mkdir -p build/$1 && cp $2/skinny.cu $2/skinny.h $2/receive.cu build/$1/ && cd build/$1 && printf '#include "receive.cu"\n#include "skinny.cu"\n' > k.cu && nvcc -fatbin -O3 -std=c++17 $3 -I . -gencode arch=compute_90,code=sm_90 -o ../$1.fatbin k.cu > ../$1-b.txt 2>&1 )
+}
+pids=""
+bld v12 kernel "" & pids="$pids $!"
+bld v11 .dev/tr11 "" & pids="$pids $!"
+bld H .dev/H "" & pids="$pids $!"
+bld HW .dev/H "-DTPRUN_WEPI_MAX=16" & pids="$pids $!"
+bld HP .dev/H "-DTPRUN_PACE_NS=60" & pids="$pids $!"
+bld SW .dev/SW "" & pids="$pids $!"
+nvcc -O3 -std=c++17 -arch=sm_90 -I kernel -o build/harness scripts/kernel-harness/harness.cu -lcuda > build/h.txt 2>&1; cat build/h.txt
+wait $pids; for f in build/*-b.txt; do echo "$f: $(tail -c 300 $f)"; done; ls -la build/*.fatbin
+date -u
+AB="896:1,2,3,4,5,6,7,8:16/8/g/16/1/p,32/4/g/8/4/p,32/4/g/16/2/p;3584:3,8:16/8/g/8/1/p,16/8/g/4/2/p,32/4/g/4/4/pf48.8l/p;7168:3,8:16/8/g/4/1/p;1792:4,8:16/8/g/4/2/pf40.8l/p;448:4,8:16/8/g/4/4/p"
+N="v12 H HW HP SW v11"
+for r in 1 2 3; do
+  for n in $N; do
+    HARNESS_AB="$AB" HARNESS_AB_REPS=1 timeout 90 build/harness build/$n.fatbin ab 2>&1 | grep '^ab' | sed "s/^/$n r$r /" >> $O/kab.txt
+  done
+  date -u
+done
+python3 - $O/kab.txt "$N" <<'PY' | tee $O/kab-summary.txt
+import sys, collections, statistics
+names = sys.argv[2].split()
+d = collections.defaultdict(list)
+for l in open(sys.argv[1]):
+    x = l.split()
+    if len(x) < 10 or x[8] != "median": continue
+    d[(x[4], x[7], int(x[6]), x[0])].append(float(x[9]))
+print("shard config M " + " ".join(names) + "  (deltas against " + names[0] + ")")
+for k in sorted({k[:3] for k in d}, key=lambda k: (int(k[0]), k[1], k[2])):
+    v = [statistics.median(d[k + (n,)]) if d.get(k + (n,)) else float("nan") for n in names]
+    print(k[0], k[1], k[2], " ".join(f"{x:.3f}" for x in v), " ".join(f"{x - v[0]:+.3f}" for x in v[1:]))
+PY
+date -u
