@@ -54,7 +54,18 @@ type LaunchConfig struct {
 	// them (skinny.h; 0: none). A hint measured per shape: it never changes
 	// the result.
 	L2Prefetch int
+	// ClusterPolicy is the launch's cluster scheduling policy preference
+	// (CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, a
+	// CUclusterSchedulingPolicy: 0 the driver's default, 1 spread, 2 load
+	// balancing), set only when it is not 0, which needs Cluster > 1. Like
+	// L2Prefetch a measured hint: where the driver places the clusters,
+	// never what they compute. Load balancing took 0.2-0.37 µs off shard
+	// 3584's 32/4/g/4/4/pf48.8l/p (bench/NOTES-kernel.md, 2026-11-30s).
+	ClusterPolicy int
 }
+
+// MaxClusterPolicy is the largest ClusterPolicy (CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING).
+const MaxClusterPolicy = 2
 
 // L2 prefetch plan fields (skinny.h, TPRUN_PF_*): helpers in bits 0-15,
 // sixteenths (0..16) in bits 16-23, "own" in bit 24, the LSU form in bit 25.
@@ -194,13 +205,29 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if !validPrefetch(c.L2Prefetch) {
 		return fmt.Errorf("kernel: L2 prefetch plan %#x is not one skinny.h defines", c.L2Prefetch)
 	}
+	if err := validPolicy(c.ClusterPolicy, c.Cluster); err != nil {
+		return err
+	}
 	want := makeConfig(m, shard, latent, v, c.Warps, c.Cluster)
 	want.L2Prefetch = c.L2Prefetch
+	want.ClusterPolicy = c.ClusterPolicy
 	if c != want {
 		return fmt.Errorf("kernel: launch config %+v inconsistent, want %+v", c, want)
 	}
 	if c.Stage > 0 && c.SharedBytes > MaxStagedShared {
 		return fmt.Errorf("kernel: %d bytes of shared memory, more than %d", c.SharedBytes, MaxStagedShared)
+	}
+	return nil
+}
+
+// validPolicy says why a cluster scheduling policy cannot go with a
+// cluster of the given size, or nil.
+func validPolicy(policy, cluster int) error {
+	switch {
+	case policy < 0 || policy > MaxClusterPolicy:
+		return fmt.Errorf("kernel: cluster scheduling policy %d outside 0..%d", policy, MaxClusterPolicy)
+	case policy != 0 && cluster < 2:
+		return fmt.Errorf("kernel: cluster scheduling policy %d needs clusters of 2 or more CTAs, not %d", policy, cluster)
 	}
 	return nil
 }
@@ -214,6 +241,7 @@ type tableEntry struct {
 	v                variant
 	warps, cluster   int
 	prefetch         int // LaunchConfig.L2Prefetch
+	policy           int // LaunchConfig.ClusterPolicy
 }
 
 // ConfigTableEnv names a config table file (config_table.tsv format) that
@@ -325,14 +353,14 @@ func parseTable(name, text string) ([]tableEntry, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		// latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one]] median_us]:
-		// 12 fields; 11 (no one column), 10 (no packed column) or 8-9 (no
-		// l2_prefetch) in older tables.
+		// latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one [cluster_policy]]] median_us]:
+		// 13 fields; 12 (no cluster_policy column), 11 (no one column), 10
+		// (no packed column) or 8-9 (no l2_prefetch) in older tables.
 		f := strings.Fields(line)
-		if len(f) < 8 || len(f) > 12 {
-			return nil, fmt.Errorf("kernel: %s line %d: %d fields, want 8 to 12", name, i+1, len(f))
+		if len(f) < 8 || len(f) > 13 {
+			return nil, fmt.Errorf("kernel: %s line %d: %d fields, want 8 to 13", name, i+1, len(f))
 		}
-		prefetch, packed, one := 0, false, false
+		prefetch, packed, one, policy := 0, false, false, 0
 		if len(f) >= 10 {
 			x, err := strconv.Atoi(f[8])
 			if err != nil || !validPrefetch(x) {
@@ -349,7 +377,14 @@ func parseTable(name, text string) ([]tableEntry, error) {
 				return nil, fmt.Errorf("kernel: %s line %d: packed %q is not 0 or 1", name, i+1, f[9])
 			}
 		}
-		if len(f) == 12 {
+		if len(f) == 13 {
+			x, err := strconv.Atoi(f[11])
+			if err != nil || x < 0 || x > MaxClusterPolicy {
+				return nil, fmt.Errorf("kernel: %s line %d: cluster_policy %q is not 0..%d", name, i+1, f[11], MaxClusterPolicy)
+			}
+			policy = x
+		}
+		if len(f) >= 12 {
 			switch f[10] {
 			case "0":
 			case "1":
@@ -371,7 +406,10 @@ func parseTable(name, text string) ([]tableEntry, error) {
 			n[2] < 1 || n[2] > MaxM || n[0] < LatentAlign || n[1] < ShardAlign {
 			return nil, fmt.Errorf("kernel: %s line %d: invalid entry %q", name, i+1, line)
 		}
-		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7], prefetch: prefetch})
+		if policy != 0 && n[7] < 2 {
+			return nil, fmt.Errorf("kernel: %s line %d: cluster_policy %d needs a cluster of 2 or more, not %d", name, i+1, policy, n[7])
+		}
+		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7], prefetch: prefetch, policy: policy})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("kernel: %s has no entries", name)
@@ -483,6 +521,7 @@ func configFrom(best tableEntry, v variant, m, shard, latent int) LaunchConfig {
 	}
 	c := makeConfig(m, shard, latent, v, best.warps, best.cluster)
 	c.L2Prefetch = best.prefetch
+	c.ClusterPolicy = best.policy
 	return c
 }
 

@@ -178,11 +178,24 @@ func TestLaunchConfigValidateRejects(t *testing.T) {
 		{"prefetch plan with unknown bits", mod(func(c *LaunchConfig) { c.L2Prefetch = 1 << 26 }), 4, 896, 3584},
 		{"prefetch plan of 17 sixteenths", mod(func(c *LaunchConfig) { c.L2Prefetch = 17 << 16 }), 4, 896, 3584},
 		{"the other instance form", mod(func(c *LaunchConfig) { c.OneInstance = !c.OneInstance }), 4, 896, 3584},
+		{"cluster policy 3", mod(func(c *LaunchConfig) { c.ClusterPolicy = 3 }), 4, 896, 3584},
+		{"cluster policy -1", mod(func(c *LaunchConfig) { c.ClusterPolicy = -1 }), 4, 896, 3584},
 	}
 	for _, tc := range cases {
 		if err := tc.c.Validate(tc.m, tc.shard, tc.latent); err == nil {
 			t.Errorf("%s: accepted", tc.desc)
 		}
+	}
+	// A scheduling policy needs a cluster launch.
+	c1 := makeConfig(4, 896, 3584, variants[1], 16, 1)
+	c1.ClusterPolicy = 2
+	if err := c1.Validate(4, 896, 3584); err == nil {
+		t.Error("cluster policy 2 with cluster 1: accepted")
+	}
+	c4 := makeConfig(4, 896, 3584, mustVariant(32, 4, 0, true), 8, 4)
+	c4.ClusterPolicy = 2
+	if err := c4.Validate(4, 896, 3584); err != nil {
+		t.Errorf("cluster policy 2 with cluster 4: %v", err)
 	}
 }
 
@@ -197,7 +210,11 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"M 9", "3584 896 9 16 8 0 16 1\n"},
 		{"stage 2 with depth 8", "3584 896 1 16 8 2 16 1\n"},
 		{"stage 3", "3584 896 1 16 0 3 16 1\n"},
-		{"13 fields", "3584 896 1 16 8 0 16 1 0 1 0 2.5 7\n"},
+		{"14 fields", "3584 896 1 32 4 0 8 4 0 1 0 2 2.5 7\n"},
+		{"cluster policy 3", "3584 896 1 32 4 0 8 4 0 1 0 3 2.5\n"},
+		{"cluster policy -1", "3584 896 1 32 4 0 8 4 0 1 0 -1 2.5\n"},
+		{"cluster policy not a number", "3584 896 1 32 4 0 8 4 0 1 0 lb 2.5\n"},
+		{"cluster policy without a cluster", "3584 896 1 16 8 0 16 1 0 1 0 2 2.5\n"},
 		{"one neither 0 nor 1", "3584 896 1 16 8 0 16 1 0 1 2 2.5\n"},
 		{"one-instance row-major entry (no such entry point)", "3584 896 1 16 8 0 16 1 0 0 1 2.5\n"},
 		{"one-instance 32-row entry (no such entry point)", "3584 896 1 32 4 0 8 4 0 1 1 2.5\n"},
@@ -224,6 +241,13 @@ func TestParseConfigTableRejects(t *testing.T) {
 	e, err = parseTable("config_table.tsv", "3584\t896\t3\t16\t8\t0\t16\t1\t0\t1\t1\t2.49\n3584\t896\t4\t32\t4\t0\t8\t4\t0\t1\t0\t2.5\n")
 	if err != nil || len(e) != 2 || e[0].v.suffix != "_d8p1" || !e[0].v.one || e[1].v.suffix != "_t32p" || e[1].v.one {
 		t.Errorf("valid lines with the one column: %+v, %v", e, err)
+	}
+	e, err = parseTable("config_table.tsv", "3584\t3584\t1\t32\t4\t0\t4\t4\t34078768\t1\t0\t2\t6.0\n3584\t3584\t2\t32\t4\t0\t4\t4\t0\t1\t0\t0\t6.1\n")
+	if err != nil || len(e) != 2 || e[0].policy != 2 || e[1].policy != 0 || e[0].prefetch != 34078768 || e[0].cluster != 4 {
+		t.Errorf("valid lines with the cluster_policy column: %+v, %v", e, err)
+	}
+	if c := configFrom(e[0], e[0].v, 1, 3584, 3584); c.ClusterPolicy != 2 || c.Validate(1, 3584, 3584) != nil {
+		t.Errorf("config from a load-balancing entry: %+v, %v", c, c.Validate(1, 3584, 3584))
 	}
 	plan := 32 | 8<<16 | 1<<24
 	e, err = parseTable("config_table.tsv", fmt.Sprintf("# c\n3584\t3584\t2\t16\t8\t0\t8\t1\t%d\t6.9\n", plan))

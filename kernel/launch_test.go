@@ -500,7 +500,7 @@ func TestLaunchSkinnyConfig(t *testing.T) {
 					want := cuda.LaunchConfig{
 						Grid: [3]uint32{uint32(c.GridX), 1, 1}, Block: [3]uint32{uint32(c.BlockX), 1, 1},
 						SharedMem: uint32(c.SharedBytes), Stream: stream, ProgrammaticSerialization: pdl,
-						ClusterDim: [3]uint32{uint32(c.Cluster), 1, 1},
+						ClusterDim: [3]uint32{uint32(c.Cluster), 1, 1}, ClusterPolicy: cuda.ClusterSchedulingPolicy(c.ClusterPolicy),
 					}
 					if l.cfg != want {
 						t.Errorf("launch config %+v, want %+v (from %+v)", l.cfg, want, c)

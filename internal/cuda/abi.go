@@ -75,6 +75,7 @@ static const tp_abi_entry tp_abi[] = {
     TP_OFF(CUlaunchAttributeValue, clusterDim.x),
     TP_OFF(CUlaunchAttributeValue, clusterDim.y),
     TP_OFF(CUlaunchAttributeValue, clusterDim.z),
+    TP_OFF(CUlaunchAttributeValue, clusterSchedulingPolicyPreference),
     TP_OFF(CUlaunchAttributeValue, programmaticStreamSerializationAllowed),
 
     TP_SZ(CUlaunchAttribute),
@@ -164,6 +165,10 @@ static const tp_abi_entry tp_abi[] = {
     TP_EN(CU_LAUNCH_ATTRIBUTE_IGNORE),
     TP_EN(CU_LAUNCH_ATTRIBUTE_COOPERATIVE),
     TP_EN(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
+    TP_EN(CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE),
+    TP_EN(CU_CLUSTER_SCHEDULING_POLICY_DEFAULT),
+    TP_EN(CU_CLUSTER_SCHEDULING_POLICY_SPREAD),
+    TP_EN(CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING),
     TP_EN(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
 };
 

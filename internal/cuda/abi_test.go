@@ -78,6 +78,7 @@ func cudaHABI() map[string]int64 {
 		"offsetof:CUlaunchAttributeValue.clusterDim.x":                           0,
 		"offsetof:CUlaunchAttributeValue.clusterDim.y":                           4,
 		"offsetof:CUlaunchAttributeValue.clusterDim.z":                           8,
+		"offsetof:CUlaunchAttributeValue.clusterSchedulingPolicyPreference":      0,
 		"offsetof:CUlaunchAttributeValue.programmaticStreamSerializationAllowed": 0,
 
 		// id, char pad[8 - sizeof(id)], value.
@@ -162,6 +163,10 @@ func TestABIEnumsAgree(t *testing.T) {
 		"enum:CU_MEM_LOCATION_TYPE_DEVICE":                             1,
 		"enum:CU_MEM_ALLOCATION_TYPE_PINNED":                           1,
 		"enum:CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION":                   4,
+		"enum:CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE": 5,
+		"enum:CU_CLUSTER_SCHEDULING_POLICY_DEFAULT":                    0,
+		"enum:CU_CLUSTER_SCHEDULING_POLICY_SPREAD":                     1,
+		"enum:CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING":             2,
 		"enum:CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION":   6,
 		"enum:CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED":                 132,
 		"enum:CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED":        128,

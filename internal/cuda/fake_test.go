@@ -314,6 +314,14 @@ func TestFakeModulesAndLaunch(t *testing.T) {
 			wantBlock: [3]uint32{64, 1, 1},
 			wantAttrs: [][4]uint32{{6, 1, 0, 0}, {4, 2, 1, 1}},
 		},
+		{
+			desc: "cluster with the load-balancing scheduling policy",
+			cfg: LaunchConfig{Grid: [3]uint32{16, 1, 1}, Block: [3]uint32{128, 1, 1}, ProgrammaticSerialization: true,
+				ClusterDim: [3]uint32{4, 1, 1}, ClusterPolicy: ClusterPolicyLoadBalancing},
+			wantGrid:  [3]uint32{16, 1, 1},
+			wantBlock: [3]uint32{128, 1, 1},
+			wantAttrs: [][4]uint32{{6, 1, 0, 0}, {4, 4, 1, 1}, {5, 2, 0, 0}},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -374,6 +382,8 @@ func TestFakeModulesAndLaunch(t *testing.T) {
 		t.Error("blob parameter arrived changed")
 	}
 
+	err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}, ClusterPolicy: 3}, f, []byte{1})
+	wantErr(t, err, ErrInvalidValue, "cluster scheduling policy 3")
 	err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}}, f, []byte{1}, nil)
 	wantErr(t, err, ErrInvalidValue, "parameter 1 is empty")
 	err = d.LaunchKernelEx(LaunchConfig{}, f, make([][]byte, MaxKernelParams+1)...)

@@ -122,6 +122,10 @@ func (d *Driver) LaunchKernelEx(cfg LaunchConfig, f Function, params ...[]byte) 
 			l.cluster[i] = C.uint(dim(cfg.ClusterDim[i], i))
 		}
 	}
+	if cfg.ClusterPolicy < ClusterPolicyDefault || cfg.ClusterPolicy > ClusterPolicyLoadBalancing {
+		return fmt.Errorf("cuda: cuLaunchKernelEx: cluster scheduling policy %d is not one cuda.h defines: %w", cfg.ClusterPolicy, ErrInvalidValue)
+	}
+	l.clusterPolicy = C.int(cfg.ClusterPolicy)
 	l.sharedMem = C.uint(cfg.SharedMem)
 	if cfg.ProgrammaticSerialization {
 		l.programmatic = 1
@@ -156,8 +160,8 @@ func (d *Driver) LaunchKernelEx(cfg LaunchConfig, f Function, params ...[]byte) 
 		}
 	}
 	if r := C.tp_cuLaunchKernelEx(p, &l, C.uintptr_t(f), blob, (*C.uint32_t)(mem), C.uint(n)); r != C.CUDA_SUCCESS {
-		return d.errorf(r, "cuLaunchKernelEx(func=%#x, grid=%v, block=%v, smem=%d, stream=%#x, pdl=%t, cluster=%v, params=%d)",
-			uintptr(f), cfg.Grid, cfg.Block, cfg.SharedMem, uintptr(cfg.Stream), cfg.ProgrammaticSerialization, cfg.ClusterDim, n)
+		return d.errorf(r, "cuLaunchKernelEx(func=%#x, grid=%v, block=%v, smem=%d, stream=%#x, pdl=%t, cluster=%v, policy=%d, params=%d)",
+			uintptr(f), cfg.Grid, cfg.Block, cfg.SharedMem, uintptr(cfg.Stream), cfg.ProgrammaticSerialization, cfg.ClusterDim, cfg.ClusterPolicy, n)
 	}
 	return nil
 }

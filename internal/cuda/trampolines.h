@@ -197,6 +197,7 @@ typedef struct tp_launch {
     unsigned int sharedMem;
     int programmatic;        /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
     unsigned int cluster[3]; /* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION when x != 0 */
+    int clusterPolicy;       /* CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE when != 0 */
     uintptr_t stream;
 } tp_launch;
 
@@ -206,7 +207,7 @@ typedef struct tp_launch {
  * starts in it. */
 static inline CUresult tp_cuLaunchKernelEx(void *fn, const tp_launch *l, uintptr_t f,
                                            void *blob, const uint32_t *offsets, unsigned int n) {
-    CUlaunchAttribute attrs[2];
+    CUlaunchAttribute attrs[3];
     unsigned int na = 0;
     void *kp[TP_MAX_KERNEL_PARAMS];
     CUlaunchConfig cfg;
@@ -229,6 +230,11 @@ static inline CUresult tp_cuLaunchKernelEx(void *fn, const tp_launch *l, uintptr
         attrs[na].value.clusterDim.x = l->cluster[0];
         attrs[na].value.clusterDim.y = l->cluster[1];
         attrs[na].value.clusterDim.z = l->cluster[2];
+        na++;
+    }
+    if (l->clusterPolicy != 0) {
+        attrs[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+        attrs[na].value.clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)l->clusterPolicy;
         na++;
     }
     cfg.gridDimX = l->grid[0];

@@ -211,4 +211,18 @@ type LaunchConfig struct {
 	ProgrammaticSerialization bool
 	// ClusterDim sets CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION unless X is 0.
 	ClusterDim [3]uint32
+	// ClusterPolicy sets CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+	// unless it is ClusterPolicyDefault: how the driver places a cluster
+	// launch's clusters on the GPU.
+	ClusterPolicy ClusterSchedulingPolicy
 }
+
+// ClusterSchedulingPolicy is CUclusterSchedulingPolicy.
+type ClusterSchedulingPolicy int32
+
+// The cluster scheduling policies (CU_CLUSTER_SCHEDULING_POLICY_*).
+const (
+	ClusterPolicyDefault       ClusterSchedulingPolicy = 0
+	ClusterPolicySpread        ClusterSchedulingPolicy = 1
+	ClusterPolicyLoadBalancing ClusterSchedulingPolicy = 2
+)

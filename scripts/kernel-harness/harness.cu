@@ -140,6 +140,7 @@ struct Cfg {
   int pf = 0;      // tprun_skinny_params.l2_prefetch
   int packed = 0;  // packed weight layout (skinny.h, TPRUN_SKINNY_PACKED): the "p" entry points
   int one = 0;     // "_d8p1": the "_d8p" tile code compiled once for every cluster size (skinny.cu)
+  int policy = 0;  // cluster scheduling policy preference (CUclusterSchedulingPolicy; 2: load balancing)
   int variant() const {
     if (one) return 9;  // valid only with 16 rows, depth 8, stage 0, packed (exists())
     if (packed) return stage ? 8 : tile_rows == 32 ? 7 : 6;
@@ -155,12 +156,15 @@ struct Cfg {
       n += snprintf(b + n, sizeof b - n, "/pf%d.%d%s%s", TPRUN_PF_HELPERS(pf), TPRUN_PF_SIXTEENTHS(pf),
                     TPRUN_PF_OWN(pf) ? "o" : "", TPRUN_PF_LSU(pf) ? "l" : "");
     if (packed) n += snprintf(b + n, sizeof b - n, "/p");
-    if (one) snprintf(b + n, sizeof b - n, "/one");
+    if (one) n += snprintf(b + n, sizeof b - n, "/one");
+    if (policy == 1) snprintf(b + n, sizeof b - n, "/sp");
+    if (policy == 2) snprintf(b + n, sizeof b - n, "/lb");
     return b;
   }
   // Whether an entry point has this geometry (variant() maps the others
   // onto one that traps or is not what was asked for).
   bool exists() const {
+    if (policy < 0 || policy > 2 || (policy != 0 && cluster < 2)) return false;  // a policy needs clusters
     if (one) return packed == 1 && tile_rows == 16 && depth == 8 && stage == 0;
     if (packed)  // "_d8p", "_s8p", "_t32p"
       return (tile_rows == 16 && depth == 8 && (stage == 0 || stage == 1)) ||
@@ -173,7 +177,7 @@ struct Cfg {
 };
 
 // Reads a config as Cfg::str() writes it: rows/depth/{g,s,c}/warps/cluster,
-// then optionally /pfH.S[o][l], /p and /one. False when it is not one.
+// then optionally /pfH.S[o][l], /p, /one and /sp or /lb. False when it is not one.
 bool parse_cfg(const std::string& str, Cfg* out) {
   std::vector<std::string> f;
   std::stringstream q(str);
@@ -190,6 +194,10 @@ bool parse_cfg(const std::string& str, Cfg* out) {
       c.packed = 1;
     } else if (f[i] == "one") {
       c.one = 1;
+    } else if (f[i] == "sp") {
+      c.policy = 1;
+    } else if (f[i] == "lb") {
+      c.policy = 2;
     } else if (f[i].rfind("pf", 0) == 0) {
       int h = 0, s16 = 0, n = 0;
       if (sscanf(f[i].c_str(), "pf%d.%d%n", &h, &s16, &n) != 2) return false;
@@ -282,7 +290,7 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   p.tile_rows = c.tile_rows;
   p.l2_prefetch = c.pf;
   p.flags = c.packed ? TPRUN_SKINNY_PACKED : 0;
-  CUlaunchAttribute at[2];
+  CUlaunchAttribute at[3];
   memset(at, 0, sizeof at);
   int na = 0;
   at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -290,6 +298,11 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   at[na].value.clusterDim.y = 1;
   at[na].value.clusterDim.z = 1;
   ++na;
+  if (c.policy != 0) {  // kernel.LaunchConfig.ClusterPolicy
+    at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+    at[na].value.clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)c.policy;
+    ++na;
+  }
   if (pdl) {
     at[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     at[na].value.programmaticStreamSerializationAllowed = 1;
@@ -555,6 +568,9 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
           // A third of the runs with a random L2 prefetch plan: a hint that
           // must never change the result.
           if (rng.below(3) == 0) cc.pf = (1 + rng.below(40)) | (rng.below(17) << 16) | (rng.below(4) << 24);
+          // And half of the cluster launches with a cluster scheduling policy
+          // (spread or load balancing): placement, which must not change it either.
+          if (cc.cluster > 1 && rng.below(2) == 0) cc.policy = 1 + (int)rng.below(2);
           CUresult r = launch_skinny(k, M, p, cc, s, false);
           if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
           if (r != CUDA_SUCCESS) {
@@ -1152,10 +1168,10 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
     fprintf(stderr, "cannot write %s\n", outpath);
     return 1;
   }
-  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tus\n");
+  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tcluster_policy\tus\n");
   auto row = [&](const Shape& sh, int M, const Cfg& c, double us) {
-    fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, c.tile_rows, c.depth,
-            c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, us);
+    fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, c.tile_rows,
+            c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, c.policy, us);
   };
   const int L = 1 << 25, O = 1 << 24;
   // 48.8l: the step sweep's pick at shard 3584 (bench/NOTES-kernel.md, 2026-11-30m).
@@ -1194,15 +1210,32 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
       // the best without a plan was 16/8/g/4/2/p, and 32/4/g/4/4/pf48.8l/p
       // was 0.26 µs faster in an A/B of the same session).
       for (int pk : {0, 1}) {
-        std::stable_sort(timed[pk].begin(), timed[pk].end(),
-                         [](const std::pair<double, Cfg>& a, const std::pair<double, Cfg>& b) { return a.first < b.first; });
+        auto by_time = [](const std::pair<double, Cfg>& a, const std::pair<double, Cfg>& b) { return a.first < b.first; };
+        std::stable_sort(timed[pk].begin(), timed[pk].end(), by_time);
+        std::vector<std::pair<double, Cfg>> planned;
         for (size_t i = 0; i < timed[pk].size() && i < 3; ++i)
           for (int plan : lsu_plans) {
             Cfg cfg = timed[pk][i].second;
             if (cfg.stage == 2) break;
             cfg.pf = plan;
-            row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
+            const double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
+            row(sh, M, cfg, us);
+            if (us > 0) planned.push_back({us, cfg});
           }
+        // The load-balancing cluster scheduling policy on the four fastest
+        // cluster configs, plans included (2026-11-30s: 0.2-0.37 µs off
+        // 32/4/g/4/4/pf48.8l/p at shard 3584, but up to 0.4 µs slower on
+        // 32/4/g/8/4/p at shard 896, M 5-8).
+        planned.insert(planned.end(), timed[pk].begin(), timed[pk].end());
+        std::stable_sort(planned.begin(), planned.end(), by_time);
+        int tried = 0;
+        for (size_t i = 0; i < planned.size() && tried < 4; ++i) {
+          Cfg cfg = planned[i].second;
+          if (cfg.cluster < 2) continue;
+          cfg.policy = 2;
+          row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
+          ++tried;
+        }
       }
       fflush(f);
       auto best = [&](int pk) { return timed[pk].empty() ? std::make_pair(1e30, Cfg{}) : timed[pk].front(); };
@@ -1399,13 +1432,13 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   char line[256];
   while (fgets(line, sizeof line, tf)) {
     if (line[0] == '#') continue;
-    // latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one]] median_us]:
-    // 12 fields; 11 (no one column), 10 (no packed column) or 8-9 (no
-    // l2_prefetch) in older tables.
+    // latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one [cluster_policy]]] median_us]:
+    // 13 fields; 12 (no cluster_policy column), 11 (no one column), 10 (no
+    // packed column) or 8-9 (no l2_prefetch) in older tables.
     std::vector<std::string> f;
     for (char* t = strtok(line, " \t\n"); t; t = strtok(nullptr, " \t\n")) f.push_back(t);
     if (f.empty()) continue;
-    if (f.size() < 8 || f.size() > 12) {
+    if (f.size() < 8 || f.size() > 13) {
       fprintf(stderr, "table %s: a line of %zu fields\n", tablepath, f.size());
       return 1;
     }
@@ -1413,7 +1446,8 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
     for (int i = 0; i < 8; ++i) v[i] = atoi(f[i].c_str());
     Cfg cfg{v[3], v[4], v[5], v[6], v[7], f.size() >= 10 ? atoi(f[8].c_str()) : 0};
     cfg.packed = f.size() >= 11 ? atoi(f[9].c_str()) : 0;
-    cfg.one = f.size() == 12 ? atoi(f[10].c_str()) : 0;
+    cfg.one = f.size() >= 12 ? atoi(f[10].c_str()) : 0;
+    cfg.policy = f.size() == 13 ? atoi(f[11].c_str()) : 0;
     if (!cfg.exists() || (cfg.packed != 0 && cfg.packed != 1) || (cfg.one != 0 && cfg.one != 1)) {
       fprintf(stderr, "table %s: no entry point for %s\n", tablepath, cfg.str().c_str());
       return 1;
@@ -1425,7 +1459,7 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
   fprintf(f, "# copy bandwidth (read+write) %.1f GB/s\n", bw0 / 1e9);
-  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tours_us\tnopdl_us\tfloor_us\n");
+  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tcluster_policy\tours_us\tnopdl_us\tfloor_us\n");
   for (const Shape& sh : bench_shapes()) {
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
@@ -1440,9 +1474,9 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
       double us2 = time_skinny(k, pool, acts, M, sh.hidden, c, s, 25);
       double nopdl = time_skinny(k, pool, acts, M, sh.hidden, c, s, 15, false);
       double floor_us = pool.weight_bytes() / bw0 * 1e6;
-      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard,
-              M, c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, std::min(us, us2), nopdl,
-              floor_us);
+      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden,
+              sh.shard, M, c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, c.policy,
+              std::min(us, us2), nopdl, floor_us);
       printf("bench latent %d shard %d M %d cfg %s: %.2f us (repeat %.2f, no PDL %.2f), floor %.2f, ratio %.2f\n",
              sh.latent, sh.shard, M, c.str().c_str(), us, us2, nopdl, floor_us, us / floor_us);
       fflush(stdout);

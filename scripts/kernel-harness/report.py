@@ -34,7 +34,7 @@ def main():
         print(c)
     tt = {(r["latent"], r["shard"], r["m"]): float(r["torch_us"]) for r in torch_rows}
     print()
-    print("| latent | shard | M | config (rows/depth/stage/warps/cluster[/L2 prefetch][/p: packed weight][/one: one instance]) | ours µs | floor µs | ours/floor "
+    print("| latent | shard | M | config (rows/depth/stage/warps/cluster[/L2 prefetch][/p: packed weight][/one: one instance][/lb: load-balancing cluster scheduling]) | ours µs | floor µs | ours/floor "
           "| no-PDL µs | torch µs | speedup | target |")
     print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     misses = []
@@ -68,6 +68,7 @@ def main():
             cfg += "/p"
         if r.get("one", "0") != "0":
             cfg += "/one"
+        cfg += {"1": "/sp", "2": "/lb"}.get(r.get("cluster_policy", "0"), "")
         ts = f"{t:.2f}" if t is not None else "-"
         sp = f"{t / us:.2f}×" if t is not None else "-"
         print(f"| {r['latent']} | {shard} | {m} | {cfg} | {us:.2f} | {fl:.2f} | {ratio:.2f} | "

@@ -252,6 +252,8 @@ API CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **pa
             hdr[9 + 4 * i] = a->value.clusterDim.x;
             hdr[10 + 4 * i] = a->value.clusterDim.y;
             hdr[11 + 4 * i] = a->value.clusterDim.z;
+        } else if (a->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE) {
+            hdr[9 + 4 * i] = (uint32_t)a->value.clusterSchedulingPolicyPreference;
         } else {
             hdr[9 + 4 * i] = (uint32_t)a->value.programmaticStreamSerializationAllowed;
         }
