@@ -80,6 +80,7 @@ func TestConfigTableParses(t *testing.T) {
 		got := ConfigFor(e.m, e.shard, e.latent)
 		want := makeConfig(e.m, e.shard, e.latent, e.v, e.warps, e.cluster)
 		want.L2Prefetch = e.prefetch
+		want.ClusterPolicy = e.policy
 		if got != want {
 			t.Errorf("measured shape latent %d shard %d m %d: ConfigFor %+v, table %+v", e.latent, e.shard, e.m, got, want)
 		}
