@@ -437,9 +437,11 @@ var fallbackConfig = tableEntry{v: variants[1], warps: 16, cluster: 1}
 // (1..8) and a shard×latent weight slice, in the weight layout the table
 // measured best for that shape (LaunchConfig.Packed; PreferPacked). Shapes
 // measured by the sweep (config_table.tsv, see bench/NOTES-kernel.md) get
-// their measured best; any other shape gets the entry, warps and cluster of
-// the measured shape nearest in log(shard) + log(latent) (one shape for
-// every m, so one layout), with a staged entry swapped for its unstaged twin
+// their measured best; any other shape gets the entry, warps, cluster, L2
+// prefetch plan and cluster scheduling policy of the measured shape nearest
+// in log(shard) + log(latent) (one shape for every m, so one layout; the two
+// hints were measured for that shape, not this one), with a staged entry
+// swapped for its unstaged twin
 // when its shared memory would exceed MaxStagedShared. The result always
 // satisfies Validate for a shape that Shape.Validate accepts; m is clamped
 // to 1..MaxM so that no input panics.

@@ -384,6 +384,8 @@ func TestFakeModulesAndLaunch(t *testing.T) {
 
 	err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}, ClusterPolicy: 3}, f, []byte{1})
 	wantErr(t, err, ErrInvalidValue, "cluster scheduling policy 3")
+	err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}, ClusterPolicy: ClusterPolicySpread}, f, []byte{1})
+	wantErr(t, err, ErrInvalidValue, "without a cluster dimension")
 	err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}}, f, []byte{1}, nil)
 	wantErr(t, err, ErrInvalidValue, "parameter 1 is empty")
 	err = d.LaunchKernelEx(LaunchConfig{}, f, make([][]byte, MaxKernelParams+1)...)

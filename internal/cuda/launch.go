@@ -122,8 +122,11 @@ func (d *Driver) LaunchKernelEx(cfg LaunchConfig, f Function, params ...[]byte) 
 			l.cluster[i] = C.uint(dim(cfg.ClusterDim[i], i))
 		}
 	}
-	if cfg.ClusterPolicy < ClusterPolicyDefault || cfg.ClusterPolicy > ClusterPolicyLoadBalancing {
+	switch {
+	case cfg.ClusterPolicy < ClusterPolicyDefault || cfg.ClusterPolicy > ClusterPolicyLoadBalancing:
 		return fmt.Errorf("cuda: cuLaunchKernelEx: cluster scheduling policy %d is not one cuda.h defines: %w", cfg.ClusterPolicy, ErrInvalidValue)
+	case cfg.ClusterPolicy != ClusterPolicyDefault && cfg.ClusterDim[0] == 0:
+		return fmt.Errorf("cuda: cuLaunchKernelEx: cluster scheduling policy %d without a cluster dimension: %w", cfg.ClusterPolicy, ErrInvalidValue)
 	}
 	l.clusterPolicy = C.int(cfg.ClusterPolicy)
 	l.sharedMem = C.uint(cfg.SharedMem)

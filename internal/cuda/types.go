@@ -213,7 +213,7 @@ type LaunchConfig struct {
 	ClusterDim [3]uint32
 	// ClusterPolicy sets CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
 	// unless it is ClusterPolicyDefault: how the driver places a cluster
-	// launch's clusters on the GPU.
+	// launch's clusters on the GPU. A launch without ClusterDim may not set it.
 	ClusterPolicy ClusterSchedulingPolicy
 }
 

@@ -557,6 +557,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
         p.ndst = 1;
         std::vector<uint16_t> out(outn), out2(outn);
         const std::vector<uint16_t> shs(sh.begin() + (size_t)rank * shard, sh.end());
+        std::string ran;  // the last run's config with its random plan and policy, for the failure lines
         auto run = [&](const Cfg& c, int ndst, std::vector<uint16_t>& o) -> bool {
           for (int d = 0; d < ndst; ++d) {
             fill16(dout[d]->p, kPoison, outn + hidden);
@@ -571,10 +572,11 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
           // And half of the cluster launches with a cluster scheduling policy
           // (spread or load balancing): placement, which must not change it either.
           if (cc.cluster > 1 && rng.below(2) == 0) cc.policy = 1 + (int)rng.below(2);
+          ran = cc.str();
           CUresult r = launch_skinny(k, M, p, cc, s, false);
           if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
           if (r != CUDA_SUCCESS) {
-            printf("FAIL M=%d shard=%d K=%d cfg=%s: launch %s\n", M, shard, K, c.str().c_str(), errname(r));
+            printf("FAIL M=%d shard=%d K=%d cfg=%s: launch %s\n", M, shard, K, ran.c_str(), errname(r));
             if (r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_INVALID_CLUSTER_SIZE && r != CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) exit(2);
             return false;
           }
@@ -584,7 +586,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
           for (int i = 0; i < hidden; ++i)
             if (past[i] != kPoison) {
               printf("FAIL M=%d shard=%d K=%d cfg=%s: stored past the M rows (row %d, column %d)\n", M, shard, K,
-                     c.str().c_str(), M, i);
+                     ran.c_str(), M, i);
               return false;
             }
           return true;
@@ -598,7 +600,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
           }
           Verdict v = verify(out, M, shard, hidden, rank, ref, shs, hidden);
           if (!v.ok) {
-            printf("FAIL M=%d shard=%d K=%d cfg=%s: %s\n", M, shard, K, c.str().c_str(), v.why.c_str());
+            printf("FAIL M=%d shard=%d K=%d cfg=%s: %s\n", M, shard, K, ran.c_str(), v.why.c_str());
             failures++;
             continue;
           }
@@ -608,12 +610,14 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
           worst_rel = std::max(worst_rel, sqrt(v.sq_err / std::max(v.sq_ref, 1e-300)));
           // Determinism and multi-destination, for a few configs per shape.
           if (ci % 13 == (size_t)(shapes % 13)) {
+            const std::string first = ran;
             if (!run(c, 1, out2)) {
               failures++;
               continue;
             }
             if (out2 != out) {
-              printf("FAIL M=%d shard=%d K=%d cfg=%s: rerun not bit-identical\n", M, shard, K, c.str().c_str());
+              printf("FAIL M=%d shard=%d K=%d cfg=%s: rerun as %s not bit-identical\n", M, shard, K, first.c_str(),
+                     ran.c_str());
               failures++;
             }
             int nd = 2 + rng.below(7);
@@ -625,7 +629,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
               CK(cuMemcpyDtoH(out2.data(), dout[d]->p, outn * 2));
               if (out2 != out) {
                 printf("FAIL M=%d shard=%d K=%d cfg=%s: destination %d of %d differs\n", M, shard, K,
-                       c.str().c_str(), d, nd);
+                       ran.c_str(), d, nd);
                 failures++;
                 break;
               }
