@@ -368,13 +368,25 @@ func parseTable(name, text string) ([]tableEntry, error) {
 			}
 			prefetch = x
 		}
-		if len(f) >= 11 {
-			switch f[9] {
+		// The 0/1 columns packed (f[9]) and one (f[10]).
+		bit := func(col int, what string) (bool, error) {
+			switch f[col] {
 			case "0":
+				return false, nil
 			case "1":
-				packed = true
-			default:
-				return nil, fmt.Errorf("kernel: %s line %d: packed %q is not 0 or 1", name, i+1, f[9])
+				return true, nil
+			}
+			return false, fmt.Errorf("kernel: %s line %d: %s %q is not 0 or 1", name, i+1, what, f[col])
+		}
+		var err error
+		if len(f) >= 11 {
+			if packed, err = bit(9, "packed"); err != nil {
+				return nil, err
+			}
+		}
+		if len(f) >= 12 {
+			if one, err = bit(10, "one"); err != nil {
+				return nil, err
 			}
 		}
 		if len(f) == 13 {
@@ -383,15 +395,6 @@ func parseTable(name, text string) ([]tableEntry, error) {
 				return nil, fmt.Errorf("kernel: %s line %d: cluster_policy %q is not 0..%d", name, i+1, f[11], MaxClusterPolicy)
 			}
 			policy = x
-		}
-		if len(f) >= 12 {
-			switch f[10] {
-			case "0":
-			case "1":
-				one = true
-			default:
-				return nil, fmt.Errorf("kernel: %s line %d: one %q is not 0 or 1", name, i+1, f[10])
-			}
 		}
 		var n [8]int
 		for j := range n {
