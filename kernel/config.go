@@ -41,7 +41,7 @@ type LaunchConfig struct {
 	Function    string // "tprun_skinny_m<M><variant>"
 	TileRows    int    // output columns per CTA: 16 or 32
 	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8 (0 for stage 2)
-	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c")
+	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c"); 3: latent from L2 by whole lines ("_d8pl")
 	Packed      bool   // the entry point reads the packed weight layout (PackWeight), not row-major
 	OneInstance bool   // the entry point's tile code is compiled once for every cluster size ("_d8p1")
 	Warps       int    // warps per CTA
@@ -103,6 +103,9 @@ var variants = [...]variant{
 	{"_t32p", 32, 4, 0, 16, true, false},
 	{"_s8p", 16, 8, 1, 16, true, false},
 	{"_d8p1", 16, 8, 0, 16, true, true},
+	// "_d8pl": "_d8p" reading the latent by whole 128-byte lines (skinny.cu,
+	// skinny_lines), packed only.
+	{"_d8pl", 16, 8, 3, 16, true, false},
 }
 
 func findVariant(tileRows, depth, stage int, packed, one bool) (variant, bool) {
@@ -137,13 +140,13 @@ func unstaged(v variant) variant {
 // twin is the entry point closest to v that reads the other weight layout
 // when v's is not the one asked for: "_d8", "_t32", "_s8" and their "p"
 // forms map onto each other; the lean "" and slab "_c" entries (row-major
-// only) map to "_d8p", "_s32" to "_t32p", and "_d8p1" (packed only) to
-// "_d8".
+// only) map to "_d8p", "_s32" to "_t32p", and "_d8p1" and "_d8pl" (packed
+// only) to "_d8".
 func twin(v variant, packed bool) variant {
 	switch {
 	case v.packed == packed:
 		return v
-	case v.stage == 2 || (v.tileRows == 16 && v.depth == 4):
+	case v.stage == 2 || v.stage == 3 || (v.tileRows == 16 && v.depth == 4):
 		return mustVariant(16, 8, 0, packed)
 	case v.tileRows == 32:
 		return mustVariant(32, 4, 0, packed)
@@ -157,7 +160,7 @@ func twin(v variant, packed bool) variant {
 // latent slice and the weight slab, rows padded to an odd multiple of 64 bytes.
 func SkinnySharedBytes(m, latent, tileRows, warps, cluster, stage int) int {
 	b := (warps + cluster) * 8 * (tileRows + 4) * 4
-	if stage > 0 {
+	if stage == 1 || stage == 2 {
 		chunks := (latent + 31) / 32
 		per := (chunks + cluster - 1) / cluster
 		rows := m

@@ -210,7 +210,10 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"cluster 9", "3584 896 1 16 8 0 16 9\n"},
 		{"M 9", "3584 896 9 16 8 0 16 1\n"},
 		{"stage 2 with depth 8", "3584 896 1 16 8 2 16 1\n"},
-		{"stage 3", "3584 896 1 16 0 3 16 1\n"},
+		{"stage 3 with depth 0", "3584 896 1 16 0 3 16 1\n"},
+		{"stage 3 row-major (no such entry point)", "3584 896 1 16 8 3 16 1 0 0 0 2.4\n"},
+		{"stage 3 with 32 rows (no such entry point)", "3584 896 1 32 4 3 8 1 0 1 0 2.4\n"},
+		{"stage 3 one-instance (no such entry point)", "3584 896 1 16 8 3 16 1 0 1 1 2.4\n"},
 		{"14 fields", "3584 896 1 32 4 0 8 4 0 1 0 2 2.5 7\n"},
 		{"cluster policy 3", "3584 896 1 32 4 0 8 4 0 1 0 3 2.5\n"},
 		{"cluster policy -1", "3584 896 1 32 4 0 8 4 0 1 0 -1 2.5\n"},
@@ -242,6 +245,13 @@ func TestParseConfigTableRejects(t *testing.T) {
 	e, err = parseTable("config_table.tsv", "3584\t896\t3\t16\t8\t0\t16\t1\t0\t1\t1\t2.49\n3584\t896\t4\t32\t4\t0\t8\t4\t0\t1\t0\t2.5\n")
 	if err != nil || len(e) != 2 || e[0].v.suffix != "_d8p1" || !e[0].v.one || e[1].v.suffix != "_t32p" || e[1].v.one {
 		t.Errorf("valid lines with the one column: %+v, %v", e, err)
+	}
+	e, err = parseTable("config_table.tsv", "3584\t896\t3\t16\t8\t3\t16\t1\t0\t1\t0\t0\t2.39\n")
+	if err != nil || len(e) != 1 || e[0].v.suffix != "_d8pl" || e[0].v.stage != 3 || !e[0].v.packed || e[0].warps != 16 {
+		t.Errorf("valid line of the line-wise entry: %+v, %v", e, err)
+	} else if c := configFrom(e[0], e[0].v, 3, 896, 3584); c.Function != "tprun_skinny_m3_d8pl" || c.Stage != 3 ||
+		c.SharedBytes != SkinnySharedBytes(3, 3584, 16, 16, 1, 0) || c.Validate(3, 896, 3584) != nil {
+		t.Errorf("line-wise entry's config: %+v, %v", c, c.Validate(3, 896, 3584))
 	}
 	e, err = parseTable("config_table.tsv", "3584\t3584\t1\t32\t4\t0\t4\t4\t34078768\t1\t0\t2\t6.0\n3584\t3584\t2\t32\t4\t0\t4\t4\t0\t1\t0\t0\t6.1\n")
 	if err != nil || len(e) != 2 || e[0].policy != 2 || e[1].policy != 0 || e[0].prefetch != 34078768 || e[0].cluster != 4 {

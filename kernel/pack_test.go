@@ -136,7 +136,7 @@ func TestTwin(t *testing.T) {
 	for _, tc := range []struct{ from, packed, rowMajor string }{
 		{"", "_d8p", ""}, {"_d8", "_d8p", "_d8"}, {"_t32", "_t32p", "_t32"}, {"_s8", "_s8p", "_s8"},
 		{"_s32", "_t32p", "_s32"}, {"_c", "_d8p", "_c"}, {"_d8p", "_d8p", "_d8"}, {"_t32p", "_t32p", "_t32"},
-		{"_s8p", "_s8p", "_s8"}, {"_d8p1", "_d8p1", "_d8"},
+		{"_s8p", "_s8p", "_s8"}, {"_d8p1", "_d8p1", "_d8"}, {"_d8pl", "_d8pl", "_d8"},
 	} {
 		var v variant
 		for _, x := range variants {

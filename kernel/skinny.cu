@@ -738,6 +738,212 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   tr.flush(p);
 }
 
+// "l" entry points: the latent read by whole 128-byte lines. In skinny()
+// lane (g, tig) loads 16 bytes of latent row g, so one load instruction
+// touches M half-lines; on the H200 that is most of the kernel's growth with
+// M (bench/NOTES-kernel.md, 2026-11-30w: no latent loads at all made shard
+// 896 flat in M, and the same bytes read contiguously recovered most of it).
+// Here a warp walks its chunks in PAIRS (2c, 2c+1: one 128-byte line of a
+// latent row when K is a multiple of 64), and lane (g, tig) loads 16 bytes
+// of latent row 4b + (g & 3), chunk 2c + (g >> 2): one instruction reads 4
+// rows x 128 bytes, whole lines. B column n then holds latent row n & 3 of
+// the pair's chunk n >> 2; the MMAs of the even chunk's weights use the
+// columns 0-3, those of the odd chunk's weights the columns 4-7, each into
+// its own accumulator, and the others' products are thrown away. No
+// shuffle in the loop; the cost is MMAs: as many as skinny() for M <= 4 (the
+// columns it leaves empty are the ones used here), twice as many for M 5-8
+// (b = 0, 1: rows 0-3 and 4-7). At the end one xor-2 shuffle per value puts
+// every sum where reduce_store expects it.
+// A warp whose chunk run starts or ends on an odd chunk has a half-empty
+// pair there: that chunk's weight and latent loads are predicated off, so
+// its MMAs add zeros. Packed weights only; U: weight chunks in flight (U/2
+// pairs), LP: latent pairs in flight. A latent ring as long as the warp's
+// run keeps every latent load before the first MMA: with a shorter one,
+// ptxas issued the refills after it and a second L2 round trip showed in
+// the kernel's time (0.3-0.6 us, 2026-11-30x).
+template <int M, int TR, int U, int LP, int CL>
+__device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float* smem, int mrows) {
+  constexpr int UP = U / 2;
+  constexpr int ST = UP > LP ? UP : LP;  // pairs per pass of the main loop: slots u % UP, u % LP
+  static_assert(U % 2 == 0 && ST % UP == 0 && ST % LP == 0, "rings must divide the loop's pass");
+  constexpr int NB = M > 4 ? 2 : 1;  // latent loads per pair: rows 0-3, then 4-7
+  constexpr int ROWS = 16 * TR;
+  constexpr int SP = ROWS + 4;
+  constexpr int NV = M * ROWS / 8;
+  constexpr int WS = 512;  // elements between a lane's consecutive chunks (packed layout)
+  Trace tr;
+  tr.mark(0);
+
+  if (p.tile_rows != ROWS) __trap();
+  if ((p.flags & TPRUN_SKINNY_PACKED) == 0) __trap();  // reads the packed layout only
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  const int g = lane >> 2;
+  const int tig = lane & 3;
+
+  const ClusterShape<CL> cl;
+  const int csize = cl.csize, crank = cl.crank;
+  const int n0 = (int)(blockIdx.x / csize) * ROWS;
+  if (cluster_launch<CL>(csize)) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
+
+  // The K split of skinny(); the warp's pairs start on the even chunk at or
+  // below its first chunk.
+  const int K = p.latent_dim;
+  const int nchunks = (K + 31) >> 5;
+  const int cs = (int)(((long long)crank * nchunks) / csize);
+  const int ce = (int)(((long long)(crank + 1) * nchunks) / csize);
+  const int wc0 = cs + (int)(((long long)warp * (ce - cs)) / nwarps);
+  const int wc1 = cs + (int)(((long long)(warp + 1) * (ce - cs)) / nwarps);
+  const int pc = wc0 & ~1;
+  const int np = wc1 > wc0 ? (wc1 - pc + 1) >> 1 : 0;  // this warp's pairs
+  // Whether chunk slot s of the warp's pair i is one of its chunks.
+  auto chunk_ok = [&](int i, int s) {
+    const int c = pc + 2 * i + s;
+    return c >= wc0 && c < wc1;
+  };
+
+  const uint16_t* wp[TR][2];
+  bool rowok[TR];
+#pragma unroll
+  for (int r = 0; r < TR; ++r) {
+    const int grp = n0 / 16 + r;
+    rowok[r] = grp * 16 < p.shard;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      wp[r][h] = reinterpret_cast<const uint16_t*>(p.weight) +
+                 ((size_t)(rowok[r] ? grp : 0) * (size_t)nchunks + pc) * 512 + h * 256 + lane * 8;
+  }
+  // This lane's latent: half hl of each pair, rows lrow[b] = 4b + (g & 3).
+  const int hl = g >> 2;
+  const int kl = (pc + hl) * 32 + tig * 8;  // its k in pair 0
+  const uint16_t* lp[NB];
+  bool lok[NB];
+#pragma unroll
+  for (int b = 0; b < NB; ++b) {
+    const int row = 4 * b + (g & 3);
+    lok[b] = row < mrows;
+    lp[b] = reinterpret_cast<const uint16_t*>(p.latent) + (size_t)(lok[b] ? row : 0) * K + kl;
+  }
+  // Whether this lane's 16 latent bytes of pair i exist (the last chunk of
+  // K may be short: K % 8 == 0).
+  auto lat_ok = [&](int i) { return chunk_ok(i, hl) && kl + 64 * i < K; };
+
+  if (p.l2_prefetch != 0 && !TPRUN_PF_LSU(p.l2_prefetch) && crank == 0 && warp == 0)
+    l2_prefetch_tiles<ROWS, true>(p, (int)(blockIdx.x / csize), lane);
+
+  uint4 wa[UP][2][TR][2];
+#pragma unroll
+  for (int u = 0; u < UP; ++u)
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const bool ok = u < np && chunk_ok(u, s);
+#pragma unroll
+      for (int r = 0; r < TR; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wa[u][s][r][h] = ld_weight(wp[r][h] + WS * (2 * u + s), ok && rowok[r]);
+    }
+  if (p.l2_prefetch != 0 && TPRUN_PF_LSU(p.l2_prefetch) && crank == 0)
+    l2_prefetch_lsu<ROWS, true>(p, (int)(blockIdx.x / csize));
+  griddep_launch_dependents();
+  griddep_wait();
+  tr.mark(1);
+
+  float* red = smem;
+  float* parts = smem + nwarps * 8 * SP;
+  uint4 lb[LP][NB];
+#pragma unroll
+  for (int u = 0; u < LP; ++u)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) lb[u][b] = ld_act(lp[b] + 64 * u, lok[b] && u < np && lat_ok(u));
+  // `shared` for the epilogue threads, as in skinny().
+  const bool wepi = CL != kCluster && warp_epilogue(NV, csize);
+  const int ev = wepi ? (lane == 0 ? warp : NV) : (int)threadIdx.x;
+  const bool epi = crank == 0 && ev < NV;
+  const int em = ev / (ROWS / 8);
+  const int ec = (ev % (ROWS / 8)) * 8;
+  const bool eok = epi && n0 + ec < p.shard && em < mrows;
+  const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) +
+                               (eok ? (size_t)em * (size_t)p.shared_stride + n0 + ec : 0),
+                           eok);
+
+  // acc[r][b][s]: tile r, latent rows 4b.., the weights of chunk slot s.
+  float acc[TR][NB][2][4];
+#pragma unroll
+  for (int r = 0; r < TR; ++r)
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int s = 0; s < 2; ++s) acc[r][b][s][0] = acc[r][b][s][1] = acc[r][b][s][2] = acc[r][b][s][3] = 0.f;
+  trace_landed(tr, 4, wa[0][1][0][0].x);  // slot 1: slot 0 of a warp starting on an odd chunk is empty
+  trace_landed(tr, 5, lb[0][0].x);
+
+  for (int i0 = 0; i0 < np; i0 += ST) {
+#pragma unroll
+    for (int u = 0; u < ST; ++u) {
+      const int i = i0 + u;
+      if (i < np) {
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          const uint4 bb = lb[u % LP][b];
+#pragma unroll
+          for (int r = 0; r < TR; ++r)
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+              const uint4& w0 = wa[u % UP][s][r][0];
+              const uint4& w1 = wa[u % UP][s][r][1];
+              mma16816(acc[r][b][s], w0.x, w1.x, w0.y, w1.y, bb.x, bb.y);
+              mma16816(acc[r][b][s], w0.z, w1.z, w0.w, w1.w, bb.z, bb.w);
+            }
+        }
+      }
+      const int il = i + LP;
+#pragma unroll
+      for (int b = 0; b < NB; ++b) lb[u % LP][b] = ld_act(lp[b] + 64 * (u + LP), lok[b] && il < np && lat_ok(il));
+      const int iw = i + UP;
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const bool ok = iw < np && chunk_ok(iw, s);
+#pragma unroll
+        for (int r = 0; r < TR; ++r)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            wa[u % UP][s][r][h] = ld_weight(wp[r][h] + WS * (2 * (u + UP) + s), ok && rowok[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < TR; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wp[r][h] += WS * 2 * ST;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) lp[b] += 64 * ST;
+  }
+  tr.mark(2);
+
+  // Lane (g, tig) holds columns 2tig, 2tig+1 of each accumulator. The
+  // useful ones: tig < 2 in the even chunk's (latent rows 4b + 2tig..),
+  // tig >= 2 in the odd chunk's (rows 4b + 2tig - 4..). reduce_store wants
+  // rows 2tig, 2tig+1 in lane tig: lanes tig < 2 add their b = 0 even sums
+  // to the b = 0 odd sums of lane tig + 2; lanes tig >= 2 add their b = 1
+  // odd sums to the b = 1 even sums of lane tig - 2.
+  float out[TR][2][4];
+  const bool lo = tig < 2;
+#pragma unroll
+  for (int r = 0; r < TR; ++r)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float e1 = NB > 1 ? acc[r][NB - 1][0][q] : 0.f;
+      const float o1 = NB > 1 ? acc[r][NB - 1][1][q] : 0.f;
+      const float recv = __shfl_xor_sync(0xffffffffu, lo ? e1 : acc[r][0][1][q], 2);
+      out[r][0][q] = (lo ? acc[r][0][0][q] : o1) + recv;
+      out[r][1][q] = 0.f;
+    }
+  reduce_store<M, TR, CL>(p, red, parts, out, n0, shv, eok, em, ec);
+  tr.mark(3);
+  tr.flush(p);
+}
+
 // "_c" entry points: the CTA's whole weight slab (16 rows x its K slice) is
 // copied into shared memory with cp.async before griddepcontrol.wait, so
 // the prefetch costs shared memory instead of registers and several
@@ -874,6 +1080,11 @@ __device__ __forceinline__ bool in_cluster() {
 //           (skinny.h: flags & TPRUN_SKINNY_PACKED)
 //   "_d8p1" as "_d8p", its tile code compiled once for launches with and
 //           without a cluster (ClusterShape, kAny)
+//   "_d8pl" as "_d8p" with the latent read by whole lines (skinny_lines).
+//           M 1-4: the latent ring holds 4 pairs (8 chunks, the weight
+//           ring's depth); M 5-8: 1 pair, which keeps them within 128
+//           registers at 512 threads (4 pairs spilled 228-260 bytes), and
+//           which is slow: at M 5-8 no sweep picks it (2026-11-30x)
 // ONE: one instance of the tile code for every cluster size (kAny).
 #define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB, ONE)                   \
   extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                        \
@@ -888,6 +1099,19 @@ __device__ __forceinline__ bool in_cluster() {
     else                                                                                          \
       tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM>()); \
   }
+// The "l" entry points (skinny_lines): line-wise latent loads, packed
+// weights, one instance per cluster shape as TPRUN_SKINNY_ENTRY.
+#define TPRUN_SKINNY_LENTRY(MM, SUFFIX, TR, U, LP, MAXT, MINB)                                     \
+  extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                        \
+      tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {                 \
+    extern __shared__ float4 tprun_smem[];                                                        \
+    if (tprun::receive_cta<MM>(p)) return;                                                        \
+    float* smem = reinterpret_cast<float*>(tprun_smem);                                           \
+    if (tprun::in_cluster())                                                                      \
+      tprun::skinny_lines<(MM == 1 ? 2 : MM), TR, U, LP, tprun::kCluster>(p, smem, tprun::latent_rows<MM>()); \
+    else                                                                                          \
+      tprun::skinny_lines<(MM == 1 ? 2 : MM), TR, U, LP, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM>()); \
+  }
 #define TPRUN_SKINNY_M(MM)                                    \
   TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3, false)     \
   TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1, false)  \
@@ -898,6 +1122,7 @@ __device__ __forceinline__ bool in_cluster() {
   TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1, false) \
   TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1, false)   \
   TPRUN_SKINNY_ENTRY(MM, _d8p1, 1, 8, 4, false, true, 512, 1, true)  \
+  TPRUN_SKINNY_LENTRY(MM, _d8pl, 1, 8, (MM > 4 ? 1 : 4), 512, 1)     \
   extern "C" __global__ void __launch_bounds__(512, 2)        \
       tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \
     extern __shared__ float4 tprun_smem[];                    \

@@ -95,7 +95,7 @@ void fill_bf16(std::vector<uint16_t>& v, Rng& rng, float lo, float hi) {
 
 // ---------------------------------------------------------------- module
 
-constexpr int kNumVariants = 10;
+constexpr int kNumVariants = 11;
 
 struct Kernels {
   CUmodule mod{};
@@ -103,7 +103,7 @@ struct Kernels {
   CUfunction receive{};
 };
 
-const char* const kSuffix[kNumVariants] = {"", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p", "_t32p", "_s8p", "_d8p1"};
+const char* const kSuffix[kNumVariants] = {"", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p", "_t32p", "_s8p", "_d8p1", "_d8pl"};
 
 Kernels load(const char* path) {
   FILE* f = fopen(path, "rb");
@@ -122,7 +122,15 @@ Kernels load(const char* path) {
     for (int v = 0; v < kNumVariants; ++v) {
       char name[32];
       snprintf(name, sizeof name, "tprun_skinny_m%d%s", m, kSuffix[v]);
-      CK(cuModuleGetFunction(&k.skinny[m][v], k.mod, name));
+      // A fatbin built before an entry point family existed lacks it: its
+      // configs then fail to launch (CUDA_ERROR_NOT_FOUND) instead.
+      const CUresult fr = cuModuleGetFunction(&k.skinny[m][v], k.mod, name);
+      if (fr == CUDA_ERROR_NOT_FOUND) {
+        if (m == 1) fprintf(stderr, "note: %s has no %s entry points\n", path, kSuffix[v]);
+        k.skinny[m][v] = nullptr;
+        continue;
+      }
+      CK(fr);
       // Staged variants need more than the default 48 KiB of shared memory.
       CK(cuFuncSetAttribute(k.skinny[m][v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 200 * 1024));
     }
@@ -143,6 +151,7 @@ struct Cfg {
   int policy = 0;  // cluster scheduling policy preference (CUclusterSchedulingPolicy; 2: load balancing)
   int variant() const {
     if (one) return 9;  // valid only with 16 rows, depth 8, stage 0, packed (exists())
+    if (stage == 3) return 10;  // "_d8pl": valid only with 16 rows, depth 8, packed
     if (packed) return stage ? 8 : tile_rows == 32 ? 7 : 6;
     if (stage == 2) return 5;
     if (stage) return tile_rows == 32 ? 4 : 3;
@@ -151,7 +160,7 @@ struct Cfg {
   CUfunction fn(const Kernels& k, int M) const { return k.skinny[M][variant()]; }
   std::string str() const {
     char b[96];
-    int n = snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
+    int n = snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 3 ? "l" : stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
     if (pf)
       n += snprintf(b + n, sizeof b - n, "/pf%d.%d%s%s", TPRUN_PF_HELPERS(pf), TPRUN_PF_SIXTEENTHS(pf),
                     TPRUN_PF_OWN(pf) ? "o" : "", TPRUN_PF_LSU(pf) ? "l" : "");
@@ -166,6 +175,7 @@ struct Cfg {
   bool exists() const {
     if (policy < 0 || policy > 2 || (policy != 0 && cluster < 2)) return false;  // a policy needs clusters
     if (one) return packed == 1 && tile_rows == 16 && depth == 8 && stage == 0;
+    if (stage == 3) return packed == 1 && tile_rows == 16 && depth == 8;  // "_d8pl"
     if (packed)  // "_d8p", "_s8p", "_t32p"
       return (tile_rows == 16 && depth == 8 && (stage == 0 || stage == 1)) ||
              (tile_rows == 32 && depth == 4 && stage == 0);
@@ -188,6 +198,7 @@ bool parse_cfg(const std::string& str, Cfg* out) {
   if (st == 'g') c.stage = 0;
   else if (st == 's') c.stage = 1;
   else if (st == 'c') c.stage = 2;
+  else if (st == 'l') c.stage = 3;
   else return false;
   for (size_t i = 5; i < f.size(); ++i) {
     if (f[i] == "p") {
@@ -277,7 +288,7 @@ const Cfg kVariants[6] = {{16, 4, 0, 0, 0}, {16, 8, 0, 0, 0}, {32, 4, 0, 0, 0},
 // ([M][pitch], pitch an odd multiple of 64 bytes) for the "_s" entry points.
 size_t smem_bytes(const Cfg& c, int M, int K) {
   size_t b = (size_t)(c.warps + c.cluster) * 8 * (c.tile_rows + 4) * 4;
-  if (c.stage) {
+  if (c.stage == 1 || c.stage == 2) {
     int nchunks = (K + 31) / 32, per = (nchunks + c.cluster - 1) / c.cluster;
     b += (size_t)(M + (c.stage == 2 ? c.tile_rows : 0)) * (per | 1) * 64;
   }
@@ -325,6 +336,7 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   lc.attrs = at;
   lc.numAttrs = (unsigned)na;
   void* args[] = {&p};
+  if (!c.fn(k, M)) return CUDA_ERROR_NOT_FOUND;
   return cuLaunchKernelEx(&lc, c.fn(k, M), args, nullptr);
 }
 
@@ -366,6 +378,11 @@ std::vector<Cfg> all_configs() {
           if (base.variant() == 1) {  // "_d8p1"
             q.one = 1;
             v.push_back(q);
+          }
+          if (base.variant() == 1) {  // "_d8pl"
+            Cfg l{base.tile_rows, base.depth, 3, w, c};
+            l.packed = 1;
+            v.push_back(l);
           }
         }
       }
@@ -950,11 +967,12 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
                        Cfg{16, 0, 2, 4, 3}, Cfg{16, 0, 2, 1, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24)},
                        Cfg{32, 4, 0, 2, 2, 1 | (5 << 16)}, Cfg{16, 8, 0, 2, 2, 0, 1}, Cfg{32, 4, 0, 4, 3, 0, 1},
                        Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24), 1},
-                       Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (3 << 24), 1}, Cfg{32, 4, 0, 4, 1, 2 | (8 << 16) | (2 << 24)}});
+                       Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (3 << 24), 1}, Cfg{32, 4, 0, 4, 1, 2 | (8 << 16) | (2 << 24)},
+                       Cfg{16, 8, 3, 4, 3, 0, 1}, Cfg{16, 8, 3, 2, 1, 0, 1}});
   for (int M : {1, 2})
     fails += small_m(k, rng, s, M,
                      {Cfg{16, 8, 0, 4, 1}, Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{32, 4, 0, 4, 1, 0, 1}, Cfg{16, 8, 0, 16, 1, 0, 1},
-                      Cfg{16, 4, 0, 2, 1}, Cfg{16, 0, 2, 4, 1}, Cfg{16, 8, 0, 2, 3, 0, 1}});
+                      Cfg{16, 4, 0, 2, 1}, Cfg{16, 0, 2, 4, 1}, Cfg{16, 8, 0, 2, 3, 0, 1}, Cfg{16, 8, 3, 16, 1, 0, 1}});
   fails += check_receive(k, rng, s, false);
   fails += check_receive(k, rng, s, false, TPRUN_RECEIVE_ABORTABLE);
   return fails;
@@ -1206,6 +1224,17 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
                 double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
                 row(sh, M, cfg, us);
                 if (us > 0) timed[pk].push_back({us, cfg});
+              }
+              // And reading the latent by whole lines ("_d8pl"), at M <= 4
+              // only: at M 5-8 it ran 0.9-1.4 us slower than the table's
+              // configs (bench/NOTES-kernel.md, 2026-11-30x).
+              if (pk && base.variant() == 1 && M <= 4) {
+                Cfg l = cfg;
+                l.one = 0;
+                l.stage = 3;
+                double us = time_skinny(k, pool, acts, M, sh.hidden, l, s, 7);
+                row(sh, M, l, us);
+                if (us > 0) timed[pk].push_back({us, l});
               }
             }
         }

@@ -60,7 +60,7 @@ def main():
                 misses.append(f"shard 896 M {m}: {us:.2f} µs > 2.5")
             if not ok2:
                 misses.append(f"shard 896 M {m}: speedup {t / us if t else 0:.2f} < 3.5")
-        cfg = f'{r["tile_rows"]}/{r["depth"]}/{ {"0": "g", "1": "s", "2": "c"}[r["stage"]] }/{r["warps"]}/{r["cluster"]}'
+        cfg = f'{r["tile_rows"]}/{r["depth"]}/{ {"0": "g", "1": "s", "2": "c", "3": "l"}[r["stage"]] }/{r["warps"]}/{r["cluster"]}'
         pf = int(r.get("l2_prefetch", "0"))
         if pf:
             cfg += f'/pf{pf & 0xffff}.{(pf >> 16) & 0xff}{"o" if (pf >> 24) & 1 else ""}{"l" if (pf >> 25) & 1 else ""}'
