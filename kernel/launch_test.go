@@ -1252,24 +1252,33 @@ func TestReceiveSkipFlagsAndGrid(t *testing.T) {
 
 // A launch with a fused receive takes the step table's config, with the
 // receive CTAs appended to its grid and the recv_* fields set; without one,
-// the kernel table's. The test takes an M of latent 3584, shard 3584 where
-// the two tables differ (so a launch that ignored the step table fails
-// here) and the step's config has an L2 prefetch plan, which the launch
-// keeps (the kernel counts its tiles from the shard, not the grid, since
-// 2026-11-30b).
+// the kernel table's. The test swaps in a step table of its own for latent
+// 3584, shard 3584, M 3: the kernel table's config with another L2 prefetch
+// plan, so a launch that ignored the step table fails here whatever the
+// measured tables hold. The launch must keep the step config's plan (the
+// kernel counts its tiles from the shard, not the grid, since 2026-11-30b).
 func TestLaunchSkinnyFusedReceive(t *testing.T) {
-	var s Shape
-	var kc, sc LaunchConfig
-	for m := 1; m <= MaxM && s.M == 0; m++ {
-		x := Shape{M: m, Hidden: 7168, Latent: 3584, TP: 2}
-		kc = ConfigForLayout(x.M, x.Shard(), x.Latent, false)
-		sc = StepConfigForLayout(x.M, x.Shard(), x.Latent, false)
-		if kc != sc && sc.L2Prefetch != 0 {
-			s = x
-		}
+	s := Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 2}
+	packed := PreferPacked(s.Shard(), s.Latent)
+	kc := ConfigForLayout(s.M, s.Shard(), s.Latent, packed)
+	plan := 0x2080028 // pf40.8l
+	if kc.L2Prefetch == plan {
+		plan = 0x2080030 // pf48.8l
 	}
-	if s.M == 0 {
-		t.Fatal("at latent 3584, shard 3584 no M has a step config with a prefetch plan that differs from the kernel table's: pick another shape")
+	b2i := map[bool]int{false: 0, true: 1}
+	row := fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t7.5\n",
+		s.Latent, s.Shard(), s.M, kc.TileRows, kc.Depth, kc.Stage, kc.Warps, kc.Cluster,
+		plan, b2i[kc.Packed], b2i[kc.OneInstance], kc.ClusterPolicy)
+	entries, err := parseTable("test step table", row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := stepMeasured
+	stepMeasured = func() ([]tableEntry, error) { return entries, nil }
+	t.Cleanup(func() { stepMeasured = saved })
+	sc := StepConfigForLayout(s.M, s.Shard(), s.Latent, packed)
+	if sc.L2Prefetch != plan || sc == kc {
+		t.Fatalf("the test's step table was not used: step config %+v, kernel config %+v", sc, kc)
 	}
 	for _, fused := range []bool{false, true} {
 		d := newFakeDriver("")
@@ -1278,7 +1287,8 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := SkinnyArgs{Shape: s, Rank: 1, Latent: 0x7f0000000000, Weight: 0x7f0000100000,
-			Shared: 0x7f0000200000 + 2*cuda.DevicePtr(s.Shard()), SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000}}
+			Shared: 0x7f0000200000 + 2*cuda.DevicePtr(s.Shard()), SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000},
+			WeightPacked: packed}
 		want, wantGrid, wantSlot := kc, kc.GridX, uint64(0)
 		if fused {
 			a.Receive = fusedReceive(s)

@@ -23,11 +23,14 @@ func PackedWeightLen(shard, latent int) int {
 // packed layout; dst must hold PackedWeightLen(shard, latent) elements
 // (every one is written, padding with zeros). Element (n, k) goes to
 //
-//	(g*C + c)*512 + (h*32 + l)*8 + e
+//	(g*C + c)*512 + (q*32 + l)*8 + e
 //
-// with g = n/16, h = (n%16)/8, l = 4*(n%8) + (k%32)/8, c = k/32, e = k%8
-// and C = ceil(latent/32): lane l of a warp holds rows l/4 and l/4+8 of
-// its 16-row group, k 8*(l%4) .. 8*(l%4)+7 of each 32-k chunk.
+// with g = n/16, c = k/32, C = ceil(latent/32), l = 4*(n%8) + (k%32)/8,
+// q = (k%8)/4 and e = 2*(2*((k%4)/2) + (n%16)/8) + k%2: lane l of a warp
+// holds rows l/4 and l/4+8 of its 16-row group, k 8*(l%4) .. 8*(l%4)+7 of
+// each 32-k chunk, and its 16 bytes q are the A fragment of the chunk's
+// MMA q in register order: {row l/4, row l/4+8} × k pairs 4q+0..1, then
+// the same for 4q+2..3 (skinny.h).
 func PackWeight(dst, w []BF16, shard, latent int) error {
 	if shard <= 0 || latent <= 0 {
 		return fmt.Errorf("%w: pack a %d×%d weight", ErrShape, shard, latent)
@@ -51,8 +54,9 @@ func PackWeight(dst, w []BF16, shard, latent int) error {
 // packedIndex is where element (n, k) of the weight sits in the packed
 // layout with chunks 32-k chunks a row (the formula of PackWeight).
 func packedIndex(n, k, chunks int) int {
-	g, h, c, l := n/packRows, (n%packRows)/8, k/packK, 4*(n%8)+(k%packK)/8
-	return (g*chunks+c)*packBlock + (h*32+l)*8 + k%8
+	g, c, l := n/packRows, k/packK, 4*(n%8)+(k%packK)/8
+	q, e := (k%8)/4, 2*(2*((k%4)/2)+(n%packRows)/8)+k%2
+	return (g*chunks+c)*packBlock + (q*32+l)*8 + e
 }
 
 // UnpackWeight is PackWeight's inverse: it writes the row-major

@@ -19,13 +19,18 @@ func unpackWeight(p []BF16, shard, latent int) []BF16 {
 	for g := range (shard + 15) / 16 {
 		for c := range chunks {
 			block := p[(g*chunks+c)*512:][:512]
-			for h := range 2 {
+			// Lane l's 16 bytes q: the A fragment {a0, a1, a2, a3} of the
+			// chunk's MMA q, each register two k of one row: a0 row l/4,
+			// a1 row l/4+8 (k 4q, 4q+1 of its 8), a2 and a3 the same
+			// rows at k 4q+2, 4q+3.
+			for q := range 2 {
 				for l := range 32 {
-					row := 16*g + 8*h + l/4
 					for e := range 8 {
-						k := 32*c + 8*(l%4) + e
+						a := e / 2
+						row := 16*g + l/4 + 8*(a%2)
+						k := 32*c + 8*(l%4) + 4*q + 2*(a/2) + e%2
 						if row < shard && k < latent {
-							w[row*latent+k] = block[(h*32+l)*8+e]
+							w[row*latent+k] = block[(q*32+l)*8+e]
 						}
 					}
 				}

@@ -75,11 +75,14 @@
 // Packed weight layout (flags & TPRUN_SKINNY_PACKED, the "p" entry points):
 // rows in groups of 16, k in chunks of 32 (G = ceil(shard/16) groups,
 // C = ceil(latent_dim/32) chunks); block (g, c) is 512 elements (1 KB) at
-// element (g*C + c)*512, and within it element (h*32 + l)*8 + e holds
-// weight[16g + 8h + l/4][32c + 8(l%4) + e] (h 0..1, l 0..31, e 0..7): the
-// A fragments of lane l for rows l/4 and l/4 + 8, so every 16-byte load of
-// a warp reads 512 contiguous bytes. Rows >= shard and k >= latent_dim are
-// zeros; the buffer holds G*C*512 elements.
+// element (g*C + c)*512, and within it element (q*32 + l)*8 + e holds
+// weight[16g + l/4 + 8(a%2)][32c + 8(l%4) + 4q + 2(a/2) + e%2] with
+// a = e/2 (q 0..1, l 0..31, e 0..7): lane l's 16 bytes q are the A
+// fragment {a0, a1, a2, a3} of its chunk's MMA q in register order (rows
+// l/4 and l/4 + 8, k pairs 4q and 4q + 2 of its 8 k), so a load is an
+// operand with no register moves, and every 16-byte load of a warp reads
+// 512 contiguous bytes. Rows >= shard and k >= latent_dim are zeros; the
+// buffer holds G*C*512 elements.
 // Requirements: all pointers 16-byte aligned; latent_dim % 8 == 0;
 // shard % 8 == 0; hidden % 8 == 0; shared_stride % 8 == 0; 1 <= ndst <= 16.
 typedef struct tprun_skinny_params {

@@ -269,12 +269,12 @@ std::vector<uint16_t> pack_weight(const std::vector<uint16_t>& w, int shard, int
   std::vector<uint16_t> o((size_t)G * C * 512, 0);
   for (int g = 0; g < G; ++g)
     for (int c = 0; c < C; ++c)
-      for (int h = 0; h < 2; ++h)
+      for (int q = 0; q < 2; ++q)  // lane l's 16 bytes q: the A fragment of the chunk's MMA q (skinny.h)
         for (int l = 0; l < 32; ++l)
           for (int e = 0; e < 8; ++e) {
-            const int row = 16 * g + 8 * h + l / 4, k = 32 * c + 8 * (l % 4) + e;
+            const int a = e / 2, row = 16 * g + l / 4 + 8 * (a % 2), k = 32 * c + 8 * (l % 4) + 4 * q + 2 * (a / 2) + e % 2;
             if (row < shard && k < K)
-              o[((size_t)g * C + c) * 512 + (size_t)(h * 32 + l) * 8 + e] = w[(size_t)row * K + k];
+              o[((size_t)g * C + c) * 512 + (size_t)(q * 32 + l) * 8 + e] = w[(size_t)row * K + k];
           }
   return o;
 }
