@@ -6,6 +6,11 @@
 # the bench with the picked table, then a second bench with it. Last, if
 # time is left: an A/B of the shared-setup refactor (.dev/r = these sources
 # plus setup-refactor-on-frag-layout.patch, sm_90) against the new fatbin.
+# NOTE, added after the run: .dev/r held the sources WITHOUT the patch (it
+# was only dry-run there), so the last A/B ("refac") is an A/A test: the
+# same sources built by a plain sm_90 nvcc call against build-kernels'
+# fatbin. It measures run-to-run noise, not the refactor
+# (call1-aa-kernel-ab-summary.txt).
 set -u
 O=$OUT
 B=/tmp/bk
