@@ -4,4 +4,4 @@
 # step table of a58e344 embedded, no override): scripts/gpu-final-checks.
 set -u
 tar xzf .dev/bin.tgz
-BENCH_TAG=z4 scripts/gpu-final-checks --note "binaries of commit $(git rev-parse --short HEAD) (built on the CPU machine, Go 1.26); fatbin, kernel table and step table embedded as committed"
+BENCH_TAG=z4 scripts/gpu-final-checks --note "binaries of commit e9af0a8 (built on the CPU machine, Go 1.26); fatbin, kernel table and step table embedded as committed"
