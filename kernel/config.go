@@ -41,7 +41,7 @@ type LaunchConfig struct {
 	Function    string // "tprun_skinny_m<M><variant>"
 	TileRows    int    // output columns per CTA: 16 or 32
 	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8 (0 for stage 2)
-	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c"); 3: latent from L2 by whole lines ("_d8pl")
+	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c"); 3: latent from L2 by whole lines ("_d8pl"; it adds in another order than its row-major twin "_d8", so results may differ from it in the last bit)
 	Packed      bool   // the entry point reads the packed weight layout (PackWeight), not row-major
 	OneInstance bool   // the entry point's tile code is compiled once for every cluster size ("_d8p1")
 	Warps       int    // warps per CTA

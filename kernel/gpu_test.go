@@ -368,11 +368,13 @@ func TestGPUSkinnyMatrix(t *testing.T) {
 }
 
 // runSkinnyMatrix runs every (M, shard, latent) of spec with a rank other
-// than 0, three destinations and poisoned outputs, twice, and checks:
-// within the float64 tolerance, the CPU kernel within it too (and how
-// many ulps apart the two are), every element of the slice written and
-// nothing else, the three destinations and the two runs bit-identical.
-// Check also fails any stored negative zero.
+// than 0, three destinations and poisoned outputs, with the row-major and
+// the packed weight (runM), and checks: within the float64 tolerance, the
+// CPU kernel within it too (and how many ulps apart the two are), every
+// element of the slice written and nothing else, the three destinations
+// and the reruns bit-identical, and the two layouts bit-identical where
+// their entry points add in the same order. Check also fails any stored
+// negative zero.
 func runSkinnyMatrix(e *env, rng *rand.Rand, spec matrixSpec) {
 	maxShard, maxLatent, maxHidden := slices.Max(spec.shards), slices.Max(spec.latents), 0
 	for _, sh := range spec.shards {
@@ -393,15 +395,17 @@ func runSkinnyMatrix(e *env, rng *rand.Rand, spec matrixSpec) {
 	x.hShared = make([]BF16, blockLen)
 	x.first = make([]BF16, blockLen)
 	x.other = make([]BF16, blockLen)
+	x.packedFirst = make([]BF16, blockLen)
 	x.outs = make([][]BF16, x.maxM+1)
+	x.packed = make([][]BF16, x.maxM+1)
 	start := time.Now()
 	for _, shard := range spec.shards {
 		for _, K := range spec.latents {
 			x.pair(shard, K)
 		}
 	}
-	e.t.Logf("%d shapes in %v; GPU and CPU kernels at most %d bf16 ulp apart",
-		len(spec.ms)*len(spec.shards)*len(spec.latents), time.Since(start).Round(time.Millisecond), x.worstULP)
+	e.t.Logf("%d shapes in %v; GPU and CPU kernels at most %d bf16 ulp apart; %d shapes with a packed entry point that adds in its own order (\"_d8pl\"), checked on their own",
+		len(spec.ms)*len(spec.shards)*len(spec.latents), time.Since(start).Round(time.Millisecond), x.worstULP, x.ownOrder)
 }
 
 // matrix is the state of runSkinnyMatrix: buffers sized for the largest
@@ -417,8 +421,11 @@ type matrix struct {
 	hLat, hW, hShared  []BF16
 	hWp                []BF16
 	first, other       []BF16   // downloads: run 0 destination 0, and the rest
+	packedFirst        []BF16   // run 2 destination 0 where it may differ from run 0 (runM)
 	outs               [][]BF16 // outs[M]: run 0 destination 0 for M rows
+	packed             [][]BF16 // packed[M]: run 2 destination 0 where it may differ from outs[M], else empty
 	failures, worstULP int
+	ownOrder           int // shapes whose packed runs were checked on their own (runM)
 }
 
 func (x *matrix) fail(format string, args ...any) {
@@ -480,20 +487,26 @@ func (x *matrix) pair(shard, K int) {
 	worst, pairULP := 0.0, 0
 	for _, M := range x.spec.ms {
 		s := Shape{M: M, Hidden: hidden, Latent: K, TP: tp}
-		out := x.outs[M][rank*shard:]
-		res, err := exp.rows(M).Check(out, hidden)
-		if err != nil {
-			t.Fatalf("%v: Check: %v", s, err)
+		blocks := [][]BF16{x.outs[M]}
+		if len(x.packed[M]) > 0 {
+			blocks = append(blocks, x.packed[M])
 		}
-		if res.Wrong > 0 {
-			x.fail("%v rank %d (config %s): %d of %d elements outside the float64 tolerance, first %v",
-				s, rank, configString(s), res.Wrong, res.Checked, res.First)
-		}
-		worst = max(worst, res.Worst)
-		for m := range M {
-			for c := range shard {
-				d := ordered(out[m*hidden+c]) - ordered(cpu[m*shard+c])
-				pairULP = max(pairULP, d, -d)
+		for b, block := range blocks {
+			out := block[rank*shard:]
+			res, err := exp.rows(M).Check(out, hidden)
+			if err != nil {
+				t.Fatalf("%v: Check: %v", s, err)
+			}
+			if res.Wrong > 0 {
+				x.fail("%v rank %d (config %s, %s weight): %d of %d elements outside the float64 tolerance, first %v",
+					s, rank, configString(s), [...]string{"row-major", "packed"}[b], res.Wrong, res.Checked, res.First)
+			}
+			worst = max(worst, res.Worst)
+			for m := range M {
+				for c := range shard {
+					d := ordered(out[m*hidden+c]) - ordered(cpu[m*shard+c])
+					pairULP = max(pairULP, d, -d)
+				}
 			}
 		}
 	}
@@ -502,44 +515,76 @@ func (x *matrix) pair(shard, K int) {
 		shard, K, tp, rank, x.spec.ms, worst, cpuRes.Worst, pairULP)
 }
 
-// runM runs shape s three times into the three poisoned destinations and
-// keeps run 0's destination 0 in x.outs[s.M]. Runs 0 and 1 read the
-// row-major weight, run 2 the packed one: the same fragments in the same
-// order, so every output must be bit-identical to run 0's.
+// runM runs shape s into the three poisoned destinations: run 0 and run 1
+// (another destination order, with PDL) read the row-major weight, run 2 the
+// packed one. Run 1 must be bit-identical to run 0. Where the packed entry
+// point sums its fragments in the same order as its row-major twin (every
+// one but "_d8pl", sumsLikeRowMajor), so must run 2. "_d8pl" adds the
+// products of a chunk pair's even and odd chunks in separate accumulators,
+// so it may round an element differently from "_d8": its run 2 is checked
+// on its own (x.packed[s.M], against the float64 tolerance in pair), and a
+// run 3 (packed, other order, PDL) must be bit-identical to it. Run 0's
+// destination 0 is kept in x.outs[s.M].
 func (x *matrix) runM(s Shape, rank int) {
 	shard, hidden := s.Shard(), s.Hidden
 	n := x.maxM * hidden
 	a := SkinnyArgs{Shape: s, Rank: rank, Latent: x.dLat, Weight: x.dW,
 		Shared: x.dShared + cuda.DevicePtr(2*rank*shard), SharedStride: hidden, Dst: x.dDst[:]}
 	where := fmt.Sprintf("%v rank %d (config %s)", s, rank, configString(s))
-	for run := range 3 {
+	sameOrder := sumsLikeRowMajor(s)
+	runs := 3
+	if !sameOrder {
+		runs = 4
+		x.ownOrder++
+	}
+	for run := range runs {
 		for i, d := range x.dDst {
 			x.fill(d, poisonWord, n/2, fmt.Sprintf("destination %d", i))
 		}
-		if run == 1 {
+		if run == 1 || run == 3 {
 			// Same inputs, the destinations in another order, with PDL.
 			a.Dst = []cuda.DevicePtr{x.dDst[2], x.dDst[0], x.dDst[1]}
+		} else {
+			a.Dst = x.dDst[:]
 		}
-		if run == 2 {
+		if run >= 2 {
 			a.Weight, a.WeightPacked = x.dWp, true
 		}
-		x.skinny(a, run == 1)
+		x.skinny(a, run == 1 || run == 3)
+		// The run every destination of this run must equal: run 0's
+		// destination 0, or for a packed run of another order, run 2's.
+		ref, refName := x.first, "run 0 destination 0"
+		if run >= 2 && !sameOrder {
+			ref, refName = x.packedFirst, "run 2 destination 0"
+		}
 		for i, d := range x.dDst {
-			if run == 0 && i == 0 {
-				x.download(cuda.AsBytes(x.first[:n]), d, where+" destination 0")
-				if probs := blockProblems(x.first[:n], hidden, s.M, rank*shard, shard); len(probs) > 0 {
-					x.fail("%s: %v", where, probs)
+			if (run == 0 || (run == 2 && !sameOrder)) && i == 0 {
+				x.download(cuda.AsBytes(ref[:n]), d, where+" destination 0")
+				if probs := blockProblems(ref[:n], hidden, s.M, rank*shard, shard); len(probs) > 0 {
+					x.fail("%s: run %d: %v", where, run, probs)
 				}
 				continue
 			}
 			x.download(cuda.AsBytes(x.other[:n]), d, fmt.Sprintf("%s destination %d", where, i))
-			if j := firstDiff(x.other[:n], x.first[:n]); j >= 0 {
-				x.fail("%s: run %d destination %d differs from run 0 destination 0 at element (%d, %d): %#04x vs %#04x",
-					where, run, i, j/hidden, j%hidden, uint16(x.other[j]), uint16(x.first[j]))
+			if j := firstDiff(x.other[:n], ref[:n]); j >= 0 {
+				x.fail("%s: run %d destination %d differs from %s at element (%d, %d): %#04x vs %#04x",
+					where, run, i, refName, j/hidden, j%hidden, uint16(x.other[j]), uint16(ref[j]))
 			}
 		}
 	}
 	x.outs[s.M] = append(x.outs[s.M][:0], x.first[:n]...)
+	x.packed[s.M] = x.packed[s.M][:0]
+	if !sameOrder {
+		x.packed[s.M] = append(x.packed[s.M], x.packedFirst[:n]...)
+	}
+}
+
+// sumsLikeRowMajor reports whether the packed entry point that s launches
+// adds its products in the same order as the row-major one, so that the
+// two give bit-identical results: true for all but the line-wise "_d8pl"
+// (stage 3, skinny_lines in skinny.cu).
+func sumsLikeRowMajor(s Shape) bool {
+	return ConfigForLayout(s.M, s.Shard(), s.Latent, true).Stage != 3
 }
 
 func firstDiff(a, b []BF16) int {
