@@ -551,14 +551,15 @@ func (x *matrix) runM(s Shape, rank int) {
 			a.Weight, a.WeightPacked = x.dWp, true
 		}
 		x.skinny(a, run == 1 || run == 3)
-		// The run every destination of this run must equal: run 0's
-		// destination 0, or for a packed run of another order, run 2's.
-		ref, refName := x.first, "run 0 destination 0"
+		// What every destination of this run must equal: run 0's
+		// destination 0, or for the packed runs of another order, run 2's.
+		// The first run of each sets it.
+		ref, refName, sets := x.first, "run 0 destination 0", run == 0
 		if run >= 2 && !sameOrder {
-			ref, refName = x.packedFirst, "run 2 destination 0"
+			ref, refName, sets = x.packedFirst, "run 2 destination 0", run == 2
 		}
 		for i, d := range x.dDst {
-			if (run == 0 || (run == 2 && !sameOrder)) && i == 0 {
+			if sets && i == 0 {
 				x.download(cuda.AsBytes(ref[:n]), d, where+" destination 0")
 				if probs := blockProblems(ref[:n], hidden, s.M, rank*shard, shard); len(probs) > 0 {
 					x.fail("%s: run %d: %v", where, run, probs)

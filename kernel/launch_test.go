@@ -1261,18 +1261,23 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 	s := Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 2}
 	packed := PreferPacked(s.Shard(), s.Latent)
 	kc := ConfigForLayout(s.M, s.Shard(), s.Latent, packed)
-	plan := 0x2080028 // pf40.8l
-	if kc.L2Prefetch == plan {
-		plan = 0x2080030 // pf48.8l
-	}
-	b2i := map[bool]int{false: 0, true: 1}
-	row := fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t7.5\n",
-		s.Latent, s.Shard(), s.M, kc.TileRows, kc.Depth, kc.Stage, kc.Warps, kc.Cluster,
-		plan, b2i[kc.Packed], b2i[kc.OneInstance], kc.ClusterPolicy)
-	entries, err := parseTable("test step table", row)
+	kernelTable, err := measured()
 	if err != nil {
 		t.Fatal(err)
 	}
+	i := slices.IndexFunc(kernelTable, func(e tableEntry) bool {
+		return e.latent == s.Latent && e.shard == s.Shard() && e.m == s.M
+	})
+	if i < 0 {
+		t.Fatalf("the kernel table has no entry for %v", s)
+	}
+	e := kernelTable[i]    // a copy: the measured table is never modified
+	e.prefetch = 0x2080028 // pf40.8l
+	if kc.L2Prefetch == e.prefetch {
+		e.prefetch = 0x2080030 // pf48.8l
+	}
+	plan := e.prefetch
+	entries := []tableEntry{e}
 	saved := stepMeasured
 	stepMeasured = func() ([]tableEntry, error) { return entries, nil }
 	t.Cleanup(func() { stepMeasured = saved })
