@@ -539,6 +539,66 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
   store_vector(p, s, shv, n0, em, ec);
 }
 
+// What every tile entry (skinny, skinny_lines, skinny_slab) sets up first:
+// the thread's place in its warp and CTA, the cluster shape, the CTA's first
+// output column, the cluster sum's barrier (cluster_sum_init), and the K
+// split: CTA crank of the cluster takes chunks [cs, ce), each warp a
+// contiguous part [wc0, wc1) of that, so every load address is a base plus
+// an immediate offset (few registers, more CTAs per SM).
+template <int M, int ROWS, int CL>
+struct TileSetup {
+  int lane, warp, nwarps;
+  int g;    // MMA group: weight rows g and g+8, latent row g
+  int tig;  // thread in group: k offset tig*8 within a chunk
+  int csize, crank, n0;
+  int K, nchunks, cs, ce, wc0, wc1;
+  __device__ __forceinline__ TileSetup(const tprun_skinny_params& p, float* smem) {
+    lane = threadIdx.x & 31;
+    warp = threadIdx.x >> 5;
+    nwarps = blockDim.x >> 5;
+    g = lane >> 2;
+    tig = lane & 3;
+    const ClusterShape<CL> cl;
+    csize = cl.csize;
+    crank = cl.crank;
+    n0 = (int)(blockIdx.x / csize) * ROWS;
+    if (cluster_launch<CL>(csize)) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
+    K = p.latent_dim;
+    nchunks = (K + 31) >> 5;
+    cs = (int)(((long long)crank * nchunks) / csize);
+    ce = (int)(((long long)(crank + 1) * nchunks) / csize);
+    wc0 = cs + (int)(((long long)warp * (ce - cs)) / nwarps);
+    wc1 = cs + (int)(((long long)(warp + 1) * (ce - cs)) / nwarps);
+  }
+};
+
+// The output vector this thread finishes in reduce_store, if any (lane 0 of
+// warp v for vector v with warp_epilogue, else the leader's thread v), and
+// its `shared` vector, fetched where epilogue_slot is called: off the
+// critical path, after the latent loads. A function returning the values,
+// not a constructor filling the members: with the constructor ptxas
+// scheduled the prologue differently and the kernel ran 0.01-0.04 us
+// slower (bench/NOTES-kernel.md, 2026-11-30z); this form compiles to the
+// same SASS as the code it replaced.
+struct EpilogueSlot {
+  int em, ec;  // latent row and first column of the vector
+  bool eok;    // the thread has a vector to store
+  uint4 shv;
+};
+template <int M, int ROWS, int CL>
+__device__ __forceinline__ EpilogueSlot epilogue_slot(const tprun_skinny_params& p, const TileSetup<M, ROWS, CL>& t, int mrows) {
+  constexpr int NV = M * ROWS / 8;
+  const bool wepi = CL != kCluster && warp_epilogue(NV, t.csize);
+  const int ev = wepi ? (t.lane == 0 ? t.warp : NV) : (int)threadIdx.x;
+  const bool epi = t.crank == 0 && ev < NV;
+  const int em = ev / (ROWS / 8);
+  const int ec = (ev % (ROWS / 8)) * 8;
+  const bool eok = epi && t.n0 + ec < p.shard && em < mrows;
+  const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) + (eok ? (size_t)em * (size_t)p.shared_stride + t.n0 + ec : 0),
+                           eok);
+  return {em, ec, eok, shv};
+}
+
 // U: weight ring depth in 32-k chunks (U*TR*8 registers, U*TR KB per warp in
 // flight). STAGE: the CTA copies its latent K slice into shared memory once,
 // right after griddepcontrol.wait (one L2 round trip, all threads), and the
@@ -561,26 +621,10 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   if (p.tile_rows != ROWS) __trap();  // launched with another entry point's geometry
   if (((p.flags & TPRUN_SKINNY_PACKED) != 0) != PACKED) __trap();  // weight layout mismatch
 
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int nwarps = blockDim.x >> 5;
-  const int g = lane >> 2;   // MMA group: weight rows g and g+8, latent row g
-  const int tig = lane & 3;  // thread in group: k offset tig*8 within a chunk
-
-  const ClusterShape<CL> cl;
-  const int csize = cl.csize, crank = cl.crank;
-  const int n0 = (int)(blockIdx.x / csize) * ROWS;
-  if (cluster_launch<CL>(csize)) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
-
-  // K split: CTA crank of the cluster takes chunks [cs, ce); each warp a
-  // contiguous part of that, so every load address is a base plus an
-  // immediate offset (few registers, more CTAs per SM).
-  const int K = p.latent_dim;
-  const int nchunks = (K + 31) >> 5;
-  const int cs = (int)(((long long)crank * nchunks) / csize);
-  const int ce = (int)(((long long)(crank + 1) * nchunks) / csize);
-  const int wc0 = cs + (int)(((long long)warp * (ce - cs)) / nwarps);
-  const int wc1 = cs + (int)(((long long)(warp + 1) * (ce - cs)) / nwarps);
+  const TileSetup<M, ROWS, CL> t(p, smem);
+  const int lane = t.lane, warp = t.warp, nwarps = t.nwarps, g = t.g, tig = t.tig;
+  const int csize = t.csize, crank = t.crank, n0 = t.n0;
+  const int K = t.K, nchunks = t.nchunks, cs = t.cs, ce = t.ce, wc0 = t.wc0, wc1 = t.wc1;
   const int nj = wc1 - wc0;  // this warp's chunks
   const int kb = wc0 * 32 + tig * 8;
   const int kleft = K - kb;  // step j is in range when 32*j < kleft (K % 8 == 0)
@@ -658,17 +702,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   }
   // This thread's B fragments in the staged slice: row g, chunk wc0 - cs.
   const uint16_t* bs = lat_s + (lrow ? g : 0) * lpitch + (wc0 - cs) * 32 + tig * 8;
-  // The epilogue threads fetch `shared` now, off the critical path: lane 0
-  // of warp v for vector v (warp_epilogue), else the leader's thread v.
-  const bool wepi = CL != kCluster && warp_epilogue(NV, csize);
-  const int ev = wepi ? (lane == 0 ? warp : NV) : (int)threadIdx.x;
-  const bool epi = crank == 0 && ev < NV;
-  const int em = ev / (ROWS / 8);
-  const int ec = (ev % (ROWS / 8)) * 8;
-  const bool eok = epi && n0 + ec < p.shard && em < mrows;
-  const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) +
-                               (eok ? (size_t)em * (size_t)p.shared_stride + n0 + ec : 0),
-                           eok);
+  const EpilogueSlot es = epilogue_slot<M, ROWS, CL>(p, t, mrows);
 
   // Two accumulator sets per tile (first and second k half of each chunk):
   // two independent MMA dependency chains.
@@ -741,7 +775,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   }
 
   tr.mark(2);
-  reduce_store<M, TR, CL>(p, red, parts, acc, n0, shv, eok, em, ec);
+  reduce_store<M, TR, CL>(p, red, parts, acc, n0, es.shv, es.eok, es.em, es.ec);
   tr.mark(3);
   tr.flush(p);
 }
@@ -785,25 +819,12 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
   if (p.tile_rows != ROWS) __trap();
   if ((p.flags & TPRUN_SKINNY_PACKED) == 0) __trap();  // reads the packed layout only
 
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int nwarps = blockDim.x >> 5;
-  const int g = lane >> 2;
-  const int tig = lane & 3;
-
-  const ClusterShape<CL> cl;
-  const int csize = cl.csize, crank = cl.crank;
-  const int n0 = (int)(blockIdx.x / csize) * ROWS;
-  if (cluster_launch<CL>(csize)) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
-
   // The K split of skinny(); the warp's pairs start on the even chunk at or
   // below its first chunk.
-  const int K = p.latent_dim;
-  const int nchunks = (K + 31) >> 5;
-  const int cs = (int)(((long long)crank * nchunks) / csize);
-  const int ce = (int)(((long long)(crank + 1) * nchunks) / csize);
-  const int wc0 = cs + (int)(((long long)warp * (ce - cs)) / nwarps);
-  const int wc1 = cs + (int)(((long long)(warp + 1) * (ce - cs)) / nwarps);
+  const TileSetup<M, ROWS, CL> t(p, smem);
+  const int lane = t.lane, warp = t.warp, nwarps = t.nwarps, g = t.g, tig = t.tig;
+  const int csize = t.csize, crank = t.crank, n0 = t.n0;
+  const int K = t.K, nchunks = t.nchunks, wc0 = t.wc0, wc1 = t.wc1;
   const int pc = wc0 & ~1;
   const int np = wc1 > wc0 ? (wc1 - pc + 1) >> 1 : 0;  // this warp's pairs
   // Whether chunk slot s of the warp's pair i is one of its chunks.
@@ -865,16 +886,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
   for (int u = 0; u < LP; ++u)
 #pragma unroll
     for (int b = 0; b < NB; ++b) lb[u][b] = ld_act(lp[b] + 64 * u, lok[b] && u < np && lat_ok(u));
-  // `shared` for the epilogue threads, as in skinny().
-  const bool wepi = CL != kCluster && warp_epilogue(NV, csize);
-  const int ev = wepi ? (lane == 0 ? warp : NV) : (int)threadIdx.x;
-  const bool epi = crank == 0 && ev < NV;
-  const int em = ev / (ROWS / 8);
-  const int ec = (ev % (ROWS / 8)) * 8;
-  const bool eok = epi && n0 + ec < p.shard && em < mrows;
-  const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) +
-                               (eok ? (size_t)em * (size_t)p.shared_stride + n0 + ec : 0),
-                           eok);
+  const EpilogueSlot es = epilogue_slot<M, ROWS, CL>(p, t, mrows);
 
   // acc[r][b][s]: tile r, latent rows 4b.., the weights of chunk slot s.
   float acc[TR][NB][2][4];
@@ -947,7 +959,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
       out[r][0][q] = (lo ? acc[r][0][0][q] : o1) + recv;
       out[r][1][q] = 0.f;
     }
-  reduce_store<M, TR, CL>(p, red, parts, out, n0, shv, eok, em, ec);
+  reduce_store<M, TR, CL>(p, red, parts, out, n0, es.shv, es.eok, es.em, es.ec);
   tr.mark(3);
   tr.flush(p);
 }
@@ -967,21 +979,9 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
   if (p.tile_rows != ROWS) __trap();
   if (p.flags & TPRUN_SKINNY_PACKED) __trap();  // the slab copy reads row-major weights
 
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int nwarps = blockDim.x >> 5;
-  const int g = lane >> 2;
-  const int tig = lane & 3;
-
-  const ClusterShape<CL> cl;
-  const int csize = cl.csize, crank = cl.crank;
-  const int n0 = (int)(blockIdx.x / csize) * ROWS;
-  if (cluster_launch<CL>(csize)) cluster_sum_init(cluster_sum_bar<ROWS>(smem), crank, (uint32_t)((csize - 1) * M * ROWS * 4));
-
-  const int K = p.latent_dim;
-  const int nchunks = (K + 31) >> 5;
-  const int cs = (int)(((long long)crank * nchunks) / csize);
-  const int ce = (int)(((long long)(crank + 1) * nchunks) / csize);
+  const TileSetup<M, ROWS, CL> t(p, smem);
+  const int warp = t.warp, nwarps = t.nwarps, g = t.g, tig = t.tig;
+  const int csize = t.csize, n0 = t.n0, K = t.K, cs = t.cs, ce = t.ce;
   const int nch = ce - cs;
   const int pitch = (nch | 1) * 32;  // elements
   const int per_row = nch * 4;       // 16-byte vectors per slab row
@@ -1013,10 +1013,11 @@ __device__ __forceinline__ void skinny_slab(const tprun_skinny_params& p, float*
       cp_async16(lsl + m * pitch + q * 8, L + (ok ? (size_t)m * K + k : 0), ok);
     }
   }
-  const int ev = CL != kCluster && warp_epilogue(NV, csize) ? (lane == 0 ? warp : NV) : (int)threadIdx.x;  // as in skinny()
+  // As epilogue_slot, without the row check (M rows always).
+  const int ev = CL != kCluster && warp_epilogue(NV, csize) ? (t.lane == 0 ? warp : NV) : (int)threadIdx.x;
   const int em = ev / (ROWS / 8);
   const int ec = (ev % (ROWS / 8)) * 8;
-  const bool eok = crank == 0 && ev < NV && n0 + ec < p.shard;
+  const bool eok = t.crank == 0 && ev < NV && n0 + ec < p.shard;
   const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) +
                                (eok ? (size_t)em * (size_t)p.shared_stride + n0 + ec : 0),
                            eok);
