@@ -1178,11 +1178,13 @@ std::vector<int> env_ints(const char* name, std::vector<int> def) {
 // Every launch config at the benchmark shapes, row-major and packed
 // entry points; then, for the best config of each layout, a few L2
 // prefetch plans in the LSU form (skinny.h, TPRUN_PF_LSU).
-// HARNESS_SHARDS (latent-3584 shards only), HARNESS_WARPS and
+// HARNESS_SHARDS (latent-3584 shards only), HARNESS_LATENTS (only the
+// shapes of these latent sizes), HARNESS_WARPS and
 // HARNESS_CLUSTERS narrow or widen it (defaults: every benchmark shape,
 // warps 4,8,16, clusters 1,2,4 from shard 896 up and 1,2,3,4,6,8 below).
 int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
   const std::vector<int> only = env_ints("HARNESS_SHARDS", {});
+  const std::vector<int> latents = env_ints("HARNESS_LATENTS", {});
   const std::vector<int> warps = env_ints("HARNESS_WARPS", {4, 8, 16});
   const std::vector<int> clusters = env_ints("HARNESS_CLUSTERS", {});
   FILE* f = fopen(outpath, "w");
@@ -1201,6 +1203,7 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
                            L | 64 | (16 << 16), L | O | 40 | (16 << 16)};
   for (const Shape& sh : bench_shapes()) {
     if (!only.empty() && (sh.latent != 3584 || std::find(only.begin(), only.end(), sh.shard) == only.end())) continue;
+    if (!latents.empty() && std::find(latents.begin(), latents.end(), sh.latent) == latents.end()) continue;
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
     for (int M = 1; M <= 8; ++M) {
