@@ -7,14 +7,8 @@
 #  3. sass_diff: committed fatbin vs A (sm_90, sm_100); A vs B (A's functions);
 #  4. harness check of A and of B (B includes the _t64p configs);
 #  5. interleaved A/B (3 rounds) of _t64p against the table's configs.
-set -u
-O=$OUT
-mkdir -p $O build
-exec > >(tee -a $O/console.txt) 2>&1
-T0=$(date +%s)
-el() { echo "-- t=$(( $(date +%s) - T0 )) s: $*"; }
-date -u; nvidia-smi -L; nvcc --version | tail -1
-export TPRUN_MULTICAST=0
+source scripts/device-call-prologue
+nvcc --version | tail -1
 ( for b in A B; do .dev/$b/scripts/build-kernels > $O/build-$b.txt 2>&1; echo "build $b rc $?" >> $O/build-$b.txt; done ) & PB=$!
 nvcc -O3 -std=c++17 -arch=sm_90 -o build/harness scripts/kernel-harness/harness.cu -lcuda > build/h.txt 2>&1; echo "harness rc $?"
 ( cd kernel && for i in 1 2 3 4; do timeout 90 ../bin/kernel.test -test.v -test.count=1 -test.timeout 85s > $O/ktest$i.log 2>&1; echo "kernel.test run $i rc $? $(grep -c '^--- PASS' $O/ktest$i.log) passed $(grep -c '^--- FAIL' $O/ktest$i.log) failed"; grep -E "own order|^--- FAIL" $O/ktest$i.log | head -5; done )

@@ -4,15 +4,8 @@
 # session's picks until now), over the committed table's sweeps (s, then z);
 # a bench of every shape with the picked table (PyTorch in the same run);
 # then main's kernel GPU tests with the picked table (TPRUN_KERNELS_CONFIG_TABLE).
-set -u
-O=$OUT
-mkdir -p $O build
-exec > >(tee -a $O/console.txt) 2>&1
-T0=$(date +%s)
-el() { echo "-- t=$(( $(date +%s) - T0 )) s: $*"; }
-date -u; nvidia-smi -L
+source scripts/device-call-prologue
 tar xzf .dev/bin.tgz
-export TPRUN_MULTICAST=0
 B=/tmp/bk; mkdir -p $B
 BENCH_TAG=aa SWEEP_BASE="bench/kernel-sweep-h200-2026-11-30s.tsv bench/kernel-sweep-h200-2026-11-30z.tsv" HARNESS_LATENTS=1024,2048 OUT=$B timeout 420 scripts/bench-kernel --sweep --no-build --no-check > $B/console.txt 2>&1; echo "bench-kernel rc $?"
 el sweep+bench

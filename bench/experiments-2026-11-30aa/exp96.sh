@@ -7,15 +7,8 @@
 # memcheck (GPU 1); step sweep of delayed plans with that fatbin
 # (TPRUN_KERNELS_FATBIN, binaries of the branch); kernel-alone A/B of the
 # kernel table's configs, committed fatbin (v17) against the new one.
-set -u
-O=$OUT
-mkdir -p $O build
-exec > >(tee -a $O/console.txt) 2>&1
-T0=$(date +%s)
-el() { echo "-- t=$(( $(date +%s) - T0 )) s: $*"; }
-date -u; nvidia-smi -L
+source scripts/device-call-prologue
 tar xzf .dev/binC.tgz
-export TPRUN_MULTICAST=0
 .dev/C/scripts/build-kernels > $O/build-C.txt 2>&1 & PB=$!
 nvcc -O3 -std=c++17 -arch=sm_90 -o build/harness scripts/kernel-harness/harness.cu -lcuda > build/h.txt 2>&1; echo "harness rc $?"
 wait $PB; echo "build rc $?"; tail -1 $O/build-C.txt
