@@ -6,6 +6,8 @@ of bench/kernel-h200-<date>.txt, and checks the issue-4 targets.
 """
 import sys
 
+import cfgname
+
 
 def read_tsv(path):
     rows, comments = [], []
@@ -60,15 +62,7 @@ def main():
                 misses.append(f"shard 896 M {m}: {us:.2f} µs > 2.5")
             if not ok2:
                 misses.append(f"shard 896 M {m}: speedup {t / us if t else 0:.2f} < 3.5")
-        cfg = f'{r["tile_rows"]}/{r["depth"]}/{ {"0": "g", "1": "s", "2": "c", "3": "l"}[r["stage"]] }/{r["warps"]}/{r["cluster"]}'
-        pf = int(r.get("l2_prefetch", "0"))
-        if pf:
-            cfg += f'/pf{pf & 0xffff}.{(pf >> 16) & 0xff}{"o" if (pf >> 24) & 1 else ""}{"l" if (pf >> 25) & 1 else ""}'
-        if r.get("packed", "0") != "0":
-            cfg += "/p"
-        if r.get("one", "0") != "0":
-            cfg += "/one"
-        cfg += {"1": "/sp", "2": "/lb"}.get(r.get("cluster_policy", "0"), "")
+        cfg = cfgname.name(r)
         ts = f"{t:.2f}" if t is not None else "-"
         sp = f"{t / us:.2f}×" if t is not None else "-"
         print(f"| {r['latent']} | {shard} | {m} | {cfg} | {us:.2f} | {fl:.2f} | {ratio:.2f} | "
