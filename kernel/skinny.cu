@@ -599,6 +599,27 @@ __device__ __forceinline__ EpilogueSlot epilogue_slot(const tprun_skinny_params&
   return {em, ec, eok, shv};
 }
 
+// The prologue of skinny() and skinny_lines() around their weight ring:
+// tile_prologue_start before the ring's loads (the bulk form of skinny.h's
+// L2 prefetch plan), tile_prologue_end after them (its LSU form; then the
+// next kernel may launch, and this one waits for the previous grid).
+template <int ROWS, bool PACKED>
+__device__ __forceinline__ void tile_prologue_start(const tprun_skinny_params& p, int csize, int crank, int warp,
+                                                    int lane) {
+  if (p.l2_prefetch != 0 && !TPRUN_PF_LSU(p.l2_prefetch) && crank == 0 && warp == 0)
+    l2_prefetch_tiles<ROWS, PACKED>(p, (int)(blockIdx.x / csize), lane);
+}
+template <int ROWS, bool PACKED>
+__device__ __forceinline__ void tile_prologue_end(const tprun_skinny_params& p, int csize, int crank) {
+  if (p.l2_prefetch != 0 && TPRUN_PF_LSU(p.l2_prefetch) && crank == 0)
+    l2_prefetch_lsu<ROWS, PACKED>(p, (int)(blockIdx.x / csize));
+  // Let the next kernel start streaming its own weights as soon as every
+  // CTA of this one is running; its griddepcontrol.wait still waits for
+  // this whole grid to finish and flush.
+  griddep_launch_dependents();
+  griddep_wait();
+}
+
 // U: weight ring depth in 32-k chunks (U*TR*8 registers, U*TR KB per warp in
 // flight). STAGE: the CTA copies its latent K slice into shared memory once,
 // right after griddepcontrol.wait (one L2 round trip, all threads), and the
@@ -654,8 +675,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   const bool lrow = g < mrows;
   const uint16_t* lp = reinterpret_cast<const uint16_t*>(p.latent) + (size_t)(lrow ? g : 0) * K + kb;
 
-  if (p.l2_prefetch != 0 && !TPRUN_PF_LSU(p.l2_prefetch) && crank == 0 && warp == 0)
-    l2_prefetch_tiles<ROWS, PACKED>(p, (int)(blockIdx.x / csize), lane);
+  tile_prologue_start<ROWS, PACKED>(p, csize, crank, warp, lane);
 
   uint4 wa[U][TR][2];
   // Weight prologue: independent of the previous kernel's results.
@@ -667,13 +687,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
 #pragma unroll
       for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + WS * u, ok && rowok[r][h]);
   }
-  if (p.l2_prefetch != 0 && TPRUN_PF_LSU(p.l2_prefetch) && crank == 0)
-    l2_prefetch_lsu<ROWS, PACKED>(p, (int)(blockIdx.x / csize));
-  // Let the next kernel start streaming its own weights as soon as every
-  // CTA of this one is running; its griddepcontrol.wait still waits for
-  // this whole grid to finish and flush.
-  griddep_launch_dependents();
-  griddep_wait();
+  tile_prologue_end<ROWS, PACKED>(p, csize, crank);
   tr.mark(1);
 
   float* red = smem;
@@ -859,8 +873,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
   // K may be short: K % 8 == 0).
   auto lat_ok = [&](int i) { return chunk_ok(i, hl) && kl + 64 * i < K; };
 
-  if (p.l2_prefetch != 0 && !TPRUN_PF_LSU(p.l2_prefetch) && crank == 0 && warp == 0)
-    l2_prefetch_tiles<ROWS, true>(p, (int)(blockIdx.x / csize), lane);
+  tile_prologue_start<ROWS, true>(p, csize, crank, warp, lane);
 
   uint4 wa[UP][2][TR][2];
 #pragma unroll
@@ -873,10 +886,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
 #pragma unroll
         for (int h = 0; h < 2; ++h) wa[u][s][r][h] = ld_weight(wp[r][h] + WS * (2 * u + s), ok && rowok[r]);
     }
-  if (p.l2_prefetch != 0 && TPRUN_PF_LSU(p.l2_prefetch) && crank == 0)
-    l2_prefetch_lsu<ROWS, true>(p, (int)(blockIdx.x / csize));
-  griddep_launch_dependents();
-  griddep_wait();
+  tile_prologue_end<ROWS, true>(p, csize, crank);
   tr.mark(1);
 
   float* red = smem;
