@@ -122,8 +122,9 @@ Kernels load(const char* path) {
     for (int v = 0; v < kNumVariants; ++v) {
       char name[32];
       snprintf(name, sizeof name, "tprun_skinny_m%d%s", m, kSuffix[v]);
-      // A fatbin built before an entry point family existed lacks it: its
-      // configs then fail to launch (CUDA_ERROR_NOT_FOUND) instead.
+      // A fatbin built before an entry point family existed (or after one
+      // was dropped) lacks it: time_skinny then reports its configs as
+      // unable to launch, and the other configs of a run still time.
       const CUresult fr = cuModuleGetFunction(&k.skinny[m][v], k.mod, name);
       if (fr == CUDA_ERROR_NOT_FOUND) {
         if (m == 1) fprintf(stderr, "note: %s has no %s entry points\n", path, kSuffix[v]);
@@ -1130,7 +1131,10 @@ double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, 
   CUresult r = launch_skinny(k, M, p, c, s, pdl);
   if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
   if (r != CUDA_SUCCESS) {
-    if (r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_INVALID_CLUSTER_SIZE && r != CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) die(r, "probe launch", __LINE__);
+    // NOT_FOUND: the entry point is not in this fatbin (load, launch_skinny).
+    if (r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_INVALID_CLUSTER_SIZE && r != CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES &&
+        r != CUDA_ERROR_NOT_FOUND)
+      die(r, "probe launch", __LINE__);
     return -1;
   }
   CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
