@@ -340,30 +340,37 @@ func TestMulticastSafetyRule(t *testing.T) {
 	}
 }
 
-// TestPreflightRefusalExitStatus: a job that needs a GPU on a machine
-// without an NVIDIA driver is refused before any rank starts, with exit
-// status 3 and no usage hint (the input was valid).
+// TestPreflightRefusalExitStatus: a job that needs a GPU (--backend cuda,
+// or a GPU mailbox) on a machine without an NVIDIA driver is refused before
+// any rank starts, with exit status 3, the flag named and no usage hint
+// (the input was valid).
 func TestPreflightRefusalExitStatus(t *testing.T) {
 	if err := exec.Command(tprunBin, "topo").Run(); err == nil {
 		t.Skip("this machine has an NVIDIA driver: the preflight would not refuse")
 	} else if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 3 {
 		t.Skipf("tprun topo gave %v, not the no-driver status 3: the preflight may not refuse here", err)
 	}
-	tmp := shortTempDir(t)
-	cmd := exec.Command(tprunBin, "--tp", "2", "--backend", "cuda", "--iters", "1")
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitRefused {
-		t.Fatalf("tprun gave %v, want exit status %d; stderr %q", err, exitRefused, stderr.String())
+	for _, flags := range [][]string{{"--backend", "cuda"}, {"--mailbox", "unicast"}} {
+		name := strings.Join(flags, " ")
+		t.Run(name, func(t *testing.T) {
+			tmp := shortTempDir(t)
+			cmd := exec.Command(tprunBin, append([]string{"--tp", "2", "--iters", "1"}, flags...)...)
+			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != exitRefused {
+				t.Fatalf("tprun gave %v, want exit status %d; stderr %q", err, exitRefused, stderr.String())
+			}
+			if msg := stderr.String(); !strings.Contains(msg, "preflight") || !strings.Contains(msg, name+" needs a GPU") ||
+				strings.Contains(msg, "tprun -h") {
+				t.Errorf("stderr %q: want the preflight's reason naming %s, without a usage hint", msg, name)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout %q: a rank ran", stdout.String())
+			}
+			assertEmptyDir(t, tmp)
+		})
 	}
-	if msg := stderr.String(); !strings.Contains(msg, "preflight") || !strings.Contains(msg, "GPU") || strings.Contains(msg, "tprun -h") {
-		t.Errorf("stderr %q: want the preflight's reason naming the GPU, without a usage hint", msg)
-	}
-	if stdout.Len() != 0 {
-		t.Errorf("stdout %q: a rank ran", stdout.String())
-	}
-	assertEmptyDir(t, tmp)
 }

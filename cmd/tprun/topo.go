@@ -48,11 +48,16 @@ func preflight(jc *job.Config) func(ctx context.Context, cfg launcher.Config) (n
 			Strict:    cfg.Strict,
 			LookupEnv: topo.EnvLookup(cfg.Env),
 		}
-		requireGPU := false
+		needGPU := "" // the flag that asks for a GPU, if any
 		if jc != nil {
 			opts.Mailbox = jc.Mailbox
-			requireGPU = jc.Backend == "cuda"
+			switch {
+			case jc.Backend == "cuda":
+				needGPU = "--backend cuda"
+			case jc.Mailbox == "unicast" || jc.Mailbox == "multicast":
+				needGPU = "--mailbox " + jc.Mailbox
+			}
 		}
-		return topo.PreflightNotice(ctx, nvml.New(), opts, requireGPU)
+		return topo.PreflightNotice(ctx, nvml.New(), opts, needGPU)
 	}
 }

@@ -16,14 +16,15 @@ import (
 //
 //   - usable: the report's Summary, nil;
 //   - no driver: a notice that the job continues on the CPU, nil; or, when
-//     requireGPU (the job was told to use CUDA), an error with ErrNoDriver;
+//     needGPU names what asked for a GPU (a flag such as "--backend cuda"),
+//     an error with ErrNoDriver that names it;
 //   - refused or NVML failure: "", the error, with a hint to run
 //     `tprun topo` for the full report.
-func PreflightNotice(ctx context.Context, lib nvml.Interface, opts Options, requireGPU bool) (string, error) {
+func PreflightNotice(ctx context.Context, lib nvml.Interface, opts Options, needGPU string) (string, error) {
 	r, err := Preflight(ctx, lib, opts)
 	switch {
-	case errors.Is(err, ErrNoDriver) && requireGPU:
-		return "", fmt.Errorf("%w, and the job needs a GPU", err)
+	case errors.Is(err, ErrNoDriver) && needGPU != "":
+		return "", fmt.Errorf("%w, and %s needs a GPU", err, needGPU)
 	case errors.Is(err, ErrNoDriver):
 		return err.Error() + "; continuing on the CPU", nil
 	case err != nil:

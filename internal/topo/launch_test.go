@@ -11,28 +11,28 @@ import (
 
 func TestPreflightNotice(t *testing.T) {
 	tests := []struct {
-		desc       string
-		node       func(t *testing.T) *fakeNode
-		opts       Options
-		requireGPU bool
-		notice     string // prefix
-		err        error  // errors.Is target; nil means success
-		errHas     string
+		desc    string
+		node    func(t *testing.T) *fakeNode
+		opts    Options
+		needGPU string
+		notice  string // prefix
+		err     error  // errors.Is target; nil means success
+		errHas  string
 	}{
-		{"usable: the summary", func(t *testing.T) *fakeNode { return hgxNode(t, 8) }, Options{TP: 8}, false,
+		{"usable: the summary", func(t *testing.T) *fakeNode { return hgxNode(t, 8) }, Options{TP: 8}, "",
 			"topology: 8 × NVIDIA H200 (cc 9.0); mailbox multicast", nil, ""},
 		{"no driver: continue on the CPU", func(t *testing.T) *fakeNode { return &fakeNode{initRet: nvml.ERROR_LIBRARY_NOT_FOUND} },
-			Options{TP: 2}, false, "no NVIDIA driver found (libnvidia-ml.so.1 not loadable); continuing on the CPU", nil, ""},
+			Options{TP: 2}, "", "no NVIDIA driver found (libnvidia-ml.so.1 not loadable); continuing on the CPU", nil, ""},
 		{"no driver, GPU required: error", func(t *testing.T) *fakeNode { return &fakeNode{initRet: nvml.ERROR_LIBRARY_NOT_FOUND} },
-			Options{TP: 2}, true, "", ErrNoDriver, "the job needs a GPU"},
-		{"refused: error with a hint", func(t *testing.T) *fakeNode { return pcieNode(t, 4, false) }, Options{TP: 4}, false,
+			Options{TP: 2}, "--mailbox unicast", "", ErrNoDriver, "no NVIDIA driver found (libnvidia-ml.so.1 not loadable), and --mailbox unicast needs a GPU"},
+		{"refused: error with a hint", func(t *testing.T) *fakeNode { return pcieNode(t, 4, false) }, Options{TP: 4}, "",
 			"", ErrRefused, "GPU 0 ↔ GPU 2: no P2P read"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			lib, _ := tc.node(t).lib()
 			tc.opts.LookupEnv = env()
-			notice, err := PreflightNotice(context.Background(), lib, tc.opts, tc.requireGPU)
+			notice, err := PreflightNotice(context.Background(), lib, tc.opts, tc.needGPU)
 			if tc.err == nil && err != nil || tc.err != nil && !errors.Is(err, tc.err) {
 				t.Fatalf("err %v, want %v", err, tc.err)
 			}
