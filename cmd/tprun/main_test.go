@@ -108,6 +108,7 @@ func TestBadInput(t *testing.T) {
 		{"bad job flag value", []string{"--backend", "tpu"}, `invalid value "tpu" for flag -backend`},
 		{"M out of range", []string{"--m", "1,16"}, "M 16 is outside 1..8"},
 		{"one slot", []string{"--slots", "1"}, "must be at least 2"},
+		{"mailbox over its size limit", []string{"--tp", "2", "--slots", "100000"}, `--slots "100000": `},
 		{"tp not dividing hidden", []string{"--tp", "3"}, "must be divisible by --tp 3"},
 		{"latent not aligned", []string{"--tp", "2", "--latent", "3583"}, "must be a multiple of 8"},
 		{"inject-fault rank outside the job", []string{"--tp", "2", "--inject-fault", "2:5"}, "rank must be below --tp 2"},
@@ -135,6 +136,30 @@ func TestBadInput(t *testing.T) {
 			assertEmptyDir(t, tmp)
 		})
 	}
+}
+
+// TestNotEnoughMemory: a shape whose ranks would need more host memory
+// than the machine has (here 4 TiB) is refused before any rank starts,
+// with exit status 3 and the sizes named, instead of ranks dying of an
+// out-of-memory crash.
+func TestNotEnoughMemory(t *testing.T) {
+	if _, ok := availableMemory(); !ok {
+		t.Skip("no MemAvailable in /proc/meminfo here: the launcher does not check memory")
+	}
+	tmp := shortTempDir(t)
+	r := tprun(t, tmp, "--tp", "2", "--hidden", "1048576", "--latent", "1048576", "--iters", "1")
+	if r.status != exitRefused {
+		t.Errorf("exit status %d, want %d", r.status, exitRefused)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	want := "tprun: not enough host memory for --tp 2 --hidden 1048576 --latent 1048576: each rank needs about 2 TiB (its weight shard alone is 1 TiB), 4 TiB in all"
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], want) || strings.Contains(lines[0], "tprun -h") {
+		t.Errorf("stderr %q, want one line starting %q, no usage hint", r.stderr, want)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout %q: a rank ran", r.stdout)
+	}
+	assertEmptyDir(t, tmp)
 }
 
 func TestHelp(t *testing.T) {

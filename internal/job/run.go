@@ -140,6 +140,70 @@ func CheckShape(cfg *Config, worldSize int) error {
 	return &FlagError{Flag: flag, Value: value, Rule: fmt.Sprintf("%s = %d: %s", se.Field, se.Value, se.Rule)}
 }
 
+// CheckMailbox reports, as a *FlagError on --slots, a mailbox that the
+// job's shape and --slots make too large (mailbox.NewLayout's rules), so
+// that the launcher can refuse it before any rank starts. It assumes
+// CheckShape passed.
+func CheckMailbox(cfg *Config, worldSize int) error {
+	mc := mailbox.Config{Hidden: cfg.Hidden, Capacity: cfg.maxM(), Slots: cfg.Slots}
+	if _, err := mailbox.NewLayout(mc, worldSize); err != nil {
+		return &FlagError{Flag: "slots", Value: strconv.Itoa(cfg.Slots), Rule: strings.TrimPrefix(err.Error(), "mailbox: ")}
+	}
+	return nil
+}
+
+// maxM is the largest M of the job (1 when none is set: Run refuses that).
+func (c *Config) maxM() int {
+	if len(c.M) == 0 {
+		return 1
+	}
+	return slices.Max(c.M)
+}
+
+// HostBytes is about how much host memory one rank of the default job
+// allocates at a time (newInputs, the steppers): its weight shard, and as
+// much again for a peer's shard while it builds the reference of the whole
+// block, with one kernel.Expect's float64 buffers; the pools of latent and
+// residual rows; the float64 reference and tolerances of every pool row of
+// the whole block; the step's block and its mailbox. It assumes CheckShape
+// passed; the products fit in an int64.
+func HostBytes(cfg *Config, worldSize int) int64 {
+	H, K := int64(cfg.Hidden), int64(cfg.Latent)
+	m := int64(cfg.maxM())
+	rows := 2 * m // newPlan
+	shard := H / int64(worldSize)
+	expect := min(int64(kernel.MaxM), rows) * (2*shard + K) * 8
+	return 2*shard*K*2 + expect + rows*(K+H)*2 + rows*H*16 + m*H*2 + int64(max(cfg.Slots, 2))*m*H*2
+}
+
+// ErrMemory is matched when this machine has too little memory for the job.
+var ErrMemory = errors.New("not enough host memory")
+
+// CheckHostMemory reports when worldSize ranks of the job would need more
+// host memory (HostBytes each) than available bytes, so that the launcher
+// can refuse the job before the ranks run out of memory one by one.
+func CheckHostMemory(cfg *Config, worldSize int, available int64) error {
+	per := HostBytes(cfg, worldSize)
+	if total := per * int64(worldSize); total > available {
+		return fmt.Errorf("%w for --tp %d --hidden %d --latent %d: each rank needs about %s (its weight shard alone is %s), %s in all, and this machine has %s available",
+			ErrMemory, worldSize, cfg.Hidden, cfg.Latent, byteSize(per), byteSize(int64(cfg.Hidden/worldSize)*int64(cfg.Latent)*2), byteSize(total), byteSize(available))
+	}
+	return nil
+}
+
+// byteSize prints n bytes with a binary unit, three significant digits.
+func byteSize(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, u := float64(n)/1024, 0
+	for f >= 1024 && u < len(units)-1 {
+		f, u = f/1024, u+1
+	}
+	return fmt.Sprintf("%.3g %ciB", f, units[u])
+}
+
 // oneLine joins the lines of a multi-error (errors.Join) with "; ".
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -378,4 +379,56 @@ func (e *echoGather) AllGather(_ context.Context, b []byte) ([][]byte, error) {
 
 func (rr rankResult) rankResultHeader() string {
 	return fmt.Sprintf("checked %d wrong %d p50 %v p99 %v hashes %d", rr.checked, rr.wrong, rr.p50, rr.p99, len(rr.hashes))
+}
+
+// TestHostBytes: the launcher's memory estimate is at least what a rank's
+// inputs keep (newInputs; live heap after a collection) and at most 2.5
+// times that (it adds a peer's weight shard, at most as large as the
+// rank's own, a reference's temporaries, the block and the mailbox), for a
+// few shapes; CheckHostMemory refuses exactly when the ranks' total is over
+// what is available, and CheckMailbox names --slots.
+func TestHostBytes(t *testing.T) {
+	for _, tc := range []struct {
+		tp, hidden, latent int
+		m                  []int
+	}{{2, 1024, 2048, []int{1, 8}}, {4, 4096, 512, []int{3}}, {1, 512, 4096, []int{1, 2, 4, 8}}, {1, 7168, 3584, []int{1}}, {8, 7168, 64, []int{8}}} {
+		cfg := Default()
+		cfg.Hidden, cfg.Latent, cfg.M = tc.hidden, tc.latent, tc.m
+		p, err := newPlan(&cfg, tc.tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		in, err := p.newInputs(tc.tp - 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(in)
+		live, all := int64(after.HeapAlloc)-int64(before.HeapAlloc), int64(after.TotalAlloc-before.TotalAlloc)
+		est := HostBytes(&cfg, tc.tp)
+		t.Logf("tp %d hidden %d latent %d M %v: newInputs keeps %d bytes, allocates %d in all; estimate %d", tc.tp, tc.hidden, tc.latent, tc.m, live, all, est)
+		if est < live || est > 5*live/2 {
+			t.Errorf("tp %d hidden %d latent %d M %v: estimate %d bytes, not within %d..2.5×", tc.tp, tc.hidden, tc.latent, tc.m, est, live)
+		}
+		total := est * int64(tc.tp)
+		if err := CheckHostMemory(&cfg, tc.tp, total); err != nil {
+			t.Errorf("refused with exactly enough memory: %v", err)
+		}
+		if err := CheckHostMemory(&cfg, tc.tp, total-1); !errors.Is(err, ErrMemory) {
+			t.Errorf("one byte short: got %v, want ErrMemory", err)
+		}
+	}
+	cfg := Default()
+	if err := CheckMailbox(&cfg, 2); err != nil {
+		t.Errorf("default job: %v", err)
+	}
+	cfg.Slots = 100000
+	var fe *FlagError
+	if err := CheckMailbox(&cfg, 2); !errors.As(err, &fe) || fe.Flag != "slots" || !strings.Contains(fe.Rule, "limit") {
+		t.Errorf("--slots 100000: got %v, want a FlagError on --slots naming the limit", err)
+	}
 }
