@@ -8,8 +8,9 @@ import (
 
 // Report is the text tprun prints on stderr when the job did not end with
 // every rank succeeding: the first failing rank, how it ended and its last
-// stderr lines; else why tprun stopped the job; then the ranks tprun
-// stopped and the exit status. It is empty for a clean run.
+// stderr lines; else why tprun stopped the job; then the other ranks that
+// failed before tprun could stop them, the ranks tprun stopped, and the
+// exit status. It is empty for a clean run.
 func (r *Result) Report() string {
 	if r.ExitStatus == 0 && r.StopReason == "" {
 		return ""
@@ -29,15 +30,27 @@ func (r *Result) Report() string {
 	} else if r.StopReason != "" {
 		fmt.Fprintf(&b, "tprun: job stopped: %s\n", r.StopReason)
 	}
-	var stopped []string
+	var also, stopped []string
 	for _, rr := range r.Ranks {
-		// The first failing rank may have been signalled too (it crashed
-		// while tprun stopped it, after the hub had named it); it is
-		// reported above.
-		if !rr.Stopped || rr.Rank == r.FirstFailed {
-			continue
+		switch {
+		case rr.Rank == r.FirstFailed:
+			// It may have been signalled too (it crashed while tprun
+			// stopped it, after the hub had named it); it is reported
+			// above.
+		case rr.Stopped && rr.Status.Signal == 0:
+			// It ended with a status of its own after tprun's SIGTERM:
+			// it caught the signal, or was ending anyway.
+			stopped = append(stopped, fmt.Sprintf("rank %d (%s after tprun's SIGTERM)", rr.Rank, rr.Status))
+		case rr.Stopped:
+			stopped = append(stopped, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
+		case rr.Status.Failed():
+			// Ended before tprun signalled it: a failure of its own,
+			// often caused by the first one (a peer it waited for died).
+			also = append(also, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
 		}
-		stopped = append(stopped, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
+	}
+	if len(also) > 0 {
+		fmt.Fprintf(&b, "tprun: also failed before tprun stopped the job: %s\n", strings.Join(also, ", "))
 	}
 	if len(stopped) > 0 {
 		fmt.Fprintf(&b, "tprun: stopped by tprun: %s\n", strings.Join(stopped, ", "))

@@ -1,0 +1,49 @@
+package launcher
+
+import (
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestReport: the report's lines for a constructed result, every rank in
+// the line its end belongs to: the first failure with its stderr tail, the
+// other ranks that failed on their own before the stop, the ranks tprun
+// stopped (a status of their own after the SIGTERM said so), and none for
+// a rank that succeeded.
+func TestReport(t *testing.T) {
+	term := Status{Code: -1, Signal: syscall.SIGTERM}
+	res := &Result{ExitStatus: 3, FirstFailed: 0, StopReason: "rank 0 exit status 3", Ranks: []RankResult{
+		{Rank: 0, Status: Status{Code: 3}, Duration: 1500 * time.Millisecond, Tail: []string{"boom"}},
+		{Rank: 1, Status: Status{Code: 4}, Duration: time.Second},
+		{Rank: 2, Status: Status{Code: 5}, Stopped: true},
+		{Rank: 3, Status: term, Stopped: true},
+		{Rank: 4, Status: Status{}},
+		{Rank: 5, Status: Status{Code: -1, Signal: syscall.SIGKILL}, Stopped: true, Killed: true},
+	}}
+	want := `tprun: rank 0 failed first: exit status 3 after 1.5s
+tprun: last stderr lines of rank 0:
+tprun:   | boom
+tprun: also failed before tprun stopped the job: rank 1 (exit status 4)
+tprun: stopped by tprun: rank 2 (exit status 5 after tprun's SIGTERM), rank 3 (killed by signal SIGTERM), rank 5 (killed by signal SIGKILL)
+tprun: exit status 3
+`
+	if got := res.Report(); got != want {
+		t.Errorf("report:\n%s\nwant:\n%s", got, want)
+	}
+	// Stopped by a signal to tprun: no first failure, the reason instead.
+	res = &Result{ExitStatus: 130, FirstFailed: -1, StopReason: "tprun got SIGINT", Ranks: []RankResult{
+		{Rank: 0, Status: Status{Code: 1}, Stopped: true},
+		{Rank: 1, Status: term, Stopped: true},
+	}}
+	want = `tprun: job stopped: tprun got SIGINT
+tprun: stopped by tprun: rank 0 (exit status 1 after tprun's SIGTERM), rank 1 (killed by signal SIGTERM)
+tprun: exit status 130
+`
+	if got := res.Report(); got != want {
+		t.Errorf("report:\n%s\nwant:\n%s", got, want)
+	}
+	if got := (&Result{FirstFailed: -1, Ranks: []RankResult{{Rank: 0}}}).Report(); got != "" {
+		t.Errorf("clean run: report %q", got)
+	}
+}
