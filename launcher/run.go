@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -68,6 +69,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer closeLogs(logs)
 	out := newOutput(cfg.Stdout, cfg.Stderr)
+	if len(cfg.Devices) > cfg.WorldSize {
+		out.writeString(cfg.Stderr, fmt.Sprintf("tprun: --devices lists %d GPUs; the %d ranks use the first %d (%s)\n",
+			len(cfg.Devices), cfg.WorldSize, cfg.WorldSize, strings.Join(cfg.Devices[:cfg.WorldSize], ",")))
+	}
 	if cfg.Preflight != nil && !cfg.SkipTopologyCheck {
 		notice, err := cfg.Preflight(ctx, cfg)
 		if notice != "" {

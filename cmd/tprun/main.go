@@ -70,12 +70,12 @@ func newFlagSet() (*flag.FlagSet, *launchFlags, *job.Config, *flag.FlagSet) {
 	// one line instead.
 	fs.SetOutput(io.Discard)
 	lf := &launchFlags{}
-	fs.IntVar(&lf.tp, "tp", 1, "number of ranks (tensor-parallel size)")
-	fs.StringVar(&lf.devices, "devices", "", "comma list of GPU indices, one per rank (default: rank K uses GPU K)")
+	fs.IntVar(&lf.tp, "tp", 1, "number of ranks (tensor-parallel size): 1..16 for the default job, up to 250 with -- CMD")
+	fs.StringVar(&lf.devices, "devices", "", "comma list of GPU indices, one per rank; ranks take the first --tp entries (default: rank K uses GPU K)")
 	fs.StringVar(&lf.logDir, "log-dir", "", "also write each rank's output to `DIR`/rank-K.log")
 	fs.DurationVar(&lf.grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
 	fs.DurationVar(&lf.timeout, "timeout", 0, "stop the job after this long (0: no limit)")
-	fs.DurationVar(&lf.rendezvousTimeout, "rendezvous-timeout", launcher.DefaultRendezvousTimeout, "how long the hub waits for every rank to join")
+	fs.DurationVar(&lf.rendezvousTimeout, "rendezvous-timeout", launcher.DefaultRendezvousTimeout, "how long the hub waits for every rank to join, once one has (0: the default)")
 	fs.BoolVar(&lf.strict, "strict", false, "treat topology warnings as errors")
 	fs.BoolVar(&lf.skipTopologyCheck, "skip-topology-check", false, "do not check the GPU topology before starting")
 

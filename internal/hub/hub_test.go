@@ -702,6 +702,29 @@ func TestForeignUID(t *testing.T) {
 	}
 }
 
+// TestRendezvousClockStartsAtFirstJoin: while no rank has said hello the
+// rendezvous cannot time out (ranks of tprun -- CMD need not use the hub
+// at all), so ranks that all join after more than the timeout still meet,
+// and nothing is logged.
+func TestRendezvousClockStartsAtFirstJoin(t *testing.T) {
+	const n = 3
+	timeout := 200 * time.Millisecond
+	h := startHub(t, ServerConfig{WorldSize: n, RendezvousTimeout: timeout}, nil)
+	time.Sleep(3 * timeout)
+	clients := dialAll(t, h)
+	onEvery(t, clients, func(r int, c *Client) error { return c.Barrier(context.Background()) })
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	h.log.mu.Lock()
+	defer h.log.mu.Unlock()
+	for _, l := range h.log.lines {
+		if strings.Contains(l, "rendezvous") {
+			t.Errorf("hub logged %q", l)
+		}
+	}
+}
+
 func TestRendezvousTimeout(t *testing.T) {
 	const n = 4
 	timeout := 300 * time.Millisecond

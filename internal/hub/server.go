@@ -53,7 +53,6 @@ type Server struct {
 	path         string
 	dir          string // directory Listen made; "" when cfg.Path was given
 	uid          int    // the uid every peer must have (tests change it)
-	started      time.Time
 	helloTimeout time.Duration
 
 	mu       sync.Mutex
@@ -71,6 +70,7 @@ type Server struct {
 	closing  bool
 	served   bool
 
+	firstJoin chan struct{} // closed when the first rank said hello
 	welcome   chan struct{} // closed when every rank said hello
 	failed    chan struct{} // closed on the first job failure
 	stop      chan struct{} // closed by shutdown
@@ -98,7 +98,9 @@ func (c *collective) release() {
 	c.fds = nil
 }
 
-// Listen creates the socket. The rendezvous clock starts here.
+// Listen creates the socket. The rendezvous clock starts when the first
+// rank says hello: a job whose ranks never use the hub (tprun -- CMD with a
+// command that is not a tprun rank) has no rendezvous to time out.
 func Listen(cfg ServerConfig) (*Server, error) {
 	if cfg.WorldSize < 1 || cfg.WorldSize > MaxWorldSize {
 		return nil, fmt.Errorf("hub: world size %d out of range [1,%d]", cfg.WorldSize, MaxWorldSize)
@@ -120,6 +122,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		nextSeq:      make([]uint64, cfg.WorldSize),
 		left:         make([]bool, cfg.WorldSize),
 		lastSeq:      make([]uint64, cfg.WorldSize),
+		firstJoin:    make(chan struct{}),
 		welcome:      make(chan struct{}),
 		failed:       make(chan struct{}),
 		stop:         make(chan struct{}),
@@ -151,7 +154,6 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		}
 		return nil, err
 	}
-	s.started = time.Now()
 	return s, nil
 }
 
@@ -384,7 +386,14 @@ func (s *Server) logf(format string, args ...any) {
 
 func (s *Server) watchRendezvous() {
 	defer s.wg.Done()
-	t := time.NewTimer(time.Until(s.started.Add(s.cfg.RendezvousTimeout)))
+	select {
+	case <-s.firstJoin:
+	case <-s.failed:
+		return
+	case <-s.stop:
+		return
+	}
+	t := time.NewTimer(s.cfg.RendezvousTimeout)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -498,6 +507,9 @@ func (s *Server) admit(p *peer, h Hello) (bool, message) {
 	s.ranks[h.Rank] = p
 	s.hellos[h.Rank] = h
 	s.joined++
+	if s.joined == 1 {
+		close(s.firstJoin)
+	}
 	s.wg.Add(1)
 	go p.writeLoop()
 	if s.joined == s.cfg.WorldSize {

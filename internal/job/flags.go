@@ -9,9 +9,14 @@ import (
 	"time"
 )
 
-// maxM is the largest M the skinny path takes (kernel.MaxM); repeated here
-// so that flag parsing does not pull the kernel into the launcher's CLI.
-const maxM = 8
+// maxM is the largest M the skinny path takes (kernel.MaxM), and maxTP the
+// most ranks the default job runs (kernel.MaxTP, the mailbox destinations);
+// repeated here so that flag parsing does not pull the kernel into the
+// launcher's CLI.
+const (
+	maxM  = 8
+	maxTP = 16
+)
 
 // ErrFlag marks an invalid job flag value; tprun exits with status 2.
 var ErrFlag = errors.New("invalid job flag")
@@ -93,6 +98,9 @@ func (c *Config) Validate(worldSize int) error {
 		return &FlagError{Flag: "mailbox", Value: c.Mailbox, Rule: "needs --backend cuda or auto (--backend cpu runs only the host mailbox)"}
 	case c.Backend == "cuda" && c.Mailbox == "host":
 		return &FlagError{Flag: "mailbox", Value: c.Mailbox, Rule: "the host mailbox runs on the CPU; use --backend cpu or auto"}
+	case worldSize > maxTP:
+		return &FlagError{Flag: "tp", Value: strconv.Itoa(worldSize),
+			Rule: fmt.Sprintf("the default job runs at most %d ranks (its mailbox's destinations); -- CMD jobs may have more", maxTP)}
 	case worldSize >= 1 && c.Hidden%worldSize != 0:
 		return &FlagError{Flag: "hidden", Value: strconv.Itoa(c.Hidden), Rule: fmt.Sprintf("must be divisible by --tp %d", worldSize)}
 	case c.Fault != nil && worldSize >= 1 && c.Fault.Rank >= worldSize:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/kernel"
 )
 
 func parse(args ...string) (*Config, error) {
@@ -151,5 +153,21 @@ func TestHidden(t *testing.T) {
 	})
 	if !reflect.DeepEqual(hidden, []string{"inject-fault"}) {
 		t.Errorf("hidden flags %q", hidden)
+	}
+}
+
+// TestLimitsMatchKernel: the flag checks' copies of the kernel's limits.
+func TestLimitsMatchKernel(t *testing.T) {
+	if maxM != kernel.MaxM || maxTP != kernel.MaxTP {
+		t.Errorf("maxM %d maxTP %d, kernel.MaxM %d kernel.MaxTP %d", maxM, maxTP, kernel.MaxM, kernel.MaxTP)
+	}
+	c := Default()
+	var fe *FlagError
+	if err := c.Validate(kernel.MaxTP + 1); !errors.As(err, &fe) || fe.Flag != "tp" {
+		t.Errorf("--tp %d: got %v, want a FlagError on --tp", kernel.MaxTP+1, err)
+	}
+	c.Hidden = 7168 * 4
+	if err := c.Validate(kernel.MaxTP); err != nil {
+		t.Errorf("--tp %d: %v", kernel.MaxTP, err)
 	}
 }

@@ -201,7 +201,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"hidden not divisible by tp", 3, []string{"--hidden", "1000"}, "hidden", []string{"divisible by --tp 3"}},
 		{"shard not a multiple of 8", 4, []string{"--hidden", "1000"}, "hidden", []string{"shard_dim = 250", "multiple of 8"}},
 		{"latent not a multiple of 8", 2, []string{"--latent", "100"}, "latent", []string{"latent_dim = 100"}},
-		{"tp beyond the kernel's", 17, []string{"--hidden", "1088"}, "tp", []string{"tp = 17"}},
+		{"tp beyond the kernel's", 17, []string{"--hidden", "1088"}, "tp", []string{"at most 16 ranks"}},
 		{"unicast on the cpu", 2, []string{"--mailbox", "unicast"}, "mailbox", []string{"host mailbox"}},
 		{"explicit cpu with multicast", 2, []string{"--backend", "cpu", "--mailbox", "multicast"}, "mailbox", nil},
 		{"fault beyond the run", 2, []string{"--m", "1,2", "--iters", "3", "--inject-fault", "1:6"}, "inject-fault", []string{"below the 6 steps"}},
