@@ -304,6 +304,53 @@ func TestSignalled(t *testing.T) {
 	}
 }
 
+// TestDefaultJobStopped: SIGTERM to tprun during the default job's steps
+// stops each rank with one line saying where it was, the ranks exit with
+// the status of the signal, and the report says tprun stopped them; the
+// hub does not log the ranks' ends as an abort.
+func TestDefaultJobStopped(t *testing.T) {
+	tmp := shortTempDir(t)
+	cmd := exec.Command(tprunBin, "--tp", "2", "--hidden", "1024", "--latent", "512", "--iters", "100000000", "--m", "1")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && !strings.Contains(sc.Text(), "#  M  hidden") {
+	}
+	time.Sleep(200 * time.Millisecond) // some steps
+	cmd.Process.Signal(syscall.SIGTERM)
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	cmd.Wait()
+	if got := cmd.ProcessState.ExitCode(); got != 143 {
+		t.Errorf("exit status %d, want 143; stderr:\n%s", got, stderr.String())
+	}
+	msg := stderr.String()
+	for _, want := range []string{
+		"[rank 0] stopped by SIGTERM at M=1, step ", "[rank 1] stopped by SIGTERM at M=1, step ",
+		"tprun: job stopped: tprun got SIGTERM\n",
+		"tprun: stopped by tprun: rank 0 (exit status 143 after tprun's SIGTERM), rank 1 (exit status 143 after tprun's SIGTERM)\n",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "job aborted") || strings.Contains(msg, "context canceled") {
+		t.Errorf("stderr has an abort or a cancelled context's error chain:\n%s", msg)
+	}
+	assertEmptyDir(t, tmp)
+}
+
 // gone reports whether pid is absent or a zombie.
 func gone(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tprun/tprun/internal/job"
 )
@@ -51,13 +55,36 @@ func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, m
 	}
 	// SIGTERM from the launcher cancels the job's ctx so it can leave the
 	// hub and its shared memory cleanly within the grace period.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := main(ctx); err != nil {
-		// The launcher prefixes the line with the rank; the error names
-		// the job's operation itself.
-		fmt.Fprintln(stderr, err)
-		return exitInternal
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got atomic.Value // the signal that cancelled ctx
+	go func() {
+		select {
+		case s := <-sigc:
+			got.Store(s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := main(ctx)
+	if err == nil {
+		return 0
 	}
-	return 0
+	if sig, ok := got.Load().(syscall.Signal); ok && errors.Is(err, context.Canceled) {
+		// Stopped, not failed: one line saying where, and the shell's
+		// status for a signal.
+		msg := "stopped by " + unix.SignalName(sig)
+		if se := (*job.StepError)(nil); errors.As(err, &se) {
+			msg += fmt.Sprintf(" at M=%d, step %d of the run", se.M, se.Step)
+		}
+		fmt.Fprintln(stderr, msg)
+		return 128 + int(sig)
+	}
+	// The launcher prefixes the line with the rank; the error names the
+	// job's operation itself.
+	fmt.Fprintln(stderr, err)
+	return exitInternal
 }

@@ -461,6 +461,10 @@ func TestServerAbort(t *testing.T) {
 	if err := h.Err(); err == nil || !strings.Contains(err.Error(), "rank 1: exited with status 3") {
 		t.Errorf("Err() = %v", err)
 	}
+	// The launcher reports what it told the hub; the hub does not log it.
+	if h.log.contains("exited with status 3") {
+		t.Errorf("the hub logged the abort: %s", h.log.String())
+	}
 	select {
 	case <-h.Failed():
 	default:

@@ -285,11 +285,12 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // Abort fails every pending and future call of every client with a
 // *RankError naming rank (the launcher calls it when a rank process dies).
-// Only the first failure of a job counts.
+// Only the first failure of a job counts. Unlike the failures the hub finds
+// itself, it is not logged: the caller knows it and reports it.
 func (s *Server) Abort(rank int, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failLocked(&RankError{Rank: rank, Reason: reason})
+	s.failQuietLocked(&RankError{Rank: rank, Reason: reason})
 }
 
 // Drain waits until every frame queued for a client has been handed to
@@ -730,13 +731,20 @@ func (s *Server) completeLocked(c *collective) {
 
 // failLocked records the job's first failure and tells every rank.
 func (s *Server) failLocked(err error) {
+	if s.failure == nil {
+		s.logf("%v", err)
+	}
+	s.failQuietLocked(err)
+}
+
+// failQuietLocked is failLocked without the log line.
+func (s *Server) failQuietLocked(err error) {
 	if s.failure != nil {
 		return
 	}
 	s.failure = err
 	s.failWire = wireFailure(err)
 	close(s.failed)
-	s.logf("%v", err)
 	for _, p := range s.ranks {
 		if p != nil {
 			p.enqueue(s.failWire, nil)
