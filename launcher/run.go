@@ -206,9 +206,31 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 		go c.wait(done)
 	}
 	j.supervise(ctx, done)
+	j.sweepLeftovers()
 	res := j.result()
 	j.report(res)
 	return res, nil
+}
+
+// sweepLeftovers kills, once every rank has ended, what a rank left
+// running in its process group (its command's background processes), and
+// says so: a job that succeeded leaves nothing behind, as one that failed
+// does not (the stop kills the groups as it reaps the ranks).
+func (j *job) sweepLeftovers() {
+	var ranks []string
+	for _, c := range j.children {
+		if c.leftover && c.groupAlive() {
+			c.signalGroup(syscall.SIGKILL)
+			ranks = append(ranks, strconv.Itoa(c.rank))
+		}
+	}
+	switch len(ranks) {
+	case 0:
+	case 1:
+		j.printf("killed the processes that rank %s left running in its process group when it ended", ranks[0])
+	default:
+		j.printf("killed the processes that ranks %s left running in their process groups when they ended", strings.Join(ranks, ", "))
+	}
 }
 
 // reap waits for every running child without supervising it.
@@ -263,6 +285,10 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 			if j.stopping {
 				// Whatever the rank left behind in its group goes too.
 				c.signalGroup(syscall.SIGKILL)
+			} else if c.groupAlive() {
+				// Its peers may still use what it started; it goes when
+				// the job ends (sweepLeftovers).
+				c.leftover = true
 			}
 		case <-grace:
 			grace = nil

@@ -351,6 +351,42 @@ func TestDefaultJobStopped(t *testing.T) {
 	assertEmptyDir(t, tmp)
 }
 
+// TestLeftoversKilled: what a rank's command leaves running in the
+// background is killed when the job ends, after a success too, and tprun
+// says so without changing the exit status.
+func TestLeftoversKilled(t *testing.T) {
+	tmp := shortTempDir(t)
+	r := tprun(t, tmp, "--tp", "2", "--", "sh", "-c", `sleep 30 & echo "bg $!"`)
+	if r.status != 0 {
+		t.Errorf("exit status %d, want 0; stderr:\n%s", r.status, r.stderr)
+	}
+	var pids []int
+	for _, l := range strings.Split(r.stdout, "\n") {
+		var k, pid int
+		if _, err := fmt.Sscanf(l, "[rank %d] bg %d", &k, &pid); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 2 {
+		t.Fatalf("background pids %v from stdout %q", pids, r.stdout)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for _, pid := range pids {
+		for !gone(pid) {
+			if time.Now().After(deadline) {
+				t.Errorf("background pid %d alive after tprun exited", pid)
+				syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if want := "tprun: killed the processes that ranks 0, 1 left running in their process groups when they ended\n"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+	}
+	assertEmptyDir(t, tmp)
+}
+
 // gone reports whether pid is absent or a zombie.
 func gone(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
