@@ -209,6 +209,34 @@ func (p *printer) printf(format string, args ...any) {
 	}
 }
 
+// every prints note(time since the call) every d until the returned stop
+// is called (which waits for the last note): word of a long step that
+// prints nothing else. Nothing when the printer is off.
+func (p *printer) every(d time.Duration, note func(time.Duration) string) (stop func()) {
+	if !p.on {
+		return func() {}
+	}
+	done, exited := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				p.printf("%s", note(now.Sub(start)))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
 func (p *printer) header(pl *plan) {
 	c := pl.cfg
 	p.printf("# tprun default job: tp %d, hidden %d, latent %d, shard %d, M %s, %d steps per M\n",

@@ -26,6 +26,10 @@ import (
 // all receive the same blocks.
 var ErrCheck = errors.New("job: check failed")
 
+// progressEvery is how often rank 0 says how far a long job has come (the
+// inputs, the steps); tests shorten it.
+var progressEvery = 10 * time.Second
+
 // StepError is a step of the run that failed (or was cancelled): which
 // rank, M and step of the whole run, and why.
 type StepError struct {
@@ -383,7 +387,11 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	out.printf("# mailbox %v: %s\n", p.mailbox, p.reason)
 
 	start := time.Now()
+	stopNotes := out.every(progressEvery, func(d time.Duration) string {
+		return fmt.Sprintf("# still drawing the inputs and the float64 reference (%.0fs)\n", d.Seconds())
+	})
 	in, err := p.newInputs(rank)
+	stopNotes()
 	if err != nil {
 		return err
 	}
@@ -406,6 +414,7 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	mbName := st.mailboxName()
 	out.columns()
 	stepsStart := time.Now()
+	lastNote := stepsStart
 
 	var failures []string
 	t := 0 // step of the whole run
@@ -440,6 +449,12 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 			sum := sha256.Sum256(hashBuf)
 			res.hashes = append(res.hashes, binary.LittleEndian.Uint64(sum[:8]))
 			t++
+			if now := time.Now(); out.on && now.Sub(lastNote) >= progressEvery && t < p.steps {
+				lastNote = now
+				d := now.Sub(stepsStart)
+				out.printf("# %d of %d steps (M=%d) in %.0fs; about %.0fs left\n", t, p.steps, m, d.Seconds(),
+					d.Seconds()*float64(p.steps-t)/float64(t))
+			}
 		}
 		if res.wrong > 0 {
 			fmt.Fprintf(stdout, "rank %d: M=%d: %d of %d values wrong; first at step %d, row %d, column %d: %v\n",

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -430,5 +432,37 @@ func TestHostBytes(t *testing.T) {
 	var fe *FlagError
 	if err := CheckMailbox(&cfg, 2); !errors.As(err, &fe) || fe.Flag != "slots" || !strings.Contains(fe.Rule, "limit") {
 		t.Errorf("--slots 100000: got %v, want a FlagError on --slots naming the limit", err)
+	}
+}
+
+// TestRunProgress: rank 0 of a run longer than progressEvery says how far
+// it has come, between the header and the rows, with the step count and
+// an estimate of what is left; the other ranks print nothing.
+func TestRunProgress(t *testing.T) {
+	old := progressEvery
+	progressEvery = time.Millisecond
+	defer func() { progressEvery = old }()
+	cfg := testConfig("--hidden", "1024", "--latent", "512", "--m", "1,2", "--iters", "400", "--backend", "cpu")
+	errs, outs := onHubRanks(t, 2, func(ctx context.Context, g group, out *bytes.Buffer) error {
+		return run(ctx, g, cfg, out, runHooks{die: func() error { return errors.New("no fault was asked for") }})
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("%v\nrank 0 said:\n%s", err, outs[0])
+	}
+	re := regexp.MustCompile(`(?m)^# (\d+) of 800 steps \(M=([12])\) in \d+s; about \d+s left$`)
+	notes := re.FindAllStringSubmatch(outs[0], -1)
+	if len(notes) == 0 {
+		t.Fatalf("no progress line in:\n%s", outs[0])
+	}
+	prev := 0
+	for _, n := range notes {
+		done, _ := strconv.Atoi(n[1])
+		if done <= prev || done >= 800 || (n[2] == "1") != (done <= 400) {
+			t.Errorf("progress line %q after %d steps: out of order or naming the wrong M", n[0], prev)
+		}
+		prev = done
+	}
+	if outs[1] != "" {
+		t.Errorf("rank 1 printed %q", outs[1])
 	}
 }
