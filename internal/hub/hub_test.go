@@ -6,11 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1030,5 +1033,60 @@ func TestResultBeforeHubCloses(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("round %d: rank 0's barrier: %v", i, err)
 		}
+	}
+}
+
+// TestRemoveStaleDirs: Listen removes the hub directories whose owner died
+// without closing its hub (tprun SIGKILLed), and only those: not a live
+// owner's, not one without an owner file, not another name's.
+func TestRemoveStaleDirs(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	gonePID := func() int {
+		c := exec.Command("true")
+		if err := c.Run(); err != nil {
+			t.Fatal(err)
+		}
+		return c.Process.Pid
+	}()
+	mk := func(name string, pid int) string {
+		d := filepath.Join(tmp, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "hub.sock"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if pid > 0 {
+			if err := os.WriteFile(filepath.Join(d, ownerFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	stale := mk(hubDirPrefix+"stale", gonePID)
+	keep := []string{mk(hubDirPrefix+"live", os.Getpid()), mk(hubDirPrefix+"noowner", 0), mk("other-dir", gonePID)}
+	s, err := Listen(ServerConfig{WorldSize: 1, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stale directory %s: %v, want it removed", stale, err)
+	}
+	for _, d := range keep {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s: %v, want it kept", d, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(s.Path()), ownerFile))
+	if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(os.Getpid()) {
+		t.Errorf("own owner file: %q, %v", b, err)
+	}
+	dir := filepath.Dir(s.Path())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("own directory after Close: %v", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -98,6 +100,38 @@ func (c *collective) release() {
 	c.fds = nil
 }
 
+const (
+	hubDirPrefix = "tprun-hub-" // the directories Listen makes under os.TempDir()
+	ownerFile    = "owner.pid"  // in each: the pid of the process that made it
+)
+
+// removeStaleDirs removes the hub directories under tmp that a process left
+// behind when it died without closing its hub (tprun SIGKILLed): this
+// user's, whose owner.pid names a process that no longer exists. A
+// directory without that file (made before it existed, or being made right
+// now) is left alone, and so is one whose pid is alive, whoever has it.
+func removeStaleDirs(tmp string) {
+	dirs, _ := filepath.Glob(filepath.Join(tmp, hubDirPrefix+"*"))
+	for _, d := range dirs {
+		fi, err := os.Lstat(d)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		_ = os.RemoveAll(d)
+	}
+}
+
 // Listen creates the socket. The rendezvous clock starts when the first
 // rank says hello: a job whose ranks never use the hub (tprun -- CMD with a
 // command that is not a tprun rank) has no rendezvous to time out.
@@ -132,12 +166,19 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		s.nextSeq[r] = 1
 	}
 	if cfg.Path == "" {
-		dir, err := os.MkdirTemp("", "tprun-hub-")
+		removeStaleDirs(os.TempDir())
+		dir, err := os.MkdirTemp("", hubDirPrefix)
 		if err != nil {
 			return nil, fmt.Errorf("hub: making socket directory: %w", err)
 		}
 		// MkdirTemp already uses 0700; say so rather than trust it.
 		if err := os.Chmod(dir, 0o700); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("hub: %w", err)
+		}
+		// Whose hub this is, for removeStaleDirs of a later job should
+		// this process die without Close (SIGKILL).
+		if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("hub: %w", err)
 		}
