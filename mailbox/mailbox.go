@@ -184,8 +184,14 @@ func (e *TimeoutError) Error() string {
 	if len(ranks) != 1 {
 		who = "ranks"
 	}
+	// Milliseconds, unless the wait was shorter (a tiny --deadline): "0s"
+	// would say it never waited.
+	waited := e.Waited.Round(time.Millisecond)
+	if e.Waited < time.Millisecond {
+		waited = e.Waited.Round(time.Microsecond)
+	}
 	return fmt.Sprintf("mailbox: rank %d, step %d (slot %d): no slice from %s %s after %v",
-		e.Rank, e.Step, e.Slot, who, strings.Join(ranks, ", "), e.Waited.Round(time.Millisecond))
+		e.Rank, e.Step, e.Slot, who, strings.Join(ranks, ", "), waited)
 }
 
 // Is makes errors.Is(err, ErrTimeout) true.
