@@ -106,7 +106,7 @@ func TestE2EDefaultJob(t *testing.T) {
 					t.Errorf("no table row for M=%d with 0 wrong and identical blocks (%v) in:\n%s", m, re, r.stdout)
 				}
 			}
-			for _, w := range []string{"every block within tolerance and identical on all", "|out - ref| <="} {
+			for _, w := range []string{fmt.Sprintf("every block within tolerance, identical on all %d ranks (", tc.tp), "|out - ref| <="} {
 				if !strings.Contains(r.stdout, w) {
 					t.Errorf("stdout lacks %q:\n%s", w, r.stdout)
 				}

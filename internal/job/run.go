@@ -477,7 +477,11 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 		out.printf("# FAILED: %s\n", strings.Join(failures, "; "))
 		return fmt.Errorf("job: rank %d: %w: %s", rank, ErrCheck, strings.Join(failures, "; "))
 	}
-	out.printf("# every block within tolerance and identical on all %d ranks (%d steps in %.2fs, checks included)\n", size, t, time.Since(stepsStart).Seconds())
+	same := fmt.Sprintf("identical on all %d ranks", size)
+	if size == 1 {
+		same = "one rank, so nothing to compare across ranks"
+	}
+	out.printf("# every block within tolerance, %s (%d steps in %.2fs, checks included)\n", same, t, time.Since(stepsStart).Seconds())
 	return nil
 }
 
