@@ -10,12 +10,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1037,19 +1037,14 @@ func TestResultBeforeHubCloses(t *testing.T) {
 }
 
 // TestRemoveStaleDirs: Listen removes the hub directories whose owner died
-// without closing its hub (tprun SIGKILLed), and only those: not a live
-// owner's, not one without an owner file, not another name's.
+// without closing its hub (tprun SIGKILLed), and only those: not one whose
+// owner file a live hub holds locked (even if the pid it names means
+// nothing here: another pid namespace), not one without an owner file, not
+// another name's.
 func TestRemoveStaleDirs(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	gonePID := func() int {
-		c := exec.Command("true")
-		if err := c.Run(); err != nil {
-			t.Fatal(err)
-		}
-		return c.Process.Pid
-	}()
-	mk := func(name string, pid int) string {
+	mk := func(name string, owner bool) string {
 		d := filepath.Join(tmp, name)
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
@@ -1057,15 +1052,26 @@ func TestRemoveStaleDirs(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(d, "hub.sock"), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if pid > 0 {
-			if err := os.WriteFile(filepath.Join(d, ownerFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		if owner {
+			// A pid that does not exist: what a live hub in another pid
+			// namespace looks like from here, and a dead one's too.
+			if err := os.WriteFile(filepath.Join(d, ownerFile), []byte("2147483646\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return d
 	}
-	stale := mk(hubDirPrefix+"stale", gonePID)
-	keep := []string{mk(hubDirPrefix+"live", os.Getpid()), mk(hubDirPrefix+"noowner", 0), mk("other-dir", gonePID)}
+	stale := mk(hubDirPrefix+"stale", true)
+	held := mk(hubDirPrefix+"held", true)
+	lock, err := os.Open(filepath.Join(held, ownerFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	keep := []string{held, mk(hubDirPrefix+"noowner", false), mk("other-dir", true)}
 	s, err := Listen(ServerConfig{WorldSize: 1, Token: "t"})
 	if err != nil {
 		t.Fatal(err)
@@ -1078,15 +1084,27 @@ func TestRemoveStaleDirs(t *testing.T) {
 			t.Errorf("%s: %v, want it kept", d, err)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(s.Path()), ownerFile))
+	// Its own directory: its pid in the owner file, which it holds locked,
+	// so a second hub's sweep leaves it alone.
+	dir := filepath.Dir(s.Path())
+	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
 	if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(os.Getpid()) {
 		t.Errorf("own owner file: %q, %v", b, err)
 	}
-	dir := filepath.Dir(s.Path())
-	if err := s.Close(); err != nil {
+	s2, err := Listen(ServerConfig{WorldSize: 1, Token: "t"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("own directory after Close: %v", err)
+	if _, err := os.Stat(s.Path()); err != nil {
+		t.Errorf("a second hub's sweep removed the first's socket: %v", err)
+	}
+	for _, h := range []*Server{s, s2} {
+		d := filepath.Dir(h.Path())
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("own directory after Close: %v", err)
+		}
 	}
 }

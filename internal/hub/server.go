@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,8 +52,9 @@ type Server struct {
 	cfg          ServerConfig
 	ln           *net.UnixListener
 	path         string
-	dir          string // directory Listen made; "" when cfg.Path was given
-	uid          int    // the uid every peer must have (tests change it)
+	dir          string   // directory Listen made; "" when cfg.Path was given
+	owner        *os.File // dir's owner file, flock'ed while the hub lives; nil without dir
+	uid          int      // the uid every peer must have (tests change it)
 	helloTimeout time.Duration
 
 	mu       sync.Mutex
@@ -107,9 +107,12 @@ const (
 
 // removeStaleDirs removes the hub directories under tmp that a process left
 // behind when it died without closing its hub (tprun SIGKILLed): this
-// user's, whose owner.pid names a process that no longer exists. A
-// directory without that file (made before it existed, or being made right
-// now) is left alone, and so is one whose pid is alive, whoever has it.
+// user's, whose owner file nobody holds locked. The hub that made a
+// directory holds an exclusive flock on its owner file while it lives (the
+// kernel drops it when the process dies), which holds across pid
+// namespaces and pid reuse, unlike a look at the pid the file names. A
+// directory without that file (made by an older tprun, or being made right
+// now) is left alone.
 func removeStaleDirs(tmp string) {
 	dirs, _ := filepath.Glob(filepath.Join(tmp, hubDirPrefix+"*"))
 	for _, d := range dirs {
@@ -120,16 +123,34 @@ func removeStaleDirs(tmp string) {
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		f, err := os.Open(filepath.Join(d, ownerFile))
 		if err != nil {
 			continue
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
-			continue
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			_ = os.RemoveAll(d)
 		}
-		_ = os.RemoveAll(d)
+		_ = f.Close()
 	}
+}
+
+// lockOwnerFile creates the owner file with this process's pid, holding an
+// exclusive flock on it (the descriptor is close-on-exec, so the ranks do
+// not inherit the lock).
+func lockOwnerFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	if _, err := f.WriteString(strconv.Itoa(os.Getpid()) + "\n"); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // Listen creates the socket. The rendezvous clock starts when the first
@@ -176,13 +197,15 @@ func Listen(cfg ServerConfig) (*Server, error) {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("hub: %w", err)
 		}
-		// Whose hub this is, for removeStaleDirs of a later job should
-		// this process die without Close (SIGKILL).
-		if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		// Locked while this hub lives, for removeStaleDirs of a later job
+		// should this process die without Close (SIGKILL); the pid is for
+		// people.
+		owner, err := lockOwnerFile(filepath.Join(dir, ownerFile))
+		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("hub: %w", err)
 		}
-		s.dir, s.path = dir, filepath.Join(dir, "hub.sock")
+		s.dir, s.owner, s.path = dir, owner, filepath.Join(dir, "hub.sock")
 	} else {
 		s.path = cfg.Path
 		if err := prepareSocketPath(s.path); err != nil {
@@ -190,6 +213,9 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		}
 	}
 	if err := s.listen(); err != nil {
+		if s.owner != nil {
+			_ = s.owner.Close()
+		}
 		if s.dir != "" {
 			_ = os.RemoveAll(s.dir)
 		}
@@ -389,6 +415,9 @@ func (s *Server) Close() error {
 			if err := os.RemoveAll(s.dir); err != nil {
 				errs = append(errs, fmt.Errorf("hub: %w", err))
 			}
+		}
+		if s.owner != nil {
+			_ = s.owner.Close() // after the removal: the lock keeps others off until then
 		}
 		s.closeErr = errors.Join(errs...)
 	})
