@@ -138,10 +138,9 @@ type child struct {
 	err    error // a Wait failure other than a non-zero exit
 
 	// Set by the supervisor.
-	exited   bool
-	stopped  bool // tprun sent it SIGTERM while it still ran
-	killed   bool // tprun sent it SIGKILL while it still ran
-	leftover bool // its process group still had members when it was reaped
+	exited  bool
+	stopped bool // tprun sent it SIGTERM while it still ran
+	killed  bool // tprun sent it SIGKILL while it still ran
 }
 
 // childSpec is what startChild needs to know about one rank.
@@ -331,12 +330,12 @@ func (c *child) failedOnItsOwn() bool {
 	return true
 }
 
-// signalGroup sends sig to the child's process group, and to the child
-// itself should the group be gone already.
 // groupAlive reports whether the rank's process group still has a member
 // (what its command started in the background, once the rank itself ended).
 func (c *child) groupAlive() bool { return unix.Kill(-c.pid, 0) == nil }
 
+// signalGroup sends sig to the child's process group, and to the child
+// itself should the group be gone already.
 func (c *child) signalGroup(sig syscall.Signal) {
 	if err := unix.Kill(-c.pid, sig); err != nil {
 		_ = c.cmd.Process.Signal(sig)

@@ -206,31 +206,21 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 		go c.wait(done)
 	}
 	j.supervise(ctx, done)
-	j.sweepLeftovers()
 	res := j.result()
 	j.report(res)
 	return res, nil
 }
 
-// sweepLeftovers kills, once every rank has ended, what a rank left
-// running in its process group (its command's background processes), and
-// says so: a job that succeeded leaves nothing behind, as one that failed
-// does not (the stop kills the groups as it reaps the ranks).
-func (j *job) sweepLeftovers() {
-	var ranks []string
-	for _, c := range j.children {
-		if c.leftover && c.groupAlive() {
-			c.signalGroup(syscall.SIGKILL)
-			ranks = append(ranks, strconv.Itoa(c.rank))
-		}
+// killLeftovers kills what rank c left running in its process group (its
+// command's background processes) once c itself has been reaped, and says
+// so: a job leaves nothing behind, whether it succeeded or not. Right after
+// the reap, so that the group id (c's pid) cannot have been reused yet.
+func (j *job) killLeftovers(c *child) {
+	if !c.groupAlive() {
+		return
 	}
-	switch len(ranks) {
-	case 0:
-	case 1:
-		j.printf("killed the processes that rank %s left running in its process group when it ended", ranks[0])
-	default:
-		j.printf("killed the processes that ranks %s left running in their process groups when they ended", strings.Join(ranks, ", "))
-	}
+	c.signalGroup(syscall.SIGKILL)
+	j.printf("rank %d left processes running in its process group when it ended; killed them", c.rank)
 }
 
 // reap waits for every running child without supervising it.
@@ -282,14 +272,9 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 					startStop(fmt.Sprintf("rank %d %s", c.rank, c.status), c.status.ExitStatus())
 				}
 			}
-			if j.stopping {
-				// Whatever the rank left behind in its group goes too.
-				c.signalGroup(syscall.SIGKILL)
-			} else if c.groupAlive() {
-				// Its peers may still use what it started; it goes when
-				// the job ends (sweepLeftovers).
-				c.leftover = true
-			}
+			// Whatever the rank left running in its process group goes
+			// with it, now: later, the group's id could be another's.
+			j.killLeftovers(c)
 		case <-grace:
 			grace = nil
 			j.killAll()
