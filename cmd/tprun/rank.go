@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -79,6 +80,8 @@ func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, m
 		msg := "stopped by " + unix.SignalName(sig)
 		if se := (*job.StepError)(nil); errors.As(err, &se) {
 			msg += fmt.Sprintf(" at M=%d, step %d of the run", se.M, se.Step)
+		} else if what := strings.TrimSuffix(err.Error(), ": "+context.Canceled.Error()); what != err.Error() {
+			msg += " (" + what + ")" // where it was, as the job says it
 		}
 		fmt.Fprintln(stderr, msg)
 		return 128 + int(sig)

@@ -142,7 +142,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 		}
 	}()
 	fail := func(err error) error { return fmt.Errorf("job: bench: rank %d: %w", rank, err) }
-	in, err := p.newInputs(rank)
+	in, err := p.newInputs(ctx, rank)
 	if err != nil {
 		return fail(err)
 	}

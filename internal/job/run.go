@@ -311,8 +311,10 @@ func (p *plan) fillWeight(dst []kernel.BF16, first int) {
 
 // newInputs draws the pools and this rank's weight shard, and builds the
 // yardstick of the whole block shard by shard, regenerating each peer's
-// weight rows instead of holding the full weight.
-func (p *plan) newInputs(rank int) (*inputs, error) {
+// weight rows instead of holding the full weight. It returns ctx's error,
+// wrapped, when ctx ends first (it looks between shards and row groups:
+// at large shapes this takes minutes).
+func (p *plan) newInputs(ctx context.Context, rank int) (*inputs, error) {
 	H, K, shard := p.cfg.Hidden, p.cfg.Latent, p.shape.Shard()
 	in := &inputs{
 		latent: make([]kernel.BF16, p.rows*K),
@@ -326,12 +328,18 @@ func (p *plan) newInputs(rank int) (*inputs, error) {
 	p.fillWeight(in.weight, rank*shard)
 	peer := make([]kernel.BF16, shard*K)
 	for q := range p.size {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("job: rank %d: drawing the inputs: %w", rank, err)
+		}
 		w := in.weight
 		if q != rank {
 			p.fillWeight(peer, q*shard)
 			w = peer
 		}
 		for r0 := 0; r0 < p.rows; r0 += kernel.MaxM {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("job: rank %d: building the reference: %w", rank, err)
+			}
 			s := p.shape
 			s.M = min(kernel.MaxM, p.rows-r0)
 			e, err := kernel.Expect(s, in.latent[r0*K:], w, in.shared[r0*H+q*shard:], H)
@@ -390,7 +398,7 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	stopNotes := out.every(progressEvery, func(d time.Duration) string {
 		return fmt.Sprintf("# still drawing the inputs and the float64 reference (%.0fs)\n", d.Seconds())
 	})
-	in, err := p.newInputs(rank)
+	in, err := p.newInputs(ctx, rank)
 	stopNotes()
 	if err != nil {
 		return err

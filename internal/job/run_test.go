@@ -269,7 +269,7 @@ func TestInputsAgreeAcrossRanks(t *testing.T) {
 		full := make([]kernel.BF16, cfg.Hidden*cfg.Latent)
 		p.fillWeight(full, 0)
 		for r := range size {
-			in, err := p.newInputs(r)
+			in, err := p.newInputs(context.Background(), r)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -407,7 +407,7 @@ func TestHostBytes(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		in, err := p.newInputs(tc.tp - 1)
+		in, err := p.newInputs(context.Background(), tc.tp-1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,5 +468,25 @@ func TestRunProgress(t *testing.T) {
 	}
 	if outs[1] != "" {
 		t.Errorf("rank 1 printed %q", outs[1])
+	}
+}
+
+// TestNewInputsCancelled: drawing the inputs stops when ctx ends (at large
+// shapes it takes minutes, and the launcher's SIGTERM must not wait for it).
+func TestNewInputsCancelled(t *testing.T) {
+	cfg := Default()
+	p, err := newPlan(&cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	in, err := p.newInputs(ctx, 0)
+	if !errors.Is(err, context.Canceled) || in != nil || !strings.Contains(err.Error(), "job: rank 0: drawing the inputs") {
+		t.Errorf("got %v, %v; want nil and a context.Canceled naming the phase", in, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("took %v after ctx ended", d)
 	}
 }
