@@ -190,6 +190,9 @@ func (e *TimeoutError) Error() string {
 	if e.Waited < time.Millisecond {
 		waited = e.Waited.Round(time.Microsecond)
 	}
+	if waited == 0 {
+		waited = e.Waited
+	}
 	return fmt.Sprintf("mailbox: rank %d, step %d (slot %d): no slice from %s %s after %v",
 		e.Rank, e.Step, e.Slot, who, strings.Join(ranks, ", "), waited)
 }

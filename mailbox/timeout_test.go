@@ -18,6 +18,7 @@ func TestTimeoutErrorWaited(t *testing.T) {
 		{2400 * time.Microsecond, "after 2ms"},
 		{37 * time.Microsecond, "after 37µs"},
 		{1234 * time.Nanosecond, "after 1µs"},
+		{300 * time.Nanosecond, "after 300ns"},
 	} {
 		e := &TimeoutError{Rank: 0, Step: 3, Slot: 1, Missing: []int{1}, Waited: tc.waited}
 		if got := e.Error(); !strings.HasSuffix(got, "no slice from rank 1 "+tc.want) {

@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -180,25 +179,6 @@ func launch(args []string, stdout, stderr io.Writer) int {
 		return exitInternal
 	}
 	return res.ExitStatus
-}
-
-// availableMemory is MemAvailable of /proc/meminfo in bytes: what the
-// kernel estimates can be allocated without swapping. False where it cannot
-// be read (then the job is not checked against it).
-func availableMemory() (int64, bool) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 3 && f[0] == "MemAvailable:" && f[2] == "kB" {
-			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				return kb * 1024, true
-			}
-		}
-	}
-	return 0, false
 }
 
 func usageError(w io.Writer, msg string) int {

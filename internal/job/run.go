@@ -163,10 +163,18 @@ func CheckShape(cfg *Config, worldSize int) error {
 // CheckShape passed.
 func CheckMailbox(cfg *Config, worldSize int) error {
 	mc := mailbox.Config{Hidden: cfg.Hidden, Capacity: cfg.maxM(), Slots: cfg.Slots}
-	if _, err := mailbox.NewLayout(mc, worldSize); err != nil {
-		return &FlagError{Flag: "slots", Value: strconv.Itoa(cfg.Slots), Rule: strings.TrimPrefix(err.Error(), "mailbox: ")}
+	_, err := mailbox.NewLayout(mc, worldSize)
+	if err == nil {
+		return nil
 	}
-	return nil
+	rule := strings.TrimPrefix(err.Error(), "mailbox: ")
+	// When even the fewest slots do not fit, the row size is to blame.
+	if mc.Slots = 2; cfg.Slots > 2 {
+		if _, err2 := mailbox.NewLayout(mc, worldSize); err2 == nil {
+			return &FlagError{Flag: "slots", Value: strconv.Itoa(cfg.Slots), Rule: rule}
+		}
+	}
+	return &FlagError{Flag: "hidden", Value: strconv.Itoa(cfg.Hidden), Rule: fmt.Sprintf("with M up to %d: %s", cfg.maxM(), rule)}
 }
 
 // maxM is the largest M of the job (1 when none is set: Run refuses that).
@@ -183,7 +191,8 @@ func (c *Config) maxM() int {
 // block, with one kernel.Expect's float64 buffers; the pools of latent and
 // residual rows; the float64 reference and tolerances of every pool row of
 // the whole block; the step's block and its mailbox. It assumes CheckShape
-// passed; the products fit in an int64.
+// and CheckMailbox passed (latent at most kernel.MaxLatent, hidden below
+// 2^29 by the mailbox's size limit), so that the products fit in an int64.
 func HostBytes(cfg *Config, worldSize int) int64 {
 	H, K := int64(cfg.Hidden), int64(cfg.Latent)
 	m := int64(cfg.maxM())

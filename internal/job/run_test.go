@@ -437,6 +437,12 @@ func TestHostBytes(t *testing.T) {
 	if err := CheckMailbox(&cfg, 2); !errors.As(err, &fe) || fe.Flag != "slots" || !strings.Contains(fe.Rule, "limit") {
 		t.Errorf("--slots 100000: got %v, want a FlagError on --slots naming the limit", err)
 	}
+	// Rows too large for even two slots: --hidden is to blame, not --slots.
+	cfg = Default()
+	cfg.Hidden = 100_000_000
+	if err := CheckMailbox(&cfg, 2); !errors.As(err, &fe) || fe.Flag != "hidden" || !strings.Contains(fe.Rule, "limit") {
+		t.Errorf("--hidden 100000000: got %v, want a FlagError on --hidden naming the limit", err)
+	}
 }
 
 // TestRunProgress: rank 0 of a run longer than progressEvery says how far
