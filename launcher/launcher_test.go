@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tprun/tprun/internal/hub"
+	"github.com/tprun/tprun/internal/proctest"
 )
 
 // lockedBuffer is a bytes.Buffer safe to read while Run writes to it.
@@ -68,32 +69,6 @@ func recordingListen(rec **recordingHub) listenFunc {
 		}
 		*rec = &recordingHub{hubServer: s}
 		return *rec, nil
-	}
-}
-
-// processGone reports whether pid no longer runs (absent or a zombie that
-// nobody reaped yet, which can no longer do anything).
-func processGone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
-}
-
-func waitGone(t *testing.T, pids []int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, pid := range pids {
-		for !processGone(pid) {
-			if time.Now().After(deadline) {
-				t.Errorf("pid %d still alive %s later", pid, within)
-				syscall.Kill(pid, syscall.SIGKILL)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
 	}
 }
 
@@ -646,7 +621,7 @@ func TestLauncherSignalled(t *testing.T) {
 			}
 			// After a caught signal Run reaped every rank before exiting;
 			// after SIGKILL the kernel delivers the parent-death signal.
-			waitGone(t, pids, 2*time.Second)
+			proctest.WaitGone(t, "rank", pids, 2*time.Second)
 			entries, err := os.ReadDir(tmp)
 			if err != nil {
 				t.Fatal(err)

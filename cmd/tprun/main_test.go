@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/internal/proctest"
 )
 
 // tprunBin is the real binary, built once by TestMain.
@@ -253,20 +255,8 @@ func TestSignalled(t *testing.T) {
 		t.Run(tc.sig.String(), func(t *testing.T) {
 			const n = 3
 			tmp := shortTempDir(t)
-			cmd := exec.Command(tprunBin, "--tp", strconv.Itoa(n), "--", "sh", "-c", `echo "pid $$"; exec sleep 30`)
-			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Process.Kill()
+			cmd, sc, stderr := startTprun(t, tmp, "--tp", strconv.Itoa(n), "--", "sh", "-c", `echo "pid $$"; exec sleep 30`)
 			var pids []int
-			sc := bufio.NewScanner(out)
 			for len(pids) < n && sc.Scan() {
 				var k, pid int
 				if _, err := fmt.Sscanf(sc.Text(), "[rank %d] pid %d", &k, &pid); err == nil {
@@ -286,17 +276,7 @@ func TestSignalled(t *testing.T) {
 			if got := cmd.ProcessState.ExitCode(); got != tc.want {
 				t.Errorf("exit status %d, want %d; stderr:\n%s", got, tc.want, stderr.String())
 			}
-			deadline := time.Now().Add(2 * time.Second)
-			for _, pid := range pids {
-				for !gone(pid) {
-					if time.Now().After(deadline) {
-						t.Errorf("rank pid %d alive after tprun exited", pid)
-						syscall.Kill(pid, syscall.SIGKILL)
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
+			proctest.WaitGone(t, "rank", pids, 2*time.Second)
 			if tc.hubDir {
 				// The next job removes the directory its dead owner left.
 				if r := tprun(t, tmp, "--tp", "1", "--", "true"); r.status != 0 {
@@ -308,16 +288,15 @@ func TestSignalled(t *testing.T) {
 	}
 }
 
-// TestDefaultJobStopped: SIGTERM to tprun during the default job's steps
-// stops each rank with one line saying where it was, the ranks exit with
-// the status of the signal, and the report says tprun stopped them; the
-// hub does not log the ranks' ends as an abort.
-func TestDefaultJobStopped(t *testing.T) {
-	tmp := shortTempDir(t)
-	cmd := exec.Command(tprunBin, "--tp", "2", "--hidden", "1024", "--latent", "512", "--iters", "100000000", "--m", "1")
+// startTprun starts tprun with TMPDIR=tmp in the background and returns
+// it, a scanner of its stdout and its stderr so far; the process is killed
+// when the test ends, if it still runs.
+func startTprun(t *testing.T, tmp string, args ...string) (*exec.Cmd, *bufio.Scanner, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(tprunBin, args...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -325,8 +304,17 @@ func TestDefaultJobStopped(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(out)
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, bufio.NewScanner(out), stderr
+}
+
+// TestDefaultJobStopped: SIGTERM to tprun during the default job's steps
+// stops each rank with one line saying where it was, the ranks exit with
+// the status of the signal, and the report says tprun stopped them; the
+// hub does not log the ranks' ends as an abort.
+func TestDefaultJobStopped(t *testing.T) {
+	tmp := shortTempDir(t)
+	cmd, sc, stderr := startTprun(t, tmp, "--tp", "2", "--hidden", "1024", "--latent", "512", "--iters", "100000000", "--m", "1")
 	for sc.Scan() && !strings.Contains(sc.Text(), "#  M  hidden") {
 	}
 	time.Sleep(200 * time.Millisecond) // some steps
@@ -374,33 +362,13 @@ func TestLeftoversKilled(t *testing.T) {
 	if len(pids) != 2 {
 		t.Fatalf("background pids %v from stdout %q", pids, r.stdout)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for _, pid := range pids {
-		for !gone(pid) {
-			if time.Now().After(deadline) {
-				t.Errorf("background pid %d alive after tprun exited", pid)
-				syscall.Kill(pid, syscall.SIGKILL)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	proctest.WaitGone(t, "background", pids, 2*time.Second)
 	for _, want := range []string{"tprun: rank 0 left processes running in its process group when it ended; killed them\n", "tprun: rank 1 left processes running in its process group when it ended; killed them\n"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
 	}
 	assertEmptyDir(t, tmp)
-}
-
-// gone reports whether pid is absent or a zombie.
-func gone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // TestDefaultJob: without -- CMD, tprun runs its own rank worker (a small
