@@ -310,19 +310,25 @@ func splitmix(x uint64) uint64 {
 }
 
 // fillWeight draws rows first.. of the full [hidden, latent] weight into
-// dst, one generator per row.
-func (p *plan) fillWeight(dst []kernel.BF16, first int) {
+// dst, one generator per row. It stops with ctx's error when ctx ends (it
+// looks every 64 rows).
+func (p *plan) fillWeight(ctx context.Context, dst []kernel.BF16, first int) error {
 	K := p.cfg.Latent
 	for i := range len(dst) / K {
+		if i%64 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		kernel.FillRandom(kernel.NewRand(subSeed(p.cfg.Seed, streamWeight, uint64(first+i))), dst[i*K:(i+1)*K], p.wScale)
 	}
+	return nil
 }
 
 // newInputs draws the pools and this rank's weight shard, and builds the
 // yardstick of the whole block shard by shard, regenerating each peer's
 // weight rows instead of holding the full weight. It returns ctx's error,
-// wrapped, when ctx ends first (it looks between shards and row groups:
-// at large shapes this takes minutes).
+// wrapped, when ctx ends first (it looks before each weight shard, every
+// 64 weight rows and between row groups of the reference: at large shapes
+// this takes minutes).
 func (p *plan) newInputs(ctx context.Context, rank int) (*inputs, error) {
 	H, K, shard := p.cfg.Hidden, p.cfg.Latent, p.shape.Shard()
 	in := &inputs{
@@ -332,17 +338,22 @@ func (p *plan) newInputs(ctx context.Context, rank int) (*inputs, error) {
 		ideal:  make([]float64, p.rows*H),
 		tol:    make([]float64, p.rows*H),
 	}
+	stopped := func(err error) error { return fmt.Errorf("job: rank %d: drawing the inputs: %w", rank, err) }
+	if err := ctx.Err(); err != nil {
+		return nil, stopped(err)
+	}
 	kernel.FillRandom(kernel.NewRand(subSeed(p.cfg.Seed, streamLatent, 0)), in.latent, p.latScale)
 	kernel.FillRandom(kernel.NewRand(subSeed(p.cfg.Seed, streamShared, 0)), in.shared, 1)
-	p.fillWeight(in.weight, rank*shard)
+	if err := p.fillWeight(ctx, in.weight, rank*shard); err != nil {
+		return nil, stopped(err)
+	}
 	peer := make([]kernel.BF16, shard*K)
 	for q := range p.size {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("job: rank %d: drawing the inputs: %w", rank, err)
-		}
 		w := in.weight
 		if q != rank {
-			p.fillWeight(peer, q*shard)
+			if err := p.fillWeight(ctx, peer, q*shard); err != nil {
+				return nil, stopped(err)
+			}
 			w = peer
 		}
 		for r0 := 0; r0 < p.rows; r0 += kernel.MaxM {

@@ -267,7 +267,7 @@ func TestInputsAgreeAcrossRanks(t *testing.T) {
 			t.Fatal(err)
 		}
 		full := make([]kernel.BF16, cfg.Hidden*cfg.Latent)
-		p.fillWeight(full, 0)
+		_ = p.fillWeight(context.Background(), full, 0)
 		for r := range size {
 			in, err := p.newInputs(context.Background(), r)
 			if err != nil {
@@ -292,8 +292,8 @@ func TestInputsAgreeAcrossRanks(t *testing.T) {
 	a, b := make([]kernel.BF16, 64), make([]kernel.BF16, 64)
 	pa, _ := newPlan(testConfig("--hidden", "16", "--latent", "64", "--seed", "1"), 2)
 	pb, _ := newPlan(testConfig("--hidden", "16", "--latent", "64", "--seed", "2"), 2)
-	pa.fillWeight(a, 3)
-	pb.fillWeight(b, 3)
+	_ = pa.fillWeight(context.Background(), a, 3)
+	_ = pb.fillWeight(context.Background(), b, 3)
 	if slices.Equal(a, b) {
 		t.Error("seeds 1 and 2 draw the same weight row")
 	}
@@ -478,7 +478,9 @@ func TestRunProgress(t *testing.T) {
 }
 
 // TestNewInputsCancelled: drawing the inputs stops when ctx ends (at large
-// shapes it takes minutes, and the launcher's SIGTERM must not wait for it).
+// shapes it takes minutes, and the launcher's SIGTERM must not wait for
+// it): at once when it has ended already, and within 64 weight rows of it
+// ending while a shard is drawn.
 func TestNewInputsCancelled(t *testing.T) {
 	cfg := Default()
 	p, err := newPlan(&cfg, 2)
@@ -487,12 +489,35 @@ func TestNewInputsCancelled(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	start := time.Now()
 	in, err := p.newInputs(ctx, 0)
 	if !errors.Is(err, context.Canceled) || in != nil || !strings.Contains(err.Error(), "job: rank 0: drawing the inputs") {
 		t.Errorf("got %v, %v; want nil and a context.Canceled naming the phase", in, err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("took %v after ctx ended", d)
+	// A ctx that ends at fillWeight's third look (rows 0, 64, 128).
+	dst := make([]kernel.BF16, 300*cfg.Latent)
+	ec := &endingCtx{Context: context.Background(), left: 2}
+	if err := p.fillWeight(ec, dst, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("fillWeight: %v, want context.Canceled", err)
 	}
+	for r := range 300 {
+		row := dst[r*cfg.Latent : (r+1)*cfg.Latent]
+		if drawn := slices.ContainsFunc(row, func(v kernel.BF16) bool { return v != 0 }); drawn != (r < 128) {
+			t.Fatalf("row %d drawn: %v; want rows 0..127 drawn and none after", r, drawn)
+		}
+	}
+}
+
+// endingCtx is a ctx whose Err is nil for its first left looks and
+// context.Canceled after.
+type endingCtx struct {
+	context.Context
+	left int
+}
+
+func (c *endingCtx) Err() error {
+	if c.left > 0 {
+		c.left--
+		return nil
+	}
+	return context.Canceled
 }
