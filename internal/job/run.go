@@ -157,10 +157,10 @@ func CheckShape(cfg *Config, worldSize int) error {
 	return &FlagError{Flag: flag, Value: value, Rule: fmt.Sprintf("%s = %d: %s", se.Field, se.Value, se.Rule)}
 }
 
-// CheckMailbox reports, as a *FlagError on --slots, a mailbox that the
-// job's shape and --slots make too large (mailbox.NewLayout's rules), so
-// that the launcher can refuse it before any rank starts. It assumes
-// CheckShape passed.
+// CheckMailbox reports, as a *FlagError, a mailbox that the job's shape
+// and --slots make too large (mailbox.NewLayout's rules), so that the
+// launcher can refuse it before any rank starts: on --slots, or on --hidden
+// when even two slots would not fit. It assumes CheckShape passed.
 func CheckMailbox(cfg *Config, worldSize int) error {
 	mc := mailbox.Config{Hidden: cfg.Hidden, Capacity: cfg.maxM(), Slots: cfg.Slots}
 	_, err := mailbox.NewLayout(mc, worldSize)
@@ -199,7 +199,8 @@ func HostBytes(cfg *Config, worldSize int) int64 {
 	rows := 2 * m // newPlan
 	shard := H / int64(worldSize)
 	expect := min(int64(kernel.MaxM), rows) * (2*shard + K) * 8
-	return 2*shard*K*2 + expect + rows*(K+H)*2 + rows*H*16 + m*H*2 + int64(max(cfg.Slots, 2))*m*H*2
+	mb, _ := mailbox.NewLayout(mailbox.Config{Hidden: cfg.Hidden, Capacity: cfg.maxM(), Slots: cfg.Slots}, worldSize)
+	return 2*shard*K*2 + expect + rows*(K+H)*2 + rows*H*16 + m*H*2 + int64(mb.Bytes)
 }
 
 // ErrMemory is matched when this machine has too little memory for the job.
