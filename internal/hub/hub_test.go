@@ -1108,3 +1108,34 @@ func TestRemoveStaleDirs(t *testing.T) {
 		}
 	}
 }
+
+// TestListenConcurrent: hubs made at the same time under one temp
+// directory never remove each other's directory (each one's sweep runs
+// while the others are being made).
+func TestListenConcurrent(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	var wg sync.WaitGroup
+	errs := make(chan error, 16*25)
+	for range 16 {
+		wg.Go(func() {
+			for range 25 {
+				s, err := Listen(ServerConfig{WorldSize: 1, Token: "t"})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				if _, err := os.Stat(s.Path()); err != nil {
+					errs <- err
+				}
+				if err := s.Close(); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

@@ -136,19 +136,27 @@ func removeStaleDirs(tmp string) {
 
 // lockOwnerFile creates the owner file with this process's pid, holding an
 // exclusive flock on it (the descriptor is close-on-exec, so the ranks do
-// not inherit the lock).
+// not inherit the lock). The file is made and locked under another name
+// and then renamed, so that removeStaleDirs never finds it unlocked.
 func lockOwnerFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	tmp := path + ".new"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	fail := func(err error) (*os.File, error) {
 		_ = f.Close()
-		return nil, fmt.Errorf("locking %s: %w", path, err)
+		_ = os.Remove(tmp)
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fail(fmt.Errorf("locking %s: %w", tmp, err))
 	}
 	if _, err := f.WriteString(strconv.Itoa(os.Getpid()) + "\n"); err != nil {
-		_ = f.Close()
-		return nil, err
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
 	}
 	return f, nil
 }
