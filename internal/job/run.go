@@ -30,6 +30,19 @@ var ErrCheck = errors.New("job: check failed")
 // inputs, the steps); tests shorten it.
 var progressEvery = 10 * time.Second
 
+// timeLeft estimates the rest of a run from the current M's pace: took for
+// its first done steps, iters steps per M, ms the current M and those after
+// it. A later M is taken to cost in proportion to its rows (the check and
+// the copies on the host grow with M).
+func timeLeft(took time.Duration, done, iters int, ms []int) time.Duration {
+	per := float64(took) / float64(done) // per step of the current M
+	left := per * float64(iters-done)
+	for _, m := range ms[1:] {
+		left += per * float64(m) / float64(ms[0]) * float64(iters)
+	}
+	return time.Duration(left)
+}
+
 // StepError is a step of the run that failed (or was cancelled): which
 // rank, M and step of the whole run, and why.
 type StepError struct {
@@ -357,19 +370,26 @@ func (p *plan) newInputs(ctx context.Context, rank int) (*inputs, error) {
 			}
 			w = peer
 		}
+		// Each column of the reference is its own dot product, so the shard
+		// goes to kernel.Expect a few columns at a time (about 2^24
+		// products per call), with a look at ctx before each.
+		step := max(kernel.ShardAlign, (1<<24)/(kernel.MaxM*K)/kernel.ShardAlign*kernel.ShardAlign)
 		for r0 := 0; r0 < p.rows; r0 += kernel.MaxM {
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("job: rank %d: building the reference: %w", rank, err)
-			}
-			s := p.shape
-			s.M = min(kernel.MaxM, p.rows-r0)
-			e, err := kernel.Expect(s, in.latent[r0*K:], w, in.shared[r0*H+q*shard:], H)
-			if err != nil {
-				return nil, fmt.Errorf("job: reference for rank %d's columns, rows %d..%d: %w", q, r0, r0+s.M-1, err)
-			}
-			for m := range s.M {
-				copy(in.ideal[(r0+m)*H+q*shard:][:shard], e.Ideal[m*shard:][:shard])
-				copy(in.tol[(r0+m)*H+q*shard:][:shard], e.Tol[m*shard:][:shard])
+			for c0 := 0; c0 < shard; c0 += step {
+				if err := ctx.Err(); err != nil {
+					return nil, fmt.Errorf("job: rank %d: building the reference: %w", rank, err)
+				}
+				cols := min(step, shard-c0)
+				s := kernel.Shape{M: min(kernel.MaxM, p.rows-r0), Hidden: cols, Latent: K, TP: 1}
+				e, err := kernel.Expect(s, in.latent[r0*K:], w[c0*K:], in.shared[r0*H+q*shard+c0:], H)
+				if err != nil {
+					return nil, fmt.Errorf("job: reference for rank %d's columns %d..%d, rows %d..%d: %w",
+						q, q*shard+c0, q*shard+c0+cols-1, r0, r0+s.M-1, err)
+				}
+				for m := range s.M {
+					copy(in.ideal[(r0+m)*H+q*shard+c0:][:cols], e.Ideal[m*cols:][:cols])
+					copy(in.tol[(r0+m)*H+q*shard+c0:][:cols], e.Tol[m*cols:][:cols])
+				}
 			}
 		}
 	}
@@ -449,9 +469,10 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	t := 0 // step of the whole run
 	block := make([]kernel.BF16, p.shape.M*cfg.Hidden)
 	hashBuf := make([]byte, 0, 2*len(block))
-	for _, m := range cfg.M {
+	for mi, m := range cfg.M {
 		res := mResult{times: make([]time.Duration, 0, cfg.Iters), hashes: make([]uint64, 0, cfg.Iters)}
-		for range cfg.Iters {
+		mStart := time.Now()
+		for i := range cfg.Iters {
 			if f := cfg.Fault; f != nil && f.Rank == rank && f.Step == t {
 				fmt.Fprintf(stdout, "rank %d: injected fault at step %d (--inject-fault %v): dying now\n", rank, t, f)
 				return hooks.die()
@@ -480,9 +501,8 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 			t++
 			if now := time.Now(); out.on && now.Sub(lastNote) >= progressEvery && t < p.steps {
 				lastNote = now
-				d := now.Sub(stepsStart)
-				out.printf("# %d of %d steps (M=%d) in %.0fs; about %.0fs left\n", t, p.steps, m, d.Seconds(),
-					d.Seconds()*float64(p.steps-t)/float64(t))
+				out.printf("# %d of %d steps (M=%d) in %.0fs; about %.0fs left\n", t, p.steps, m, now.Sub(stepsStart).Seconds(),
+					timeLeft(now.Sub(mStart), i+1, cfg.Iters, cfg.M[mi:]).Seconds())
 			}
 		}
 		if res.wrong > 0 {

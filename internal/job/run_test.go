@@ -521,3 +521,50 @@ func (c *endingCtx) Err() error {
 	}
 	return context.Canceled
 }
+
+// TestReferenceInColumnChunks: the yardstick newInputs builds a few
+// columns at a time equals kernel.Expect over each whole shard, bit for bit.
+func TestReferenceInColumnChunks(t *testing.T) {
+	cfg := Default()
+	cfg.Hidden, cfg.Latent, cfg.M = 1024, 16384, []int{8} // 128 columns per call: 4 calls per shard
+	p, err := newPlan(&cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := p.newInputs(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	H, K, shard := cfg.Hidden, cfg.Latent, p.shape.Shard()
+	w := make([]kernel.BF16, shard*K)
+	for q := range 2 {
+		_ = p.fillWeight(context.Background(), w, q*shard)
+		for r0 := 0; r0 < p.rows; r0 += kernel.MaxM {
+			s := p.shape
+			s.M = min(kernel.MaxM, p.rows-r0)
+			e, err := kernel.Expect(s, in.latent[r0*K:], w, in.shared[r0*H+q*shard:], H)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m := range s.M {
+				if !slices.Equal(in.ideal[(r0+m)*H+q*shard:][:shard], e.Ideal[m*shard:][:shard]) ||
+					!slices.Equal(in.tol[(r0+m)*H+q*shard:][:shard], e.Tol[m*shard:][:shard]) {
+					t.Fatalf("rank %d's columns, row %d: the chunked reference differs from the whole shard's", q, r0+m)
+				}
+			}
+		}
+	}
+}
+
+// TestTimeLeft: the rest of the current M at its pace, and each later M at
+// that pace scaled by its rows.
+func TestTimeLeft(t *testing.T) {
+	// 100 of 1000 steps of M=1 in 1 s: 9 s for the rest of M=1, then 20 s
+	// for M=2 and 80 s for M=8.
+	if got, want := timeLeft(time.Second, 100, 1000, []int{1, 2, 8}), 109*time.Second; got != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if got := timeLeft(time.Second, 1000, 1000, []int{4}); got != 0 {
+		t.Errorf("the last step: got %v, want 0", got)
+	}
+}
