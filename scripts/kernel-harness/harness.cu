@@ -1558,6 +1558,7 @@ int main(int argc, char** argv) {
   {
     int regs = 0, lsize = 0;
     for (int v = 0; v < kNumVariants; ++v) {
+      if (!k.skinny[8][v]) continue;  // not in this fatbin (load said so)
       CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k.skinny[8][v]));
       CK(cuFuncGetAttribute(&lsize, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.skinny[8][v]));
       printf("tprun_skinny_m8%s: %d registers, %d bytes local\n", kSuffix[v], regs, lsize);
