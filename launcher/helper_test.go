@@ -195,7 +195,13 @@ func helperLaunch(args []string) int {
 // stdout and stderr, so the launcher learns of V's end only once that
 // process is gone (when tprun stops V's process group) or after its drain
 // timeout: V's peers are reaped before V.
+// HELPER_NOJOIN_RANK=R makes rank R exit 0 at once, without a hello; the
+// others then print "dial-failed <error>" and exit 10.
 func helperHub(rank int) int {
+	if r, err := strconv.Atoi(os.Getenv("HELPER_NOJOIN_RANK")); err == nil && r == rank {
+		fmt.Println("leaving without a hello")
+		return 0
+	}
 	if os.Getenv("HELPER_IGNORE_TERM") == "1" {
 		signal.Ignore(syscall.SIGTERM)
 	}
@@ -210,6 +216,7 @@ func helperHub(rank int) int {
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dial:", err)
+		fmt.Println("dial-failed", err)
 		return 10
 	}
 	defer c.Close()

@@ -10,11 +10,14 @@ import (
 
 // hubServer is what the launcher needs from the rendezvous hub: where its
 // socket is, a loop to run, a way to fail every rank's pending calls when a
-// rank dies, and cleanup.
+// rank dies, word of every rank's end (a rank that exits, even with 0,
+// before it joins leaves the others' rendezvous nobody to wait for), and
+// cleanup.
 type hubServer interface {
 	Path() string
 	Serve(ctx context.Context) error
 	Abort(rank int, reason string)
+	Exited(rank int, how string)
 	Close() error
 }
 
@@ -54,6 +57,9 @@ type hubConfig struct {
 	Logf              func(format string, args ...any)
 }
 
+// timeoutKnob is what the hub's timeout message names as setting the limit.
+const timeoutKnob = "tprun --rendezvous-timeout"
+
 type listenFunc func(hubConfig) (hubServer, error)
 
 // listenHub opens the real hub in a fresh private directory under
@@ -64,6 +70,7 @@ func listenHub(c hubConfig) (hubServer, error) {
 		Token:             c.Token,
 		RendezvousTimeout: c.RendezvousTimeout,
 		Logf:              c.Logf,
+		TimeoutKnob:       timeoutKnob,
 	})
 	if err != nil {
 		return nil, err

@@ -272,6 +272,11 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 					startStop(fmt.Sprintf("rank %d %s", c.rank, c.status), c.status.ExitStatus())
 				}
 			}
+			// A rank that ended without joining (a failure is aborted
+			// above) fails a rendezvous its peers would otherwise wait
+			// out to the timeout; one that joined, or a job that never
+			// uses the hub, the hub leaves alone.
+			j.srv.Exited(c.rank, c.status.String())
 			// Whatever the rank left running in its process group goes
 			// with it, now: later, the group's id could be another's.
 			j.killLeftovers(c)

@@ -50,14 +50,41 @@ func (e *RankError) Error() string {
 // Is makes errors.Is(err, ErrAborted) true.
 func (e *RankError) Is(target error) bool { return target == ErrAborted }
 
-// RendezvousError: the rendezvous did not complete within the timeout.
+// RendezvousError: the rendezvous did not complete, because it timed out
+// or because a rank's process ended before it said hello.
 type RendezvousError struct {
-	Missing []int // ranks that never said hello
+	Missing []int // ranks that had not said hello
 	After   time.Duration
+	// Exited lists the ranks whose process ended before they said hello
+	// (the launcher tells the hub through Server.Exited), in the order the
+	// hub learned of them. When it is not empty the rendezvous failed at
+	// once, not after the timeout, and After is 0.
+	Exited []ExitedRank
+	// Knob names what sets the timeout ("tprun --rendezvous-timeout"), for
+	// the message; empty when the host did not say (ServerConfig.TimeoutKnob).
+	Knob string
+}
+
+// ExitedRank is a rank whose process ended before it said hello, and how
+// it ended, in the launcher's words ("exit status 0").
+type ExitedRank struct {
+	Rank int
+	How  string
 }
 
 func (e *RendezvousError) Error() string {
-	return fmt.Sprintf("hub: rendezvous timed out after %v: %s never connected", e.After, rankList(e.Missing))
+	if len(e.Exited) > 0 {
+		s := make([]string, len(e.Exited))
+		for i, x := range e.Exited {
+			s[i] = fmt.Sprintf("rank %d exited (%s)", x.Rank, x.How)
+		}
+		return "hub: rendezvous failed: " + strings.Join(s, ", ") + " before joining"
+	}
+	msg := fmt.Sprintf("hub: rendezvous timed out after %v: %s never connected", e.After, rankList(e.Missing))
+	if e.Knob != "" {
+		msg += " (" + e.Knob + " sets this limit)"
+	}
+	return msg
 }
 
 // Is makes errors.Is true for both ErrRendezvous and ErrAborted.

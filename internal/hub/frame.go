@@ -122,9 +122,10 @@ type welcomeMsg struct{ peers []Hello }
 type failMsg struct {
 	code    failCode
 	rank    int
-	reason  string
+	reason  string // failRendezvous: the timeout's knob (RendezvousError.Knob)
 	missing []int
 	after   time.Duration
+	exited  []ExitedRank // failRendezvous: ranks that ended before their hello
 }
 
 type opMsg struct {
@@ -284,6 +285,17 @@ func (m *failMsg) encode(e *encoder) {
 		e.i32(r)
 	}
 	e.u64(uint64(m.after))
+	// exited is a trailing section present only when not empty: a fail
+	// frame without it is byte for byte what hubs before it sent, so
+	// clients and hubs of either age still understand each other's
+	// timeouts.
+	if len(m.exited) > 0 {
+		e.u32(uint32(len(m.exited)))
+		for _, x := range m.exited {
+			e.i32(x.Rank)
+			e.str(x.How)
+		}
+	}
 }
 
 func (m *failMsg) decode(d *decoder) {
@@ -301,6 +313,22 @@ func (m *failMsg) decode(d *decoder) {
 		}
 	}
 	m.after = time.Duration(d.u64())
+	if d.err != nil || len(d.b) == 0 {
+		return
+	}
+	// An empty section would have been left out: refusing it keeps the
+	// encoding canonical.
+	n = d.count(4 + 4) // a rank and a string's length
+	if d.err == nil && n == 0 {
+		d.fail("empty exited list")
+	}
+	if n > 0 {
+		m.exited = make([]ExitedRank, n)
+		for i := range m.exited {
+			m.exited[i].Rank = d.i32()
+			m.exited[i].How = d.str()
+		}
+	}
 }
 
 func (m *opMsg) encode(e *encoder) {

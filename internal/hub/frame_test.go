@@ -36,6 +36,8 @@ func sampleMessages(rng *rand.Rand) []message {
 		&welcomeMsg{peers: []Hello{hello(false), hello(false), hello(false)}},
 		&failMsg{code: failRank, rank: rng.IntN(8), reason: "connection lost"},
 		&failMsg{code: failRendezvous, rank: -1, missing: []int{2, 3}, after: time.Duration(1 + rng.Int64N(1e12))},
+		&failMsg{code: failRendezvous, rank: -1, reason: "tprun --rendezvous-timeout", missing: []int{1, 3},
+			exited: []ExitedRank{{Rank: 1 + rng.IntN(7), How: "exit status " + string(rune('0'+rng.IntN(10)))}, {Rank: 3, How: "killed by signal SIGKILL"}}},
 		&failMsg{code: failRefused, rank: -1, reason: "wrong job token"},
 		&opMsg{seq: rng.Uint64(), kind: opAllGather, root: 0, data: blob()},
 		&opMsg{seq: rng.Uint64(), kind: opBroadcastFDs, root: rng.IntN(8), nfds: 1 + rng.IntN(MaxFDs)},
@@ -117,6 +119,9 @@ func TestDecodeFrameErrors(t *testing.T) {
 		{"forged string length", frame(Version, msgAbort, []byte{0xFF, 0xFF, 0xFF, 0xF0, 'x'}, 5), "truncated"},
 		{"unknown failure code", frame(Version, msgFail, []byte{9, 0, 0, 0, 0}, 5), "unknown failure code"},
 		{"bye with payload", frame(Version, msgBye, []byte{1}, 1), "trailing"},
+		// code failRendezvous, rank -1, no reason, no missing, after 0, then an exited count of 0.
+		{"empty exited list", frame(Version, msgFail, append([]byte{3, 0xFF, 0xFF, 0xFF, 0xFF}, make([]byte, 4+4+8+4)...), 25), "empty exited list"},
+		{"forged exited count", frame(Version, msgFail, append(append([]byte{3, 0xFF, 0xFF, 0xFF, 0xFF}, make([]byte, 4+4+8)...), 0, 0, 1, 0), 25), "does not fit"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.desc, func(t *testing.T) {

@@ -735,7 +735,7 @@ func TestRendezvousClockStartsAtFirstJoin(t *testing.T) {
 func TestRendezvousTimeout(t *testing.T) {
 	const n = 4
 	timeout := 300 * time.Millisecond
-	h := startHub(t, ServerConfig{WorldSize: n, RendezvousTimeout: timeout}, nil)
+	h := startHub(t, ServerConfig{WorldSize: n, RendezvousTimeout: timeout, TimeoutKnob: "tprun --rendezvous-timeout"}, nil)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -758,7 +758,7 @@ func TestRendezvousTimeout(t *testing.T) {
 			t.Errorf("rank %d: got %v, want a *RendezvousError naming ranks 2,3", r, err)
 			continue
 		}
-		if !strings.Contains(err.Error(), "rendezvous timed out after 300ms: ranks 2,3 never connected") {
+		if !strings.Contains(err.Error(), "rendezvous timed out after 300ms: ranks 2,3 never connected (tprun --rendezvous-timeout sets this limit)") {
 			t.Errorf("rank %d: message %q", r, err)
 		}
 	}
@@ -769,7 +769,7 @@ func TestRendezvousTimeout(t *testing.T) {
 	if !errors.Is(err, ErrRendezvous) {
 		t.Errorf("latecomer: got %v", err)
 	}
-	if !h.log.contains("ranks 2,3 never connected") {
+	if !h.log.contains("ranks 2,3 never connected (tprun --rendezvous-timeout sets this limit)") {
 		t.Errorf("not logged:\n%s", h.log)
 	}
 }

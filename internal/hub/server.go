@@ -35,6 +35,10 @@ type ServerConfig struct {
 	Path              string
 	RendezvousTimeout time.Duration                    // 0 means 60 s
 	Logf              func(format string, args ...any) // refusals are logged here; nil = silent
+	// TimeoutKnob names what sets RendezvousTimeout for the people reading
+	// a timeout ("tprun --rendezvous-timeout"); the hub knows no launcher
+	// of its own. Empty: the message names none.
+	TimeoutKnob string
 }
 
 const (
@@ -66,9 +70,10 @@ type Server struct {
 	failure  error    // the first job failure, nil while the job is healthy
 	failWire *failMsg // failure as sent to clients
 	pending  map[uint64]*collective
-	nextSeq  []uint64 // per rank: the sequence number its next call must carry
-	left     []bool   // per rank: said bye
-	lastSeq  []uint64 // per rank that left: its last sequence number
+	nextSeq  []uint64     // per rank: the sequence number its next call must carry
+	left     []bool       // per rank: said bye
+	exited   []ExitedRank // ranks whose process ended before their hello (Exited)
+	lastSeq  []uint64     // per rank that left: its last sequence number
 	closing  bool
 	served   bool
 
@@ -368,6 +373,44 @@ func (s *Server) Abort(rank int, reason string) {
 	s.failQuietLocked(&RankError{Rank: rank, Reason: reason})
 }
 
+// Exited tells the hub that rank's process has ended; how is the
+// launcher's description of the end ("exit status 0"). It matters only
+// for a rank that never said hello, while the rendezvous is under way: that
+// rank can no longer join, so the rendezvous fails at once, for every rank
+// waiting in it and for any that says hello later, with a
+// *RendezvousError listing it in Exited (logged, as a timeout is). While
+// no rank has said hello nothing waits, and nothing is logged: the ranks of
+// a job may never use the hub at all. A rank that said hello already told
+// the hub how it left (its goodbye or its dropped connection), and a
+// failed job stays failed for its first reason.
+func (s *Server) Exited(rank int, how string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rank < 0 || rank >= s.cfg.WorldSize || s.ranks[rank] != nil || s.welcomed || s.closing {
+		return
+	}
+	if slices.ContainsFunc(s.exited, func(x ExitedRank) bool { return x.Rank == rank }) {
+		return
+	}
+	s.exited = append(s.exited, ExitedRank{Rank: rank, How: how})
+	if s.joined > 0 {
+		s.failLocked(s.exitedErrorLocked(-1))
+	}
+}
+
+// exitedErrorLocked is the rendezvous failure that ranks which ended before
+// their hello cause; hello is a rank saying hello now (not yet counted as
+// joined, not missing), or -1.
+func (s *Server) exitedErrorLocked(hello int) error {
+	var missing []int
+	for r, p := range s.ranks {
+		if p == nil && r != hello {
+			missing = append(missing, r)
+		}
+	}
+	return &RendezvousError{Missing: missing, Exited: slices.Clone(s.exited), Knob: s.cfg.TimeoutKnob}
+}
+
 // Drain waits until every frame queued for a client has been handed to
 // the kernel (or that client is gone). A rank that hosts the hub drains
 // before Close, so its peers get their last results even if it exits first.
@@ -494,7 +537,7 @@ func (s *Server) watchRendezvous() {
 			missing = append(missing, r)
 		}
 	}
-	s.failLocked(&RendezvousError{Missing: missing, After: s.cfg.RendezvousTimeout})
+	s.failLocked(&RendezvousError{Missing: missing, After: s.cfg.RendezvousTimeout, Knob: s.cfg.TimeoutKnob})
 }
 
 // handle is the reading goroutine of one connection.
@@ -576,6 +619,11 @@ func (s *Server) admit(p *peer, h Hello) (bool, message) {
 	if reason != "" {
 		s.logf("hub: refused connection from pid %d: %s", p.pid, reason)
 		return false, &failMsg{code: failRefused, rank: -1, reason: reason}
+	}
+	if s.failure == nil && len(s.exited) > 0 {
+		// A rank ended before its hello: this rendezvous can never
+		// complete, so the first rank to say hello fails it.
+		s.failLocked(s.exitedErrorLocked(h.Rank))
 	}
 	if s.failure != nil {
 		// A latecomer to a failed job learns why instead of waiting.
@@ -842,7 +890,7 @@ func wireFailure(err error) *failMsg {
 	case errors.As(err, &re):
 		return &failMsg{code: failRank, rank: re.Rank, reason: re.Reason}
 	case errors.As(err, &rv):
-		return &failMsg{code: failRendezvous, rank: -1, missing: rv.Missing, after: rv.After}
+		return &failMsg{code: failRendezvous, rank: -1, reason: rv.Knob, missing: rv.Missing, after: rv.After, exited: rv.Exited}
 	case errors.As(err, &je):
 		return &failMsg{code: failJob, rank: -1, reason: je.Reason}
 	}
@@ -857,7 +905,7 @@ func (m *failMsg) err(path string) error {
 	case failRank:
 		return &RankError{Rank: m.rank, Reason: m.reason}
 	case failRendezvous:
-		return &RendezvousError{Missing: m.missing, After: m.after}
+		return &RendezvousError{Missing: m.missing, After: m.after, Exited: m.exited, Knob: m.reason}
 	}
 	return &JobError{Reason: m.reason}
 }
