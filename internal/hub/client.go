@@ -14,6 +14,11 @@ import (
 // Client is one rank's connection to the hub. Collective calls are made
 // one at a time (concurrent calls queue up); every rank must make the same
 // calls in the same order.
+//
+// A call whose ctx ends after it was sent, before its result came, ends
+// the job (see call): the other ranks may still complete it with this
+// rank's contribution, and this rank's next call would then be matched
+// with their next one, so a retry would silently pair the wrong calls.
 type Client struct {
 	fc    *frameConn
 	path  string
@@ -168,6 +173,18 @@ func (c *Client) Size() int { return c.self.WorldSize }
 // Peers returns every rank's hello (tokens removed); index = rank.
 func (c *Client) Peers() []Hello { return slices.Clone(c.peers) }
 
+// Done is closed once the client can make no more calls: the job failed
+// (Err matches ErrAborted), the connection broke, or Close was called
+// (Err matches ErrClosed).
+func (c *Client) Done() <-chan struct{} { return c.failed }
+
+// Err is why Done is closed, or nil while it is not.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
 // Barrier returns when every rank has called it.
 func (c *Client) Barrier(ctx context.Context) error {
 	_, _, err := c.call(ctx, opBarrier, 0, nil, nil)
@@ -273,7 +290,7 @@ func (c *Client) Abort(reason string) error {
 // peer still waiting for it in a later call fails (naming this rank).
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		c.setErr(fmt.Errorf("hub: rank %d: %w", c.Rank(), ErrClosed))
+		c.setErr(fmt.Errorf("%w (this rank called Close)", ErrClosed))
 		// A write in flight means the hub is not reading; then skip the
 		// goodbye rather than wait for it.
 		said := false
@@ -366,8 +383,24 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 		c.mu.Lock()
 		cause = c.err
 		c.mu.Unlock()
+		return nil, nil, wrap(cause)
 	}
+	c.giveUp(fmt.Sprintf("gave up on %s #%d after sending it (%v): the other ranks could still complete it, so no later call of this rank could be matched with theirs", kind, seq, cause))
 	return nil, nil, wrap(cause)
+}
+
+// giveUp ends the job after this rank abandoned a call it had sent: its
+// own later calls fail at once with a *RankError naming it, and the hub
+// tells the other ranks the same reason.
+func (c *Client) giveUp(reason string) {
+	c.setErr(&RankError{Rank: c.Rank(), Reason: reason})
+	if !c.wmu.TryLock() {
+		return // a write in flight: the hub is not reading; the peers learn when this rank goes
+	}
+	defer c.wmu.Unlock()
+	_ = c.fc.c.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = c.fc.writeMessage(&abortMsg{reason: reason}, nil) // best effort, as in Close
+	_ = c.fc.c.SetWriteDeadline(time.Time{})
 }
 
 func (c *Client) check(kind opKind, seq uint64, d delivery, wrap func(error) error) (*resultMsg, []int, error) {

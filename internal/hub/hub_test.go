@@ -564,28 +564,53 @@ func TestEarlyLeave(t *testing.T) {
 func TestContextCancel(t *testing.T) {
 	h := startHub(t, ServerConfig{WorldSize: 2}, nil)
 	clients := dialAll(t, h)
+
+	// A call whose ctx has ended before it is sent sends nothing: the
+	// ranks stay in step.
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	if err := clients[0].Barrier(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("call with an ended ctx: %v, want context.Canceled", err)
+	}
+	salt := byte(rand.Uint32())
+	onEvery(t, clients, func(r int, c *Client) error {
+		got, err := c.AllGather(context.Background(), []byte{salt + byte(r)})
+		if err == nil && (got[0][0] != salt || got[1][0] != salt+1) {
+			err = fmt.Errorf("AllGather got %v, want [[%d] [%d]]", got, salt, salt+1)
+		}
+		return err
+	})
+
+	// A call abandoned after it was sent ends the job: rank 1 could still
+	// complete it with rank 0's contribution, and a retry by rank 0 would
+	// be matched with rank 1's next call.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := clients[0].Barrier(ctx)
+	_, err := clients[0].AllGather(ctx, []byte("first"))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
 	}
 	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Errorf("cancelled call returned after %v", took)
 	}
-	// The abandoned call was sent: rank 1 completes it, and both continue
-	// in step from the next sequence number.
-	if err := clients[1].Barrier(context.Background()); err != nil {
-		t.Fatal(err)
+	var re *RankError
+	if err := clients[0].Barrier(context.Background()); !errors.As(err, &re) || re.Rank != 0 || !strings.Contains(err.Error(), "gave up on AllGather #2") {
+		t.Errorf("rank 0's next call: %v, want a *RankError naming rank 0 that gave up on AllGather #2", err)
 	}
-	onEvery(t, clients, func(r int, c *Client) error {
-		got, err := c.AllGather(context.Background(), []byte{byte(10 + r)})
-		if err == nil && (got[0][0] != 10 || got[1][0] != 11) {
-			err = fmt.Errorf("AllGather got %v", got)
+	// Rank 1's matching call may still complete, with rank 0's data, if
+	// the hub matched it before it read rank 0's abort; its next call
+	// fails.
+	got, err := clients[1].AllGather(context.Background(), []byte("late"))
+	if err == nil {
+		if string(got[0]) != "first" || string(got[1]) != "late" {
+			t.Errorf("rank 1's AllGather completed with %q, want [first late]", got)
 		}
-		return err
-	})
+		err = clients[1].Barrier(context.Background())
+	}
+	if !errors.As(err, &re) || re.Rank != 0 || !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "gave up") {
+		t.Errorf("rank 1: %v, want a *RankError naming rank 0 that gave up", err)
+	}
 }
 
 func TestRefusals(t *testing.T) {
