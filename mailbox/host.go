@@ -305,7 +305,10 @@ func (h *Host) begin(op string, step uint64, m, bufLen, wantPerRow int) error {
 	defer h.mu.Unlock()
 	switch {
 	case h.broken != nil:
-		return fmt.Errorf("mailbox: rank %d: %s step %d: %w: %w", h.rank, op, step, ErrBroken, h.broken)
+		// The cause is in the text only: a later step matches ErrBroken and
+		// not the earlier failure's sentinel (ErrTimeout, ctx's error), so
+		// a caller that retries on a timeout does not spin on a broken Host.
+		return fmt.Errorf("mailbox: rank %d: %s step %d: %w (%v)", h.rank, op, step, ErrBroken, h.broken)
 	case h.busy:
 		return fmt.Errorf("mailbox: rank %d: %s step %d: %w: another Write or Receive is running", h.rank, op, step, ErrStepOrder)
 	case op == "write" && (h.written || step != h.next):

@@ -156,7 +156,9 @@ var (
 	// ErrClosed: the mailbox was closed.
 	ErrClosed = errors.New("mailbox closed")
 	// ErrBroken: an earlier Receive failed, so the slots no longer follow
-	// the protocol and the mailbox refuses further steps.
+	// the protocol and the mailbox refuses further steps. The error names
+	// that failure in its text but does not wrap it: a later step matches
+	// ErrBroken, not ErrTimeout or the context's error.
 	ErrBroken = errors.New("mailbox unusable after a failed receive")
 	// ErrStepOrder: Write and Receive were not called in protocol order.
 	ErrStepOrder = errors.New("steps out of order")
