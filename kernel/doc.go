@@ -4,7 +4,7 @@
 // a tolerance derived from the roundings the operation is allowed to make),
 // and the CPU implementation the host backend runs.
 //
-// The operation, for every m < M and n < shard (DESIGN.md "The operation"):
+// The operation, for every m < M and n < shard:
 //
 //	S        = sum_k f32(latent[m,k]) * f32(weight[n,k])   (fp32 accumulation)
 //	out[m,n] = bf16( f32(bf16(S)) + f32(shared[m,n]) )     (round to nearest even)

@@ -20,7 +20,8 @@ type DevicePtr = cuda.DevicePtr
 
 // DeviceInputs are one step's operands in device memory, raw bf16,
 // row-major (the weight may be packed instead, WeightPacked), every
-// pointer 16-byte aligned (DESIGN.md "The operation").
+// pointer 16-byte aligned (the operation is written out in package kernel's
+// documentation).
 type DeviceInputs struct {
 	M int // rows this step, 1..the maxM given to NewUpProjection
 	// Latent is [M, latent_dim], row stride latent_dim, the same on every rank.

@@ -14,8 +14,19 @@ import (
 // Group is this rank's view of the job: who it is, and the collectives it
 // shares with the other ranks. Every rank must make the same calls in the
 // same order; a rank that dies, leaves early or calls something else makes
-// the others' calls fail with a *hub.RankError naming it
-// (errors.Is(err, hub.ErrAborted)).
+// the others' calls fail with a *RankError naming it (errors.Is(err,
+// ErrAborted)).
+//
+// A collective whose ctx ends before its result arrives returns ctx's
+// error. If it had already been sent, the other ranks could still complete
+// it with this rank's contribution, and a retry would be matched with
+// their next call instead; so such a call ends the job: the peers' calls
+// fail with a *RankError naming this rank ("gave up on ..."), and so do
+// this rank's later calls. A call cancelled before it was sent leaves the
+// group usable.
+//
+// The collectives are made one at a time; calls from several goroutines
+// queue up in the order they arrive, which the other ranks must match.
 type Group struct {
 	c *hub.Client
 	l launch
@@ -27,6 +38,13 @@ type Group struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// The job watch of the ops made from this group (jobContext).
+	jobMu     sync.Mutex
+	job       context.Context
+	jobFailed context.CancelCauseFunc
+	jobWait   chan struct{} // closed when the watcher ends
+	closed    bool
 }
 
 // A Group is what the mailbox exchanges its handles through.
@@ -56,8 +74,9 @@ func (g *Group) Device() int { return g.l.device() }
 // "torchrun".
 func (g *Group) Launcher() string { return g.l.launcher }
 
-// Peers returns every rank's hello (pid, hostname, device); index = rank.
-func (g *Group) Peers() []hub.Hello { return g.c.Peers() }
+// Peers returns what every rank said when it joined (pid, hostname,
+// device); index = rank.
+func (g *Group) Peers() []Peer { return g.c.Peers() }
 
 // Barrier returns when every rank has called it.
 func (g *Group) Barrier(ctx context.Context) error {
@@ -65,7 +84,8 @@ func (g *Group) Barrier(ctx context.Context) error {
 }
 
 // AllGather returns every rank's b; index = rank. Each rank may contribute
-// at most hub.MaxBlob(Size()) bytes.
+// at most MaxBlob(Size()) bytes (ErrTooLarge); an empty contribution comes
+// back nil.
 func (g *Group) AllGather(ctx context.Context, b []byte) ([][]byte, error) {
 	out, err := g.c.AllGather(ctx, b)
 	return out, g.wrap(err)
@@ -78,7 +98,8 @@ func (g *Group) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
 	return out, g.wrap(err)
 }
 
-// Broadcast returns root's b on every rank; the other ranks' b is ignored.
+// Broadcast returns root's b (at most MaxBlob(1) bytes) on every rank; the
+// other ranks' b is ignored.
 func (g *Group) Broadcast(ctx context.Context, root int, b []byte) ([]byte, error) {
 	out, err := g.c.Broadcast(ctx, root, b)
 	return out, g.wrap(err)
@@ -105,10 +126,42 @@ func (g *Group) Close() error {
 		if err := g.c.Close(); err != nil {
 			errs = append(errs, err)
 		}
+		g.jobMu.Lock()
+		g.closed = true
+		wait := g.jobWait
+		g.jobMu.Unlock()
+		if wait != nil {
+			<-wait // the client's Done is closed now: the watcher ends
+		}
 		errs = append(errs, g.stopHub())
 		g.closeErr = errors.Join(errs...)
 	})
 	return g.closeErr
+}
+
+// jobContext returns a context that ends, with the job's failure as its
+// cause, once the job fails (anything matching hub.ErrAborted: a peer died,
+// left or aborted, the hub went away). A Group closed by this rank leaves
+// it alone: ops made from the group work without it.
+func (g *Group) jobContext() context.Context {
+	g.jobMu.Lock()
+	defer g.jobMu.Unlock()
+	if g.job != nil {
+		return g.job
+	}
+	g.job, g.jobFailed = context.WithCancelCause(context.Background())
+	if g.closed {
+		return g.job // never ends; no watcher to wait for
+	}
+	g.jobWait = make(chan struct{})
+	go func() {
+		defer close(g.jobWait)
+		<-g.c.Done()
+		if err := g.wrap(g.c.Err()); errors.Is(err, hub.ErrAborted) {
+			g.jobFailed(err)
+		}
+	}()
+	return g.job
 }
 
 // stopHub stops the hub this rank hosts, if any, and waits for it. It

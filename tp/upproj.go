@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -17,6 +19,12 @@ import (
 // ErrBackendUnavailable is matched when the requested backend cannot run
 // in this build or on this machine.
 var ErrBackendUnavailable = errors.New("tp: backend not available")
+
+// ErrBusy is matched when a call of an UpProjection (Step, StepDevice,
+// Capture, a graph's Replay) starts while another one of the same op runs:
+// two goroutines' steps would pair up with the other ranks' steps in an
+// order nobody chose.
+var ErrBusy = errors.New("tp: another call of this up-projection is running")
 
 // UpOption changes how NewUpProjection sets the op up.
 type UpOption func(*upConfig)
@@ -32,7 +40,7 @@ type upConfig struct {
 	sharedDevice bool
 }
 
-// WithBackend picks the mailbox backend (DESIGN.md "The mailbox"). The
+// WithBackend picks the mailbox backend (package mailbox describes them). The
 // default, mailbox.KindAuto, resolves collectively from every rank's
 // device (ResolveMailbox): multicast where allowed and supported, else
 // unicast, both on the CUDA engine; the host backend where some rank has
@@ -49,7 +57,8 @@ func WithSlots(n int) UpOption { return func(c *upConfig) { c.slots = n } }
 func WithDeadline(d time.Duration) UpOption { return func(c *upConfig) { c.deadline = d } }
 
 // UpInputs are one step's operands in host memory, raw bf16, row-major
-// (DESIGN.md "The operation"). Shard is hidden_dim / group size.
+// (the operation is written out in package kernel's documentation). Shard
+// is hidden_dim / group size.
 type UpInputs struct {
 	M int // rows this step, 1..the maxM given to NewUpProjection
 	// Latent is [M, latent_dim], the same on every rank.
@@ -73,16 +82,26 @@ type UpInputs struct {
 // slice, has arrived. Every rank of the group must call Step the same number of times
 // with the same M.
 //
-// Step must not be called concurrently with itself; Close may be called
-// from any goroutine, and a Step waiting at that moment fails.
+// Step must not be called concurrently with itself: a second call fails
+// with ErrBusy. Close may be called from any goroutine, and a Step waiting
+// at that moment fails.
+//
+// An op made from a Group (Group.NewUpProjection) also watches the job: when
+// the job fails (a peer died or left, a rank aborted), a step waiting for
+// the peers ends at once with that failure (errors.Is ErrAborted, a
+// *RankError naming the rank) instead of waiting out its deadline.
 type UpProjection struct {
 	rank   int
 	shape  kernel.Shape // M is the capacity (maxM)
 	eng    upEngine
 	reason string // why this backend
+	// job ends, with the job's failure as its cause, when the group's job
+	// fails; nil when the exchanger cannot tell (tests' in-process ranks).
+	job context.Context
 
-	mu   sync.Mutex // serializes Step: the engine's scratch and the step count
-	next uint64     // the step the next Step call runs
+	busy atomic.Bool // a call that must not overlap another is running (ErrBusy)
+	mu   sync.Mutex  // guards next and the engine's scratch
+	next uint64      // the step the next Step call runs
 
 	closeOnce sync.Once
 	closeErr  error
@@ -115,13 +134,23 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 	}
 	rank := ex.Rank()
 	s := kernel.Shape{M: maxM, Hidden: hidden, Latent: latent, TP: ex.Size()}
+	var bad []error
 	if err := s.Validate(); err != nil {
+		bad = append(bad, err)
+	}
+	if cfg.slots < 0 {
+		bad = append(bad, fmt.Errorf("%w: WithSlots(%d): want at least 2, or 0 for the default", mailbox.ErrConfig, cfg.slots))
+	}
+	if cfg.deadline < 0 {
+		bad = append(bad, fmt.Errorf("%w: WithDeadline(%v): want a positive duration, or 0 for the default", mailbox.ErrConfig, cfg.deadline))
+	}
+	// Every rank checks its own arguments and then every rank's: a rank
+	// whose arguments are bad fails, and so do the others, instead of
+	// waiting for it in the mailbox's setup; ranks that disagree about the
+	// shape fail together before anything is allocated.
+	if err := agreeShape(ctx, ex, s, errors.Join(bad...)); err != nil {
 		return nil, fmt.Errorf("tp: rank %d: up-projection with maxM=%d hidden=%d latent=%d tp=%d: %w",
 			rank, maxM, hidden, latent, ex.Size(), err)
-	}
-	if cfg.slots < 0 || cfg.deadline < 0 {
-		return nil, fmt.Errorf("tp: rank %d: up-projection: %w: slots %d, deadline %v (want slots >= 2 or 0 for the default, deadline >= 0)",
-			rank, mailbox.ErrConfig, cfg.slots, cfg.deadline)
 	}
 	if !cfg.deviceSet {
 		if d, ok := ex.(interface{ Device() int }); ok {
@@ -132,7 +161,41 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 	if err != nil {
 		return nil, fmt.Errorf("tp: rank %d: up-projection (%v): %w", rank, s, err)
 	}
-	return &UpProjection{rank: rank, shape: s, eng: eng, reason: reason}, nil
+	u := &UpProjection{rank: rank, shape: s, eng: eng, reason: reason}
+	if w, ok := ex.(jobWatcher); ok {
+		u.job = w.jobContext()
+	}
+	return u, nil
+}
+
+// jobWatcher is an exchanger that knows when its job has failed (a Group).
+type jobWatcher interface {
+	jobContext() context.Context
+}
+
+// agreeShape all-gathers every rank's shape and the outcome of its own
+// argument checks: it fails on every rank when one rank's arguments are bad
+// (naming it) or when the ranks' shapes differ (naming each rank's).
+func agreeShape(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, local error) error {
+	desc := fmt.Sprintf("maxM=%d hidden=%d latent=%d", s.M, s.Hidden, s.Latent)
+	if err := agree(ctx, ex, "checking the arguments", local); err != nil {
+		return err
+	}
+	all, err := ex.AllGather(ctx, []byte(desc))
+	if err != nil {
+		return fmt.Errorf("all-gather of the shape: %w", err)
+	}
+	var differ []string
+	for r, b := range all {
+		if string(b) != desc {
+			differ = append(differ, fmt.Sprintf("rank %d has %s", r, b))
+		}
+	}
+	if len(differ) > 0 {
+		return fmt.Errorf("%w: ranks disagree about the up-projection: rank %d has %s, %s",
+			mailbox.ErrConfig, ex.Rank(), desc, strings.Join(differ, ", "))
+	}
+	return nil
 }
 
 // NewUpProjection is NewUpProjection on this group, on the group's device.
@@ -214,26 +277,68 @@ func (u *UpProjection) Steps() uint64 {
 // mailbox.ErrTimeout). After a failed wait the op is unusable: later steps
 // fail with mailbox.ErrBroken.
 func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	leave, err := u.enter("step")
+	if err != nil {
+		return err
+	}
+	defer leave()
 	s := u.shape
 	s.M = in.M
 	if err := u.validate(s, in, out); err != nil {
 		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
 	}
-	if err := u.eng.hostStep(ctx, u.next, s, in, out); err != nil {
-		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
+	ctx, done := u.watchJob(ctx)
+	err = u.eng.hostStep(ctx, u.next, s, in, out)
+	done()
+	if err != nil {
+		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, u.jobFailure(err))
 	}
 	u.next++
 	return nil
 }
 
-// validate checks the step's shape and every buffer against it.
-func (u *UpProjection) validate(s kernel.Shape, in UpInputs, out []kernel.BF16) error {
-	if err := s.Validate(); err != nil {
+// enter starts a call that must not overlap another call of the op; leave
+// ends it.
+func (u *UpProjection) enter(op string) (leave func(), err error) {
+	if !u.busy.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("tp: rank %d: up-projection %s: %w", u.rank, op, ErrBusy)
+	}
+	u.mu.Lock()
+	return func() {
+		u.mu.Unlock()
+		u.busy.Store(false)
+	}, nil
+}
+
+// watchJob returns ctx, ended as well when the job fails (an op made from a
+// Group), and the function that stops watching.
+func (u *UpProjection) watchJob(ctx context.Context) (context.Context, func()) {
+	if u.job == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(u.job, func() { cancel(context.Cause(u.job)) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// jobFailure puts the job's failure in place of the error of a step that
+// it ended: the engine saw only a cancelled context.
+func (u *UpProjection) jobFailure(err error) error {
+	if u.job == nil || u.job.Err() == nil || !errors.Is(err, context.Canceled) {
 		return err
 	}
-	if err := s.ValidateCapacity(u.shape.M); err != nil {
+	return fmt.Errorf("the job failed while the step waited for the other ranks: %w", context.Cause(u.job))
+}
+
+// validate checks the step's shape and every buffer against it.
+func (u *UpProjection) validate(s kernel.Shape, in UpInputs, out []kernel.BF16) error {
+	if err := u.validateM(s.M); err != nil {
+		return err
+	}
+	if err := s.Validate(); err != nil {
 		return err
 	}
 	var errs []error
@@ -247,6 +352,15 @@ func (u *UpProjection) validate(s kernel.Shape, in UpInputs, out []kernel.BF16) 
 			Rule: fmt.Sprintf("must be at least M*hidden_dim = %d (the whole block)", need)})
 	}
 	return errors.Join(errs...)
+}
+
+// validateM checks a step's M against the maxM the op was made for.
+func (u *UpProjection) validateM(m int) error {
+	if m < 1 || m > u.shape.M {
+		return &kernel.ShapeError{Field: "M", Value: m,
+			Rule: fmt.Sprintf("must be in 1..%d (the maxM given to NewUpProjection)", u.shape.M)}
+	}
+	return nil
 }
 
 // Close releases the mailbox and the engine. It is idempotent and safe to

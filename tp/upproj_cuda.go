@@ -24,8 +24,8 @@ import (
 // one store per peer mapping), or through the multicast address into every
 // rank's slot, this one's included; the receive (CTAs in the same grid, or
 // a kernel chained after it with programmatic dependent launch) polls the
-// local slot, copies the others' slices out and re-arms the slot
-// (DESIGN.md "The mailbox").
+// local slot, copies the others' slices out and re-arms the slot (the
+// Lamport protocol of package mailbox).
 //
 // Ordering across steps is the GPU's own: the next step's skinny kernel
 // waits (griddepcontrol.wait, after issuing its weight loads) until the
@@ -793,8 +793,11 @@ func (u *UpProjection) Device() int {
 // (freeing memory, unloading a module) while the step waits holds the
 // abort back until the step's deadline (see keepAborting).
 func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out DevicePtr) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	leave, err := u.enter("device step")
+	if err != nil {
+		return err
+	}
+	defer leave()
 	s := u.shape
 	s.M = in.M
 	e, err := u.cudaEngine("device step")
@@ -802,7 +805,9 @@ func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out Devi
 		err = u.validateDevice(s, in, out)
 	}
 	if err == nil {
-		err = e.deviceStep(ctx, u.next, s, in, out)
+		wctx, done := u.watchJob(ctx)
+		err = u.jobFailure(e.deviceStep(wctx, u.next, s, in, out))
+		done()
 	}
 	if err != nil {
 		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
@@ -813,10 +818,10 @@ func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out Devi
 
 // validateDevice checks a step's shape and device operands.
 func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out DevicePtr) error {
-	if err := s.Validate(); err != nil {
+	if err := u.validateM(s.M); err != nil {
 		return err
 	}
-	if err := s.ValidateCapacity(u.shape.M); err != nil {
+	if err := s.Validate(); err != nil {
 		return err
 	}
 	var errs []error
@@ -865,8 +870,11 @@ var ErrGraphPhase = errors.New("tp: step graph replayed out of slot phase")
 // must stay allocated, and their contents at replay time are what is
 // computed. Close the graph (or the op) to free it.
 func (u *UpProjection) Capture(ctx context.Context, steps []DeviceStep) (*StepGraph, error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	leave, err := u.enter("capture")
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	e, err := u.cudaEngine("capture")
 	if err != nil {
 		return nil, err
@@ -972,10 +980,15 @@ func (g *StepGraph) TimeReplays(ctx context.Context, n int) ([]time.Duration, er
 
 func (g *StepGraph) run(ctx context.Context, n int, timed bool) ([]time.Duration, error) {
 	u := g.u
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	leave, err := u.enter("graph replay")
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	ctx, done := u.watchJob(ctx)
+	defer done()
 	var times []time.Duration
-	err := func() error {
+	err = func() error {
 		switch {
 		case n < 0:
 			return fmt.Errorf("%w: %d replays", mailbox.ErrArgument, n)
@@ -989,7 +1002,7 @@ func (g *StepGraph) run(ctx context.Context, n int, timed bool) ([]time.Duration
 			k := min(replayChunk, n-done)
 			ts, err := g.e.replay(ctx, g, u.next, k, timed)
 			if err != nil {
-				return err
+				return u.jobFailure(err)
 			}
 			times = append(times, ts...)
 			u.next += uint64(k * g.steps)

@@ -157,22 +157,150 @@ func TestNewUpProjectionRejectsBadShapes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
-			// Shapes are checked before any collective, so one rank of
-			// the group is enough to see the error.
-			up, err := NewUpProjection(context.Background(), newUpHub(tc.tp).rank(0), tc.hidden, tc.latent, tc.maxM)
-			if err == nil {
-				_ = up.Close()
-				t.Fatal("no error")
-			}
-			if !errors.Is(err, kernel.ErrShape) {
-				t.Errorf("error %v does not match kernel.ErrShape", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// Every rank checks its own arguments before the mailbox's
+			// setup, and all of them fail together.
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) error {
+				up, err := NewUpProjection(ctx, ex, tc.hidden, tc.latent, tc.maxM)
+				if err == nil {
+					return errors.Join(errors.New("no error"), up.Close())
 				}
+				if !errors.Is(err, kernel.ErrShape) {
+					return fmt.Errorf("error %v does not match kernel.ErrShape", err)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						return fmt.Errorf("error %q does not mention %q", err, w)
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestNewUpProjectionRanksDisagree: ranks that pass different shapes, or
+// one rank whose arguments are bad, fail on every rank at setup, naming
+// what differs, instead of computing a mixed block or waiting.
+func TestNewUpProjectionRanksDisagree(t *testing.T) {
+	const tp = 3
+	type args struct{ hidden, latent, maxM int }
+	tests := []struct {
+		desc    string
+		of      func(r int) args
+		wantIs  func(r int) error
+		wantMsg func(r int) []string
+	}{
+		{"latent differs on rank 1",
+			func(r int) args {
+				if r == 1 {
+					return args{48, 32, 4}
+				}
+				return args{48, 16, 4}
+			},
+			func(int) error { return mailbox.ErrConfig },
+			func(int) []string { return []string{"disagree", "rank 1 has maxM=4 hidden=48 latent=32"} }},
+		{"maxM differs on rank 2",
+			func(r int) args {
+				if r == 2 {
+					return args{48, 16, 8}
+				}
+				return args{48, 16, 4}
+			},
+			func(int) error { return mailbox.ErrConfig },
+			func(int) []string { return []string{"disagree", "maxM=8"} }},
+		{"rank 1's latent is not a multiple of 8",
+			func(r int) args {
+				if r == 1 {
+					return args{48, 12, 4}
+				}
+				return args{48, 16, 4}
+			},
+			func(r int) error {
+				if r == 1 {
+					return kernel.ErrShape
+				}
+				return mailbox.ErrPeer
+			},
+			func(r int) []string {
+				if r == 1 {
+					return []string{"latent_dim = 12"}
+				}
+				return []string{"rank 1", "latent_dim = 12"}
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) error {
+				a := tc.of(r)
+				up, err := NewUpProjection(ctx, ex, a.hidden, a.latent, a.maxM, WithBackend(mailbox.KindHost))
+				if err == nil {
+					return errors.Join(errors.New("no error"), up.Close())
+				}
+				if !errors.Is(err, tc.wantIs(r)) {
+					return fmt.Errorf("error %v does not match %v", err, tc.wantIs(r))
+				}
+				for _, w := range tc.wantMsg(r) {
+					if !strings.Contains(err.Error(), w) {
+						return fmt.Errorf("error %q does not mention %q", err, w)
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestUpProjectionConcurrentStep: a Step that starts while another Step of
+// the same op waits fails at once with ErrBusy, and the waiting one is
+// unharmed.
+func TestUpProjectionConcurrentStep(t *testing.T) {
+	const tp, hidden, latent = 2, 48, 16
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
+	in := randomInputs(rng, 2, hidden, latent, tp, 1)
+	second := make(chan struct{}) // rank 0 has seen ErrBusy: rank 1 may step
+	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := NewUpProjection(ctx, ex, hidden, latent, 2, WithBackend(mailbox.KindHost))
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		out := make([]kernel.BF16, 2*hidden)
+		if r == 1 {
+			<-second
+			return up.Step(ctx, in, out)
+		}
+		first := make(chan error, 1)
+		go func() { first <- up.Step(ctx, in, out) }()
+		for !up.busy.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		err = up.Step(ctx, in, make([]kernel.BF16, 2*hidden))
+		close(second)
+		if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "rank 0") {
+			return errors.Join(fmt.Errorf("second Step: %v, want ErrBusy naming rank 0", err), <-first)
+		}
+		if err := <-first; err != nil {
+			return fmt.Errorf("first Step: %w", err)
+		}
+		if up.Steps() != 1 {
+			return fmt.Errorf("Steps() = %d, want 1", up.Steps())
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -190,7 +318,7 @@ func TestUpProjectionStepRejectsBadInputs(t *testing.T) {
 		want   []string
 	}{
 		{"M zero", func(in *UpInputs, _ *[]kernel.BF16) { in.M = 0 }, []string{"M = 0"}},
-		{"M beyond maxM", func(in *UpInputs, _ *[]kernel.BF16) { in.M = 5 }, []string{"mailbox capacity = 4", "at least M (5)"}},
+		{"M beyond maxM", func(in *UpInputs, _ *[]kernel.BF16) { in.M = 5 }, []string{"M = 5", "1..4 (the maxM given to NewUpProjection)"}},
 		{"M beyond the skinny path", func(in *UpInputs, _ *[]kernel.BF16) { in.M = 9 }, []string{"M = 9"}},
 		{"short latent", func(in *UpInputs, _ *[]kernel.BF16) { in.Latent = in.Latent[:len(in.Latent)-1] }, []string{"len(latent) = 47", "48"}},
 		{"short weight", func(in *UpInputs, _ *[]kernel.BF16) { in.Weight = in.Weight[:100] }, []string{"len(weight shard) = 100", "512"}},
@@ -302,8 +430,8 @@ func TestUpProjectionBackendsAndOptions(t *testing.T) {
 		{desc: "multicast forbidden names the variable", env: "NCCL_NVLS_ENABLE=0", opts: []UpOption{WithBackend(mailbox.KindMulticast)},
 			want: mailbox.ErrMulticastDisabled, text: "NCCL_NVLS_ENABLE"},
 		{desc: "one slot", opts: []UpOption{WithSlots(1)}, want: mailbox.ErrConfig, text: "1"},
-		{desc: "negative slots", opts: []UpOption{WithSlots(-2)}, want: mailbox.ErrConfig, text: "slots -2"},
-		{desc: "negative deadline", opts: []UpOption{WithDeadline(-time.Second)}, want: mailbox.ErrConfig, text: "deadline -1s"},
+		{desc: "negative slots", opts: []UpOption{WithSlots(-2)}, want: mailbox.ErrConfig, text: "WithSlots(-2)"},
+		{desc: "negative deadline", opts: []UpOption{WithDeadline(-time.Second)}, want: mailbox.ErrConfig, text: "WithDeadline(-1s)"},
 	}
 	drv, noGPU := OpenGPU()
 	if noGPU == nil {
