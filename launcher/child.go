@@ -141,6 +141,9 @@ type child struct {
 	exited  bool
 	stopped bool // tprun sent it SIGTERM while it still ran
 	killed  bool // tprun sent it SIGKILL while it still ran
+	// afterHub: the hub already blamed another rank when this one was
+	// reaped (RankResult.AfterHubFailure).
+	afterHub bool
 }
 
 // childSpec is what startChild needs to know about one rank.

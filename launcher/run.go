@@ -51,6 +51,9 @@ type RankResult struct {
 	Stopped   bool     // tprun sent its process group SIGTERM while it ran
 	Killed    bool     // tprun sent its process group SIGKILL while it ran
 	Tail      []string // its last stderr lines, oldest first
+	// AfterHubFailure: when it ended, the hub had already ended the job
+	// for another rank's failure (and so failed the calls it waited in).
+	AfterHubFailure bool
 }
 
 // Run starts cfg.WorldSize ranks, supervises them to the end and writes the
@@ -258,6 +261,12 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 		case c := <-done:
 			j.running--
 			c.exited = true
+			// Asked before this rank's own failure reaches the hub (Abort
+			// below): a hub that already blames another rank has failed
+			// the calls this rank waited in.
+			if r, _ := hubBlame(j.srv); r >= 0 && r != c.rank {
+				c.afterHub = true
+			}
 			if c.err != nil {
 				j.printf("rank %d: wait: %v", c.rank, c.err)
 			}
@@ -376,7 +385,8 @@ func (j *job) result() *Result {
 			Rank: c.rank, PID: c.pid, Status: c.status,
 			Duration: c.ended.Sub(c.started),
 			Stopped:  c.stopped, Killed: c.killed,
-			Tail: c.tail.get(),
+			Tail:            c.tail.get(),
+			AfterHubFailure: c.afterHub,
 		})
 	}
 	switch {
