@@ -143,7 +143,8 @@ type child struct {
 	killed  bool // tprun sent it SIGKILL while it still ran
 	// afterHub: the hub already blamed another rank when this one was
 	// reaped (RankResult.AfterHubFailure).
-	afterHub bool
+	afterHub  bool
+	hubBlamed int
 }
 
 // childSpec is what startChild needs to know about one rank.

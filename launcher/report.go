@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,7 +32,8 @@ func (r *Result) Report() string {
 	} else if r.StopReason != "" {
 		fmt.Fprintf(&b, "tprun: job stopped: %s\n", r.StopReason)
 	}
-	var also, after, stopped []string
+	var also, stopped []string
+	after := map[int][]string{} // by the rank the hub blamed
 	for _, rr := range r.Ranks {
 		switch {
 		case rr.Rank == r.FirstFailed:
@@ -46,19 +49,15 @@ func (r *Result) Report() string {
 		case rr.Status.Failed() && rr.AfterHubFailure:
 			// Ended before tprun signalled it, once the hub had failed the
 			// calls it waited in: most likely the first failure's doing.
-			after = append(after, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
+			after[rr.HubBlamed] = append(after[rr.HubBlamed], fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
 		case rr.Status.Failed():
 			// Ended before tprun signalled it: a failure of its own,
 			// often caused by the first one (a peer it waited for died).
 			also = append(also, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
 		}
 	}
-	if len(after) > 0 {
-		cause := "the hub had ended the job"
-		if r.FirstFailed >= 0 {
-			cause = fmt.Sprintf("rank %d's failure had ended the job", r.FirstFailed)
-		}
-		fmt.Fprintf(&b, "tprun: failed once %s: %s\n", cause, strings.Join(after, ", "))
+	for _, blamed := range slices.Sorted(maps.Keys(after)) {
+		fmt.Fprintf(&b, "tprun: failed once the hub had ended the job for rank %d: %s\n", blamed, strings.Join(after[blamed], ", "))
 	}
 	if len(also) > 0 {
 		fmt.Fprintf(&b, "tprun: also failed before tprun stopped the job: %s\n", strings.Join(also, ", "))

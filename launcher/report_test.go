@@ -20,13 +20,15 @@ func TestReport(t *testing.T) {
 		{Rank: 3, Status: term, Stopped: true},
 		{Rank: 4, Status: Status{}},
 		{Rank: 5, Status: Status{Code: -1, Signal: syscall.SIGKILL}, Stopped: true, Killed: true},
-		{Rank: 6, Status: Status{Code: 1}, AfterHubFailure: true},
-		{Rank: 7, Status: Status{}, AfterHubFailure: true},
+		{Rank: 6, Status: Status{Code: 1}, AfterHubFailure: true, HubBlamed: 0},
+		{Rank: 7, Status: Status{}, AfterHubFailure: true, HubBlamed: 0},
+		{Rank: 8, Status: Status{Code: 2}, AfterHubFailure: true, HubBlamed: 3},
 	}}
 	want := `tprun: rank 0 failed first: exit status 3 after 1.5s
 tprun: last stderr lines of rank 0:
 tprun:   | boom
-tprun: failed once rank 0's failure had ended the job: rank 6 (exit status 1)
+tprun: failed once the hub had ended the job for rank 0: rank 6 (exit status 1)
+tprun: failed once the hub had ended the job for rank 3: rank 8 (exit status 2)
 tprun: also failed before tprun stopped the job: rank 1 (exit status 4)
 tprun: stopped by tprun: rank 2 (exit status 5 after tprun's SIGTERM), rank 3 (killed by signal SIGTERM), rank 5 (killed by signal SIGKILL)
 tprun: exit status 3

@@ -52,8 +52,10 @@ type RankResult struct {
 	Killed    bool     // tprun sent its process group SIGKILL while it ran
 	Tail      []string // its last stderr lines, oldest first
 	// AfterHubFailure: when it ended, the hub had already ended the job
-	// for another rank's failure (and so failed the calls it waited in).
+	// for the failure of rank HubBlamed (and so failed the calls it waited
+	// in). HubBlamed means nothing without it.
 	AfterHubFailure bool
+	HubBlamed       int
 }
 
 // Run starts cfg.WorldSize ranks, supervises them to the end and writes the
@@ -265,15 +267,19 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 			// below): a hub that already blames another rank has failed
 			// the calls this rank waited in.
 			if r, _ := hubBlame(j.srv); r >= 0 && r != c.rank {
-				c.afterHub = true
+				c.afterHub, c.hubBlamed = true, r
 			}
 			if c.err != nil {
 				j.printf("rank %d: wait: %v", c.rank, c.err)
 			}
 			if c.status.Failed() {
 				// Peers blocked in hub calls must not wait for a rank that
-				// will never answer.
-				j.srv.Abort(c.rank, c.status.String())
+				// will never answer. A rank tprun stopped is not blamed:
+				// its peers are being stopped too, and an abort would
+				// reach them as a failure instead of their own stop.
+				if !c.stopped {
+					j.srv.Abort(c.rank, c.status.String())
+				}
 				if !j.stopping {
 					// Nothing was signalled yet: this failure is c's own.
 					j.firstSeen = c.rank
@@ -387,6 +393,7 @@ func (j *job) result() *Result {
 			Stopped:  c.stopped, Killed: c.killed,
 			Tail:            c.tail.get(),
 			AfterHubFailure: c.afterHub,
+			HubBlamed:       c.hubBlamed,
 		})
 	}
 	switch {

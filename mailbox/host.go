@@ -336,8 +336,8 @@ func (h *Host) Write(ctx context.Context, step uint64, m int, slice []uint16) er
 	if h.regions == nil {
 		return fmt.Errorf("mailbox: rank %d: write step %d: %w", h.rank, step, ErrClosed)
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mailbox: rank %d: write step %d: %w", h.rank, step, err)
+	if ctx.Err() != nil {
+		return fmt.Errorf("mailbox: rank %d: write step %d: %w", h.rank, step, context.Cause(ctx))
 	}
 	if err := h.begin("write", step, m, len(slice), h.layout.Shard); err != nil {
 		return err

@@ -150,7 +150,7 @@ func receiveSlot(ctx context.Context, slot []uint32, out []uint16, start time.Ti
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx) // ctx.Err(), or why ctx was cancelled
 		default:
 		}
 		waited := time.Since(start)

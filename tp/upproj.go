@@ -89,7 +89,9 @@ type UpInputs struct {
 // An op made from a Group (Group.NewUpProjection) also watches the job: when
 // the job fails (a peer died or left, a rank aborted), a step waiting for
 // the peers ends at once with that failure (errors.Is ErrAborted, a
-// *RankError naming the rank) instead of waiting out its deadline.
+// *RankError naming the rank) instead of waiting out its deadline, and a
+// step started after it fails at once, before it writes anything. A step
+// whose own ctx ended returns ctx's error even when the job failed too.
 type UpProjection struct {
 	rank   int
 	shape  kernel.Shape // M is the capacity (maxM)
@@ -287,11 +289,13 @@ func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16)
 	if err := u.validate(s, in, out); err != nil {
 		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
 	}
-	ctx, done := u.watchJob(ctx)
-	err = u.eng.hostStep(ctx, u.next, s, in, out)
-	done()
+	wctx, done, err := u.watchJob(ctx)
+	if err == nil {
+		err = u.jobFailure(ctx, u.eng.hostStep(wctx, u.next, s, in, out))
+		done()
+	}
 	if err != nil {
-		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, u.jobFailure(err))
+		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
 	}
 	u.next++
 	return nil
@@ -310,24 +314,33 @@ func (u *UpProjection) enter(op string) (leave func(), err error) {
 	}, nil
 }
 
-// watchJob returns ctx, ended as well when the job fails (an op made from a
-// Group), and the function that stops watching.
-func (u *UpProjection) watchJob(ctx context.Context) (context.Context, func()) {
+// watchJob returns ctx, ended as well, with the job's failure as its cause,
+// when the job fails (an op made from a Group), and the function that stops
+// watching; or the job's failure when the job has failed already: a step
+// must not write into a job that is over.
+func (u *UpProjection) watchJob(ctx context.Context) (context.Context, func(), error) {
 	if u.job == nil {
-		return ctx, func() {}
+		return ctx, func() {}, nil
+	}
+	if u.job.Err() != nil {
+		return ctx, func() {}, fmt.Errorf("the job has failed: %w", context.Cause(u.job))
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(u.job, func() { cancel(context.Cause(u.job)) })
 	return ctx, func() {
 		stop()
 		cancel(nil)
-	}
+	}, nil
 }
 
-// jobFailure puts the job's failure in place of the error of a step that
-// it ended: the engine saw only a cancelled context.
-func (u *UpProjection) jobFailure(err error) error {
-	if u.job == nil || u.job.Err() == nil || !errors.Is(err, context.Canceled) {
+// jobFailure names the job's failure as the error of a step that it ended
+// where the engine's error does not already (an engine that saw only a
+// cancelled context). When the caller's own ctx ended too, err stays as it
+// is: a caller stopping the rank (tprun's SIGTERM) must see its own
+// cancellation, not the failure the other ranks' ends caused in the hub.
+func (u *UpProjection) jobFailure(caller context.Context, err error) error {
+	if err == nil || u.job == nil || u.job.Err() == nil || caller.Err() != nil ||
+		errors.Is(err, ErrAborted) || !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return fmt.Errorf("the job failed while the step waited for the other ranks: %w", context.Cause(u.job))

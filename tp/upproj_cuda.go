@@ -603,8 +603,10 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) erro
 	case e.closing.Load():
 		return mailbox.ErrClosed
 	case canceled.Load():
-		e.broken = fmt.Errorf("step %d canceled: %w", t, ctx.Err())
-		return errors.Join(fmt.Errorf("step %d: %w", t, ctx.Err()), abortErr)
+		// The cause: tprun's stop (ctx's own error) or, under an op's job
+		// watch, the job's failure.
+		e.broken = fmt.Errorf("step %d canceled: %w", t, context.Cause(ctx))
+		return errors.Join(fmt.Errorf("step %d: %w", t, context.Cause(ctx)), abortErr)
 	}
 	var words [kernel.ReceiveStatusWords]uint32
 	for i := range words {
@@ -805,9 +807,12 @@ func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out Devi
 		err = u.validateDevice(s, in, out)
 	}
 	if err == nil {
-		wctx, done := u.watchJob(ctx)
-		err = u.jobFailure(e.deviceStep(wctx, u.next, s, in, out))
-		done()
+		var wctx context.Context
+		var done func()
+		if wctx, done, err = u.watchJob(ctx); err == nil {
+			err = u.jobFailure(ctx, e.deviceStep(wctx, u.next, s, in, out))
+			done()
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
@@ -985,31 +990,33 @@ func (g *StepGraph) run(ctx context.Context, n int, timed bool) ([]time.Duration
 		return nil, err
 	}
 	defer leave()
-	ctx, done := u.watchJob(ctx)
+	wctx, done, err := u.watchJob(ctx)
 	defer done()
 	var times []time.Duration
-	err = func() error {
-		switch {
-		case n < 0:
-			return fmt.Errorf("%w: %d replays", mailbox.ErrArgument, n)
-		case g.isClosed():
-			return errGraphClosed
-		case g.e.layout.Slot(u.next) != g.phase:
-			return fmt.Errorf("%w: captured at slot %d, the op's next step %d uses slot %d (every Step moves the phase by one)",
-				ErrGraphPhase, g.phase, u.next, g.e.layout.Slot(u.next))
-		}
-		for done := 0; done < n; {
-			k := min(replayChunk, n-done)
-			ts, err := g.e.replay(ctx, g, u.next, k, timed)
-			if err != nil {
-				return u.jobFailure(err)
+	if err == nil {
+		err = func() error {
+			switch {
+			case n < 0:
+				return fmt.Errorf("%w: %d replays", mailbox.ErrArgument, n)
+			case g.isClosed():
+				return errGraphClosed
+			case g.e.layout.Slot(u.next) != g.phase:
+				return fmt.Errorf("%w: captured at slot %d, the op's next step %d uses slot %d (every Step moves the phase by one)",
+					ErrGraphPhase, g.phase, u.next, g.e.layout.Slot(u.next))
 			}
-			times = append(times, ts...)
-			u.next += uint64(k * g.steps)
-			done += k
-		}
-		return nil
-	}()
+			for done := 0; done < n; {
+				k := min(replayChunk, n-done)
+				ts, err := g.e.replay(wctx, g, u.next, k, timed)
+				if err != nil {
+					return u.jobFailure(ctx, err)
+				}
+				times = append(times, ts...)
+				u.next += uint64(k * g.steps)
+				done += k
+			}
+			return nil
+		}()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tp: rank %d: replaying a %d-step graph at step %d: %w", u.rank, g.steps, u.next, err)
 	}

@@ -50,10 +50,10 @@ func TestUpProjectionJobFails(t *testing.T) {
 				return fmt.Errorf("second step failed after %v; the job failed after about 100ms", took)
 			}
 			t.Logf("rank 0's second step failed after %v: %v", took.Round(time.Millisecond), err)
-			// The op is broken now, and says so without matching the
-			// job's failure again.
-			if err := up.Step(ctx, in, out); !errors.Is(err, mailbox.ErrBroken) || errors.Is(err, ErrAborted) {
-				return fmt.Errorf("third step: %v, want mailbox.ErrBroken only", err)
+			// A step after the job failed fails at once, before it
+			// writes anything, with the job's failure.
+			if err := up.Step(ctx, in, out); !errors.As(err, &re) || re.Rank != 1 || !strings.Contains(err.Error(), "the job has failed") {
+				return fmt.Errorf("third step: %v, want the job's failure", err)
 			}
 			return nil
 		})

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tprun/tprun/internal/job"
+	"github.com/tprun/tprun/tp"
 )
 
 // rankCommand is the hidden subcommand the launcher starts for the default
@@ -74,9 +75,11 @@ func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, m
 	if err == nil {
 		return 0
 	}
-	if sig, ok := got.Load().(syscall.Signal); ok && errors.Is(err, context.Canceled) {
-		// Stopped, not failed: one line saying where, and the shell's
-		// status for a signal.
+	// Stopped, not failed, when the signal came: the step ended with this
+	// rank's cancellation, or with the job's failure in the hub that the
+	// other ranks' stop caused a moment before this rank's own signal
+	// arrived. One line saying where, and the shell's status for a signal.
+	if sig, ok := got.Load().(syscall.Signal); ok && (errors.Is(err, context.Canceled) || errors.Is(err, tp.ErrAborted)) {
 		msg := "stopped by " + unix.SignalName(sig)
 		if se := (*job.StepError)(nil); errors.As(err, &se) {
 			msg += fmt.Sprintf(" at M=%d, step %d of the run", se.M, se.Step)

@@ -286,9 +286,9 @@ func (m *failMsg) encode(e *encoder) {
 	}
 	e.u64(uint64(m.after))
 	// exited is a trailing section present only when not empty: a fail
-	// frame without it is byte for byte what hubs before it sent, so
-	// clients and hubs of either age still understand each other's
-	// timeouts.
+	// frame without it is byte for byte what hubs before it sent, so an
+	// older client still reads a timeout; one carrying it reads as a
+	// protocol error there (trailing bytes), which still fails the call.
 	if len(m.exited) > 0 {
 		e.u32(uint32(len(m.exited)))
 		for _, x := range m.exited {

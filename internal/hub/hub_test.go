@@ -487,6 +487,10 @@ func TestClientAbort(t *testing.T) {
 	if err := <-done; !errors.As(err, &re) || re.Rank != 1 || !strings.Contains(re.Reason, "bad input") {
 		t.Errorf("got %v, want a *RankError naming rank 1", err)
 	}
+	// A rank's own reason is logged: nobody else reports it.
+	if want := "rank 1: aborted: bad input"; !h.log.contains(want) {
+		t.Errorf("hub log %q does not contain %q", h.log, want)
+	}
 }
 
 func TestMismatchedCalls(t *testing.T) {

@@ -663,8 +663,13 @@ func (s *Server) readLoop(p *peer) bool {
 		case *opMsg:
 			s.op(p.rank, m, fds)
 		case *abortMsg:
+			// Logged, unlike the launcher's Abort: nobody else reports a
+			// rank's own reason (a collective it gave up on, its program's
+			// Group.Abort).
 			closeFDs(fds)
-			s.Abort(p.rank, "aborted: "+m.reason)
+			s.mu.Lock()
+			s.failLocked(&RankError{Rank: p.rank, Reason: "aborted: " + m.reason})
+			s.mu.Unlock()
 		case *byeMsg:
 			// Nothing may follow a goodbye; the client waits for the
 			// connection to close, which tells it the hub has seen it go.
