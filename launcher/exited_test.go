@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -49,5 +51,41 @@ func TestRankExitsBeforeJoin(t *testing.T) {
 		if len(lines[r]) != 1 || !strings.HasPrefix(lines[r][0], "dial-failed ") || !strings.Contains(lines[r][0], want) {
 			t.Errorf("rank %d printed %q, want its Dial to fail with %q", r, lines[r], want)
 		}
+	}
+}
+
+// TestStopQuietHub: when tprun stops a job whose ranks wait in a hub
+// collective, the ranks give their calls up (which ends the job in the
+// hub); the hub's "job aborted" lines are the stop's own doing and are not
+// printed, and the report says what happened.
+func TestStopQuietHub(t *testing.T) {
+	const n = 3
+	var stdout, stderr lockedBuffer
+	sigs := make(chan os.Signal, 1)
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Count(stdout.String(), "waiting") < n && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // let ranks 1..n-1 send their barrier
+		sigs <- syscall.SIGINT
+	}()
+	res, err := Run(context.Background(), Config{
+		WorldSize: n, Command: helperCommand("hub"),
+		Env:     helperEnviron("HELPER_STOP_WAIT=1"),
+		Signals: sigs, Stdout: &stdout, Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus != 130 {
+		t.Errorf("status %d, want 130\n%s", res.ExitStatus, stderr.String())
+	}
+	// The ranks' own lines may quote the hub's error; tprun's may not.
+	if strings.Contains(stderr.String(), "tprun: hub: job aborted") {
+		t.Errorf("tprun printed the hub's failure while it stopped the job:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "tprun: job stopped: tprun got SIGINT") {
+		t.Errorf("no stop line in the report:\n%s", stderr.String())
 	}
 }

@@ -237,6 +237,20 @@ func helperHub(rank int) int {
 		}
 	}
 	fmt.Printf("gathered %d pids\n", len(all))
+	if os.Getenv("HELPER_STOP_WAIT") == "1" {
+		// Like a rank program stopped by tprun in a collective: SIGTERM
+		// cancels the ctx of the barrier every rank but 0 waits in.
+		sctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+		defer stop()
+		fmt.Println("waiting")
+		if rank == 0 {
+			<-sctx.Done()
+			return 4
+		}
+		err := c.Barrier(sctx)
+		fmt.Fprintln(os.Stderr, "barrier:", err)
+		return 5
+	}
 	victim, err := strconv.Atoi(os.Getenv("HELPER_VICTIM"))
 	if err != nil {
 		return 0

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -94,13 +95,22 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Set once tprun stops the job (job.stop). From then on the hub's
+	// failure lines are the stop's own doing (ranks leaving, or giving up
+	// the collectives tprun's signal cancelled), and the report says what
+	// happened: they are not printed.
+	stopping := new(atomic.Bool)
 	srv, err := cfg.listen(hubConfig{
 		WorldSize:         cfg.WorldSize,
 		Token:             token,
 		RendezvousTimeout: cfg.RendezvousTimeout,
 		Logf: func(format string, args ...any) {
+			msg := fmt.Sprintf(format, args...)
+			if stopping.Load() && (strings.HasPrefix(msg, "hub: job aborted") || strings.HasPrefix(msg, "hub: rendezvous")) {
+				return
+			}
 			// The hub's messages name the hub themselves.
-			out.writeString(cfg.Stderr, "tprun: "+fmt.Sprintf(format, args...)+"\n")
+			out.writeString(cfg.Stderr, "tprun: "+msg+"\n")
 		},
 	})
 	if err != nil {
@@ -112,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(hubCtx) }()
 
-	j := &job{cfg: cfg, out: out, srv: srv, firstSeen: -1, hubFirst: -1, serveErr: serveErr}
+	j := &job{cfg: cfg, out: out, srv: srv, firstSeen: -1, hubFirst: -1, serveErr: serveErr, quietHub: stopping}
 	res, runErr := j.run(ctx, token, logs)
 
 	stopHub()
@@ -171,6 +181,7 @@ type job struct {
 	running  int
 
 	stopping   bool
+	quietHub   *atomic.Bool // set with stopping: the hub's log callback reads it
 	stopReason string
 	stopStatus int  // exit status when no rank failed first
 	firstSeen  int  // first rank reaped with a failure before the stop, or -1
@@ -339,6 +350,9 @@ func (j *job) stop(reason string, status int) bool {
 		return false
 	}
 	j.stopping, j.stopReason, j.stopStatus = true, reason, status
+	if j.quietHub != nil {
+		j.quietHub.Store(true)
+	}
 	for _, c := range j.children {
 		if !c.exited {
 			// A rank that already ended (not yet reaped) is not stopped

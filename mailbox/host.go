@@ -357,8 +357,9 @@ func (h *Host) Write(ctx context.Context, step uint64, m int, slice []uint16) er
 // Receive waits until every rank's slice of step has arrived in the local
 // slot, copies the first m*Hidden elements into out[:m*Hidden] and re-arms
 // them. It gives up with a *TimeoutError after the deadline, with ctx's
-// error when ctx ends, and with ErrClosed when the Host is closed; after
-// any of those the Host is broken.
+// cause (context.Cause: ctx's error, or why it was cancelled) when ctx
+// ends, and with ErrClosed when the Host is closed; after any of those the
+// Host is broken.
 func (h *Host) Receive(ctx context.Context, step uint64, m int, out []uint16) error {
 	h.life.RLock()
 	defer h.life.RUnlock()

@@ -91,7 +91,7 @@ type UpInputs struct {
 // the peers ends at once with that failure (errors.Is ErrAborted, a
 // *RankError naming the rank) instead of waiting out its deadline, and a
 // step started after it fails at once, before it writes anything. A step
-// whose own ctx ended returns ctx's error even when the job failed too.
+// whose own ctx ended before the job failed returns ctx's error.
 type UpProjection struct {
 	rank   int
 	shape  kernel.Shape // M is the capacity (maxM)
@@ -277,7 +277,8 @@ func (u *UpProjection) Steps() uint64 {
 // When a peer's slice does not arrive within the deadline the error is a
 // *mailbox.TimeoutError naming the missing ranks (errors.Is
 // mailbox.ErrTimeout). After a failed wait the op is unusable: later steps
-// fail with mailbox.ErrBroken.
+// fail with mailbox.ErrBroken (only; the cause is in the text), or, for an
+// op made from a Group whose job has failed, with the job's failure.
 func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16) error {
 	leave, err := u.enter("step")
 	if err != nil {
