@@ -95,15 +95,6 @@ func (s Shape) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ValidateCapacity checks that a mailbox slot of capacity rows can hold
-// the shape's M rows.
-func (s Shape) ValidateCapacity(capacity int) error {
-	if capacity < s.M {
-		return &ShapeError{Field: "mailbox capacity", Value: capacity, Rule: fmt.Sprintf("must be at least M (%d)", s.M)}
-	}
-	return nil
-}
-
 // Layout gives the element counts and row strides of one rank's operands.
 // It is a separate type, not slices, so that the same checks serve Go
 // slices and device buffers.

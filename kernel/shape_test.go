@@ -111,13 +111,3 @@ func TestValidateLayout(t *testing.T) {
 	}
 }
 
-func TestValidateCapacity(t *testing.T) {
-	s := Shape{M: 8, Hidden: 7168, Latent: 3584, TP: 8}
-	if err := s.ValidateCapacity(8); err != nil {
-		t.Errorf("capacity 8 for M 8: %v", err)
-	}
-	err := s.ValidateCapacity(4)
-	if !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), "mailbox capacity = 4") || !strings.Contains(err.Error(), "M (8)") {
-		t.Errorf("capacity 4 for M 8: got %v", err)
-	}
-}
