@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(hubCtx) }()
 
-	j := &job{cfg: cfg, out: out, srv: srv, firstSeen: -1, hubFirst: -1, serveErr: serveErr, quietHub: stopping}
+	j := &job{cfg: cfg, out: out, srv: srv, firstSeen: -1, hubFirst: -1, serveErr: serveErr, stopping: stopping}
 	res, runErr := j.run(ctx, token, logs)
 
 	stopHub()
@@ -180,8 +180,7 @@ type job struct {
 	children []*child
 	running  int
 
-	stopping   bool
-	quietHub   *atomic.Bool // set with stopping: the hub's log callback reads it
+	stopping   *atomic.Bool // tprun is stopping the job; the hub's log callback reads it too
 	stopReason string
 	stopStatus int  // exit status when no rank failed first
 	firstSeen  int  // first rank reaped with a failure before the stop, or -1
@@ -212,7 +211,8 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 		c, err := startChild(sp, spec)
 		if err != nil {
 			// Nothing useful can run with a rank missing: kill what started.
-			j.stopping, j.stopReason = true, "a rank failed to start"
+			j.stopping.Store(true)
+			j.stopReason = "a rank failed to start"
 			j.killAll()
 			j.reap(done)
 			return nil, fmt.Errorf("%w: %w", ErrStart, err)
@@ -291,7 +291,7 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 				if !c.stopped {
 					j.srv.Abort(c.rank, c.status.String())
 				}
-				if !j.stopping {
+				if !j.stopping.Load() {
 					// Nothing was signalled yet: this failure is c's own.
 					j.firstSeen = c.rank
 					j.hubFirst, j.hubLeft = hubBlame(j.srv)
@@ -317,7 +317,7 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 				continue
 			}
 			sig, _ := s.(syscall.Signal)
-			if j.stopping {
+			if j.stopping.Load() {
 				j.printf("got %s again, killing all ranks", signalName(sig))
 				grace = nil
 				j.killAll()
@@ -346,13 +346,11 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 // stop begins a graceful stop unless one is under way: SIGTERM to the
 // process group of every running rank. It reports whether it started one.
 func (j *job) stop(reason string, status int) bool {
-	if j.stopping {
+	if j.stopping.Load() {
 		return false
 	}
-	j.stopping, j.stopReason, j.stopStatus = true, reason, status
-	if j.quietHub != nil {
-		j.quietHub.Store(true)
-	}
+	j.stopping.Store(true)
+	j.stopReason, j.stopStatus = reason, status
 	for _, c := range j.children {
 		if !c.exited {
 			// A rank that already ended (not yet reaped) is not stopped
@@ -413,7 +411,7 @@ func (j *job) result() *Result {
 	switch {
 	case res.FirstFailed >= 0:
 		res.ExitStatus = j.children[res.FirstFailed].status.ExitStatus()
-	case j.stopping:
+	case j.stopping.Load():
 		res.ExitStatus = j.stopStatus
 	}
 	return res
