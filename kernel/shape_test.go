@@ -110,4 +110,3 @@ func TestValidateLayout(t *testing.T) {
 		}
 	}
 }
-
