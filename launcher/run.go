@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tprun/tprun/internal/hub"
 )
 
 // Exit statuses Run picks when no rank failed on its own but tprun stopped
@@ -105,10 +107,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Token:             token,
 		RendezvousTimeout: cfg.RendezvousTimeout,
 		Logf: func(format string, args ...any) {
-			msg := fmt.Sprintf(format, args...)
-			if stopping.Load() && (strings.HasPrefix(msg, "hub: job aborted") || strings.HasPrefix(msg, "hub: rendezvous")) {
-				return
+			// The hub logs a job failure as the error itself
+			// (hub.ErrAborted matches every kind of it).
+			if stopping.Load() && len(args) == 1 {
+				if e, ok := args[0].(error); ok && errors.Is(e, hub.ErrAborted) {
+					return
+				}
 			}
+			msg := fmt.Sprintf(format, args...)
 			// The hub's messages name the hub themselves.
 			out.writeString(cfg.Stderr, "tprun: "+msg+"\n")
 		},
@@ -236,6 +242,11 @@ func (j *job) killLeftovers(c *child) {
 		return
 	}
 	c.signalGroup(syscall.SIGKILL)
+	if c.stopped {
+		// tprun's SIGTERM went to the whole group: what is left was
+		// told to go and may simply not have died yet. Not worth a line.
+		return
+	}
 	j.printf("rank %d left processes running in its process group when it ended; killed them", c.rank)
 }
 

@@ -83,9 +83,11 @@ func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, m
 		msg := "stopped by " + unix.SignalName(sig)
 		if se := (*job.StepError)(nil); errors.As(err, &se) {
 			msg += fmt.Sprintf(" at M=%d, step %d of the run", se.M, se.Step)
+			// The job had failed a moment before the signal came.
 			if re := (*tp.RankError)(nil); errors.As(err, &re) {
-				// The job had failed a moment before the signal came.
 				msg += fmt.Sprintf(", after rank %d's failure: %s", re.Rank, re.Reason)
+			} else if errors.Is(err, tp.ErrAborted) {
+				msg += ", after the job failed: " + err.Error()
 			}
 		} else if what := strings.TrimSuffix(err.Error(), ": "+context.Canceled.Error()); what != err.Error() {
 			msg += " (" + what + ")" // where it was, as the job says it
