@@ -89,3 +89,35 @@ func TestStopQuietHub(t *testing.T) {
 		t.Errorf("no stop line in the report:\n%s", stderr.String())
 	}
 }
+
+// TestStopQuietRendezvous: when tprun stops a job whose rendezvous has not
+// completed, the rank that never joined is killed before its hello, which
+// fails the rendezvous in the hub; that failure is the stop's doing and is
+// not printed either.
+func TestStopQuietRendezvous(t *testing.T) {
+	const n, late = 3, 2
+	var stdout, stderr lockedBuffer
+	sigs := make(chan os.Signal, 1)
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for (strings.Count(stdout.String(), "dialing") < n-1 || !strings.Contains(stdout.String(), "late")) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // let the others' hellos reach the hub
+		sigs <- syscall.SIGINT
+	}()
+	res, err := Run(context.Background(), Config{
+		WorldSize: n, Command: helperCommand("hub"),
+		Env:     helperEnviron("HELPER_LATE_RANK=" + strconv.Itoa(late)),
+		Signals: sigs, Stdout: &stdout, Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus != 130 {
+		t.Errorf("status %d, want 130\n%s", res.ExitStatus, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "tprun: hub: ") {
+		t.Errorf("tprun printed the hub's failure while it stopped the job:\n%s", stderr.String())
+	}
+}

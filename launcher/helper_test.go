@@ -205,6 +205,14 @@ func helperHub(rank int) int {
 	if os.Getenv("HELPER_IGNORE_TERM") == "1" {
 		signal.Ignore(syscall.SIGTERM)
 	}
+	if r, err := strconv.Atoi(os.Getenv("HELPER_LATE_RANK")); err == nil {
+		if r == rank {
+			fmt.Println("late")
+			time.Sleep(30 * time.Second) // tprun stops the job first
+			return 0
+		}
+		fmt.Println("dialing")
+	}
 	n, _ := strconv.Atoi(os.Getenv("TPRUN_WORLD_SIZE"))
 	local, _ := strconv.Atoi(os.Getenv("TPRUN_LOCAL_RANK"))
 	host, _ := os.Hostname()
