@@ -43,7 +43,8 @@ type DeviceInputs struct {
 
 // DeviceStep is one step of a captured sequence: its operands and where
 // the whole [M, hidden_dim] block goes (16-byte aligned device memory that
-// does not overlap the operands).
+// does not overlap the operands, nor any later step's Weight: see
+// Capture).
 type DeviceStep struct {
 	In  DeviceInputs
 	Out DevicePtr
@@ -56,24 +57,34 @@ func WithDevice(ordinal int) UpOption {
 	return func(c *upConfig) { c.device, c.deviceSet = ordinal, true }
 }
 
-// WithCUDADriver makes the op use drv (already opened and initialized)
-// instead of opening its own. The op does not close it; the caller closes
-// it after the op. Sharing one driver lets the caller allocate the device
-// operands in the same process-wide primary context.
+// WithCUDADriver makes the op use drv (from OpenGPU) instead of opening its
+// own. The op does not close it; the caller closes it after the op.
+//
+// The operands must live in the primary context of the op's device, which
+// is the one the CUDA runtime and PyTorch use. A program that allocates
+// them through drv itself: retains that context (drv.DevicePrimaryCtxRetain),
+// binds it on the goroutine before every driver call (drv.BindContext, and
+// the unbind it returns after), frees its memory before it releases its
+// retain, and releases after the op's Close. The op holds a retain of its
+// own only until its Close, so memory that relied on the op's retain is gone
+// with it.
 func WithCUDADriver(drv *cuda.Driver) UpOption {
 	return func(c *upConfig) { c.drv = drv }
 }
 
 // OpenGPU opens and initializes the CUDA driver and checks that it sees a
 // device: what "a GPU is usable here" means for the auto choices. The
-// caller closes the driver. The error wraps cuda.ErrNoDriver, cuda's
-// ErrNoDevice result, or ErrNoGPU.
+// caller closes the driver. The error matches ErrNoDriver when there is no
+// CUDA driver library, and ErrNoGPU when the driver sees no device.
 func OpenGPU() (*cuda.Driver, error) {
 	drv, err := cuda.Open()
 	if err != nil {
 		return nil, err
 	}
 	if err := drv.Init(); err != nil {
+		if cuda.IsNoDevice(err) {
+			err = fmt.Errorf("%w: %w", ErrNoGPU, err)
+		}
 		return nil, errors.Join(fmt.Errorf("cuInit: %w", err), drv.Close())
 	}
 	n, err := drv.DeviceCount()
@@ -88,6 +99,9 @@ func OpenGPU() (*cuda.Driver, error) {
 
 // ErrNoGPU: the CUDA driver loads but reports no device.
 var ErrNoGPU = errors.New("tp: the CUDA driver sees no device")
+
+// ErrNoDriver: the CUDA driver library (libcuda.so.1) cannot be loaded.
+var ErrNoDriver = cuda.ErrNoDriver
 
 // gpuProbe is one rank's view of its device, all-gathered by
 // ResolveMailbox.

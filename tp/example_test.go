@@ -15,8 +15,9 @@ import (
 // A rank program: join the job, set up the fused up-projection, run a step
 // and read the whole output block. Started by `tprun --tp N -- ./rank`, Join
 // reads the launcher's environment; here a torchrun-style environment of
-// one rank stands in for it, so the example runs anywhere (without a GPU
-// the op runs on the CPU with the shared-memory mailbox).
+// one rank stands in for it, and the op is asked for the host backend (the
+// CPU and a shared-memory mailbox), so the example runs anywhere. Without
+// WithBackend, the op takes a GPU where every rank has one.
 func Example() {
 	tmp, _ := os.MkdirTemp("", "tp-example")
 	defer os.RemoveAll(tmp)

@@ -67,7 +67,9 @@ func (g *Group) LocalRank() int { return g.l.localRank }
 func (g *Group) LocalSize() int { return g.l.localSize }
 
 // Device is the device this rank should use: TPRUN_DEVICES[local rank], or
-// the local rank.
+// the local rank. Where the launcher gives every rank its own
+// CUDA_VISIBLE_DEVICES (srun with one GPU per task), the local rank is not
+// the right ordinal: pass WithDevice(0) to NewUpProjection.
 func (g *Group) Device() int { return g.l.device() }
 
 // Launcher names what started the ranks: "tprun", "srun", "mpirun" or

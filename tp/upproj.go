@@ -261,7 +261,8 @@ func (u *UpProjection) Backend() string { return u.eng.name() }
 // BackendReason says why this backend was picked, for a person to read.
 func (u *UpProjection) BackendReason() string { return u.reason }
 
-// Steps is the number of steps that have completed.
+// Steps is the number of steps that have completed. It waits while a call
+// of the op (a step, a capture, a batch of replays) runs.
 func (u *UpProjection) Steps() uint64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -785,15 +785,19 @@ func (u *UpProjection) Device() int {
 // StepDevice runs one step with operands already in device memory (in the
 // primary context of Device()) and waits for it, leaving the whole
 // [M, hidden_dim] block, row-major, at out, which must not overlap the
-// operands (this rank's kernel writes its slice there while it reads them). Errors are those of Step; the
-// host backend refuses it with ErrBackendUnavailable.
+// operands (this rank's kernel writes its slice there while it reads
+// them). Errors are those of Step; the host backend refuses it with
+// ErrBackendUnavailable.
 //
-// Cancelling ctx while the step waits for peers ends the wait at once and
-// leaves the op broken (later steps fail with mailbox.ErrBroken); so does
-// Close, with mailbox.ErrClosed. "At once" has one exception: a call of
-// another thread of this process that synchronizes the same CUDA context
-// (freeing memory, unloading a module) while the step waits holds the
-// abort back until the step's deadline (see keepAborting).
+// The step runs on the op's own stream, which does not wait for any other:
+// whatever writes the operands (a copy, a kernel on another stream) must
+// have finished before the call, e.g. by synchronizing that stream. When
+// the call returns, out holds the block.
+//
+// Cancelling ctx while the step waits for peers ends the wait within about
+// 200 µs (the receive reads a host-set abort word) and leaves the op broken
+// (later steps fail with mailbox.ErrBroken); so does Close, with
+// mailbox.ErrClosed.
 func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out DevicePtr) error {
 	leave, err := u.enter("device step")
 	if err != nil {
@@ -871,9 +875,13 @@ var ErrGraphPhase = errors.New("tp: step graph replayed out of slot phase")
 
 // Capture records steps as one CUDA graph without running them (see
 // StepGraph for the lockstep rule). len(steps) must be a positive multiple
-// of the mailbox slot count. The operands are baked into the graph: they
-// must stay allocated, and their contents at replay time are what is
-// computed. Close the graph (or the op) to free it.
+// of the mailbox slot count (mailbox.DefaultSlots, 3, unless WithSlots set
+// it). The operands are baked into the graph: they must stay allocated,
+// and their contents at replay time are what is computed; as for
+// StepDevice, their writes must have finished before each Replay. A step's
+// weight is read before that step waits for the one before it, so no
+// step's Out may be a later step's Weight (Latent and Shared may be). Close
+// the graph (or the op) to free it.
 func (u *UpProjection) Capture(ctx context.Context, steps []DeviceStep) (*StepGraph, error) {
 	leave, err := u.enter("capture")
 	if err != nil {
@@ -968,8 +976,12 @@ func (g *StepGraph) Steps() int { return g.steps }
 // Replay runs the graph n times and waits for them; the op's step count
 // advances by n*Steps(). A peer's missing slice gives a
 // *mailbox.TimeoutError whose Step is the first step of the batch of
-// replays it happened in (replays are queued in batches of up to 32). As
-// with StepDevice, cancelling ctx aborts the wait and breaks the op.
+// replays it happened in (replays are queued in batches of up to 32). Each
+// queued step's receive waits out its own deadline, so a peer that stalls
+// without dying (the job watch sees nothing) can hold a batch for up to
+// 32 × Steps() deadlines before that error comes; a ctx with a shorter
+// deadline bounds it. As with StepDevice, cancelling ctx aborts the wait
+// (within about 200 µs) and breaks the op.
 func (g *StepGraph) Replay(ctx context.Context, n int) error {
 	_, err := g.run(ctx, n, false)
 	return err
@@ -1095,9 +1107,10 @@ func (g *StepGraph) isClosed() bool {
 	return g.closed
 }
 
-// Close frees the graph; it is idempotent and may run while another
-// goroutine replays the graph (that replay, or the next, fails with
-// mailbox.ErrClosed). Closing the op frees its graphs too.
+// Close frees the graph; it is idempotent. Called while another goroutine
+// replays the graph, it waits until the batch of replays in flight has
+// ended (a batch is up to 32 replays), and the next replay fails with
+// mailbox.ErrClosed. Closing the op frees its graphs too.
 func (g *StepGraph) Close() error {
 	e := g.e
 	e.mu.Lock()
