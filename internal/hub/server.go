@@ -402,13 +402,19 @@ func (s *Server) Exited(rank int, how string) {
 // their hello cause; hello is a rank saying hello now (not yet counted as
 // joined, not missing), or -1.
 func (s *Server) exitedErrorLocked(hello int) error {
+	return &RendezvousError{Missing: s.missingLocked(hello), Exited: slices.Clone(s.exited), Knob: s.cfg.TimeoutKnob}
+}
+
+// missingLocked lists the ranks that have not said hello, leaving out
+// except (a rank saying hello now), or none when except is -1.
+func (s *Server) missingLocked(except int) []int {
 	var missing []int
 	for r, p := range s.ranks {
-		if p == nil && r != hello {
+		if p == nil && r != except {
 			missing = append(missing, r)
 		}
 	}
-	return &RendezvousError{Missing: missing, Exited: slices.Clone(s.exited), Knob: s.cfg.TimeoutKnob}
+	return missing
 }
 
 // Drain waits until every frame queued for a client has been handed to
@@ -531,13 +537,7 @@ func (s *Server) watchRendezvous() {
 	if s.welcomed {
 		return
 	}
-	var missing []int
-	for r, p := range s.ranks {
-		if p == nil {
-			missing = append(missing, r)
-		}
-	}
-	s.failLocked(&RendezvousError{Missing: missing, After: s.cfg.RendezvousTimeout, Knob: s.cfg.TimeoutKnob})
+	s.failLocked(&RendezvousError{Missing: s.missingLocked(-1), After: s.cfg.RendezvousTimeout, Knob: s.cfg.TimeoutKnob})
 }
 
 // handle is the reading goroutine of one connection.
