@@ -8,9 +8,18 @@
 //
 // # Memory layout
 //
-// A mailbox is Slots × Capacity × Hidden bf16 elements. Each slot starts on a
+// A mailbox is Slots slots. A slot holds one region for every row count m
+// in 1..Capacity, in that order: the region for m is m × Hidden bf16
+// elements, so a slot is SlotRows(Capacity) = 1+2+...+Capacity rows. A step
+// of m rows uses only its slot's region for m (Layout.StepOffset). Ranks
+// that disagree about m for a step therefore store into different regions,
+// and no rank ever finds a whole block: every receive times out, and the
+// *TimeoutError names the ranks found in another region (OtherM). With one
+// region shared by every m, the rank with the smaller m would return a
+// block, and the rows a peer stored past it would stay in the slot, unarmed,
+// to be taken for data by a later step. Each slot starts on a
 // 64-byte boundary (Layout.SlotBytes is padded) so that a slot never shares a
-// cache line with its neighbour. Element e of a slot lives in 32-bit word
+// cache line with its neighbour. Element e of a region lives in 32-bit word
 // e/2, in the low half when e is even and in the high half when e is odd
 // (little-endian memory order, the same order a GPU kernel storing bf16
 // pairs produces). Rank r's slice for row m is the elements
@@ -29,7 +38,7 @@
 //
 // Step t uses slot t mod Slots. On every rank a step is: Write(t) stores the
 // rank's slice into slot t of every rank's mailbox; Receive(t) polls the
-// local slot until no word of the first M*Hidden elements is the sentinel,
+// local slot's region for M until no word of it is the sentinel,
 // copies them out and stores the sentinel back into them ("re-arms"). Once a
 // word is not the sentinel it stays final until this rank re-arms it, so the
 // poll copies each word as soon as it has arrived and never looks back.
@@ -51,7 +60,8 @@
 //
 // The Host enforces the order that argument relies on: steps start at 0 and
 // go up by one, Write(t) must precede Receive(t), and Write(t+1) is refused
-// until Receive(t) has succeeded. All ranks must pass the same m for a step.
+// until Receive(t) has succeeded. All ranks must pass the same m for a step
+// (see the memory layout for what happens when they do not).
 // A Receive that failed (deadline, cancellation, Close) leaves the slot
 // half-filled, so the Host refuses further steps (ErrBroken).
 //

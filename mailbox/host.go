@@ -382,7 +382,13 @@ func (h *Host) Receive(ctx context.Context, step uint64, m int, out []uint16) er
 		if len(missing) == 0 {
 			continue // the last words landed between the poll and the clock check
 		}
-		err = &TimeoutError{Rank: h.rank, Step: step, Slot: h.layout.Slot(step), Missing: missing, Waited: de.waited}
+		whole := h.words[h.rank][h.layout.SlotOffset(step)/4:][:h.layout.SlotBytes/4]
+		snap := make([]uint32, len(whole))
+		for i := range whole {
+			snap[i] = atomic.LoadUint32(&whole[i])
+		}
+		err = &TimeoutError{Rank: h.rank, Step: step, Slot: h.layout.Slot(step), Missing: missing, Waited: de.waited,
+			M: m, OtherM: h.layout.OtherRows(snap, m)}
 		break
 	}
 	h.mu.Lock()

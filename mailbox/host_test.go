@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -28,9 +29,9 @@ func TestNewLayout(t *testing.T) {
 		{desc: "defaults fill slots", cfg: Config{Hidden: 64, Capacity: 1}, size: 4,
 			want: Layout{Hidden: 64, Capacity: 1, Slots: 3, Size: 4, Shard: 16, SlotBytes: 128, Bytes: 384}},
 		{desc: "slot padded to 64 bytes", cfg: Config{Hidden: 6, Capacity: 3, Slots: 2}, size: 3,
-			want: Layout{Hidden: 6, Capacity: 3, Slots: 2, Size: 3, Shard: 2, SlotBytes: 64, Bytes: 128}},
+			want: Layout{Hidden: 6, Capacity: 3, Slots: 2, Size: 3, Shard: 2, SlotBytes: 128, Bytes: 256}},
 		{desc: "Kimi shape tp 8", cfg: Config{Hidden: 7168, Capacity: 8}, size: 8,
-			want: Layout{Hidden: 7168, Capacity: 8, Slots: 3, Size: 8, Shard: 896, SlotBytes: 114688, Bytes: 344064}},
+			want: Layout{Hidden: 7168, Capacity: 8, Slots: 3, Size: 8, Shard: 896, SlotBytes: 516096, Bytes: 1548288}},
 		{desc: "odd tp with even shard", cfg: Config{Hidden: 30, Capacity: 1, Slots: 4}, size: 3,
 			want: Layout{Hidden: 30, Capacity: 1, Slots: 4, Size: 3, Shard: 10, SlotBytes: 64, Bytes: 256}},
 		{desc: "one slot refused", cfg: Config{Hidden: 64, Capacity: 1, Slots: 1}, size: 4, wantErr: "slots = 1, need at least 2"},
@@ -42,6 +43,8 @@ func TestNewLayout(t *testing.T) {
 		{desc: "hidden not divisible", cfg: Config{Hidden: 64, Capacity: 1}, size: 3, wantErr: "hidden = 64 is not divisible by the group size 3"},
 		{desc: "odd shard", cfg: Config{Hidden: 36, Capacity: 1}, size: 4, wantErr: "shard = hidden/size = 36/4 = 9 is odd"},
 		{desc: "too big", cfg: Config{Hidden: 1 << 20, Capacity: 1 << 10}, size: 2, wantErr: "exceeds"},
+		// 256 rows would fit; the 32,896 rows of one region per M do not.
+		{desc: "regions too big", cfg: Config{Hidden: 1 << 14, Capacity: 1 << 8, Slots: 2}, size: 2, wantErr: "a slot holds 32896 rows for capacity 256"},
 		{desc: "huge values do not overflow", cfg: Config{Hidden: 1 << 40, Capacity: 1 << 40, Slots: 1 << 40}, size: 2, wantErr: "exceeds"},
 	}
 	for _, tc := range cases {
@@ -60,8 +63,20 @@ func TestNewLayout(t *testing.T) {
 				t.Fatalf("got %+v\nwant %+v", got, tc.want)
 			}
 			for s := range uint64(2 * got.Slots) {
-				if off := got.SlotOffset(s); off%64 != 0 || off+got.Capacity*got.Hidden*2 > got.Bytes {
+				if off := got.SlotOffset(s); off%64 != 0 || off+SlotRows(got.Capacity)*got.Hidden*2 > got.Bytes {
 					t.Errorf("slot of step %d at %d: misaligned or past the end", s, off)
+				}
+				// The regions of 1..Capacity rows tile the slot, in order,
+				// without overlap.
+				end := got.SlotOffset(s)
+				for m := 1; m <= got.Capacity; m++ {
+					if off := got.StepOffset(s, m); off != end {
+						t.Errorf("step %d, M = %d: region at %d, want %d (right after the region of M-1)", s, m, off, end)
+					}
+					end = got.StepOffset(s, m) + m*got.Hidden*2
+				}
+				if end > got.SlotOffset(s)+got.SlotBytes {
+					t.Errorf("step %d: the regions end at %d, past the slot's end %d", s, end, got.SlotOffset(s)+got.SlotBytes)
 				}
 			}
 		})
@@ -486,4 +501,78 @@ func TestHelloRoundTrip(t *testing.T) {
 			t.Fatalf("round trip of %+v: %+v, %v", l, h, err)
 		}
 	}
+}
+
+// TestMismatchedMFailsEveryRank: ranks that pass different M for a step
+// must not complete it. Each M has its own region of the slot, so no rank
+// finds a whole block; every rank times out, and the error names the ranks
+// that stored another M. Before the regions, the rank with the smaller M
+// returned a block without error and the rows its peer stored past it
+// stayed unarmed for a later step.
+func TestMismatchedMFailsEveryRank(t *testing.T) {
+	const deadline = 200 * time.Millisecond
+	for _, tc := range []struct {
+		desc string
+		ms   []int // the M each rank passes at step 2
+	}{
+		{"smaller M first", []int{2, 3}},
+		{"larger M first", []int{4, 1}},
+		{"one rank of three", []int{3, 3, 1}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			size := len(tc.ms)
+			hosts := newHosts(t, size, Config{Hidden: 4 * size, Capacity: 4, Deadline: deadline})
+			l := hosts[0].Layout()
+			ctx := context.Background()
+			errs := onRanks(size, func(r int, _ Exchanger) error {
+				h := hosts[r]
+				slice := make([]uint16, l.Capacity*l.Shard)
+				out := make([]uint16, l.Capacity*l.Hidden)
+				for s := range uint64(3) {
+					m := 2 // steps 0 and 1 agree
+					if s == 2 {
+						m = tc.ms[r]
+					}
+					fillSlice(slice, 7, s, r, m, l.Shard)
+					if err := h.Write(ctx, s, m, slice[:m*l.Shard]); err != nil {
+						return err
+					}
+					if err := h.Receive(ctx, s, m, out); err != nil {
+						return err
+					}
+					if err := checkBlock(out, l, 7, s, m); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			for r, err := range errs {
+				var te *TimeoutError
+				if !errors.As(err, &te) || te.Step != 2 || te.M != tc.ms[r] {
+					t.Fatalf("rank %d (M = %d): err = %v, want a timeout of step 2 with M = %d", r, tc.ms[r], err, tc.ms[r])
+				}
+				var want []RankRows
+				for p, m := range tc.ms {
+					if m != tc.ms[r] {
+						want = append(want, RankRows{Rank: p, M: m})
+					}
+				}
+				if !slices.Equal(te.OtherM, want) || !slices.Equal(te.Missing, ranksOf(want)) {
+					t.Errorf("rank %d: OtherM %v, Missing %v; want %v", r, te.OtherM, te.Missing, want)
+				}
+				if !strings.Contains(err.Error(), "every rank must pass the same M") ||
+					!strings.Contains(err.Error(), fmt.Sprintf("rank %d stored M = %d rows", want[0].Rank, want[0].M)) {
+					t.Errorf("rank %d: message %q does not name the other M", r, err)
+				}
+			}
+		})
+	}
+}
+
+func ranksOf(rr []RankRows) []int {
+	var ranks []int
+	for _, x := range rr {
+		ranks = append(ranks, x.Rank)
+	}
+	return ranks
 }

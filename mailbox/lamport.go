@@ -43,9 +43,10 @@ func wordsOf(region []byte) []uint32 {
 	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(region))), len(region)/4)
 }
 
-// slotWords is the part of a mailbox's words that step's first m rows use.
+// slotWords is the part of a mailbox's words that step uses with m rows:
+// the m-row region of its slot.
 func (l Layout) slotWords(words []uint32, step uint64, m int) []uint32 {
-	base := l.SlotOffset(step) / 4
+	base := l.StepOffset(step, m) / 4
 	return words[base : base+m*l.Hidden/2]
 }
 
@@ -88,6 +89,34 @@ func (l Layout) missingRanks(slot []uint32, m int) []int {
 		}
 	}
 	return missing
+}
+
+// OtherRows lists the ranks that stored a slice into a region of slot
+// other than the one for m rows: they ran the step with another M. slot is
+// one whole slot of a mailbox (SlotBytes/4 words, read with plain loads, so
+// a snapshot copied from a device will do). A rank is listed once, with
+// the first other row count found.
+func (l Layout) OtherRows(slot []uint32, m int) []RankRows {
+	var other []RankRows
+	half := l.Shard / 2
+	for r := 0; r < l.Size; r++ {
+	regions:
+		for rows := 1; rows <= l.Capacity; rows++ {
+			if rows == m {
+				continue
+			}
+			region := slot[l.RegionOffset(rows)/4:]
+			for row := 0; row < rows; row++ {
+				for _, w := range region[l.Element(row, r, 0)/2:][:half] {
+					if w != Sentinel {
+						other = append(other, RankRows{Rank: r, M: rows})
+						break regions
+					}
+				}
+			}
+		}
+	}
+	return other
 }
 
 // Waiting policy. A peer usually arrives within microseconds to a

@@ -56,8 +56,8 @@ const (
 // slots never share one.
 const slotAlign = 64
 
-// maxRegionBytes bounds one rank's mailbox. The real shapes need well under
-// a megabyte; the bound turns an absurd Config into an error instead of an
+// maxRegionBytes bounds one rank's mailbox. The real shapes need a few
+// megabytes; the bound turns an absurd Config into an error instead of an
 // overflowing size or an allocation that takes the machine down.
 const maxRegionBytes = 1 << 30
 
@@ -87,9 +87,13 @@ type Layout struct {
 	Slots     int // slots per mailbox, at least 2
 	Size      int // ranks in the group
 	Shard     int // Hidden / Size, even
-	SlotBytes int // bytes per slot, Capacity*Hidden*2 rounded up to 64
+	SlotBytes int // bytes per slot, SlotRows*Hidden*2 rounded up to 64
 	Bytes     int // bytes per mailbox, Slots*SlotBytes
 }
+
+// SlotRows is the rows of one slot: one region of m rows for every m in
+// 1..capacity, 1+2+...+capacity in all (see the package documentation).
+func SlotRows(capacity int) int { return capacity * (capacity + 1) / 2 }
 
 // NewLayout validates cfg for a group of size ranks. Zero Slots means
 // DefaultSlots. Errors wrap ErrConfig and name the value and the rule.
@@ -123,10 +127,12 @@ func newLayout(cfg Config, size int) (Layout, error) {
 		return bad("shard = hidden/size = %d/%d = %d is odd; it must be even so that no 32-bit word holds elements of two ranks", cfg.Hidden, size, cfg.Hidden/size)
 	}
 	// Check the size before multiplying so that nothing overflows.
-	if cfg.Capacity > maxRegionBytes/2/cfg.Hidden || cfg.Slots > maxRegionBytes/(2*cfg.Hidden*cfg.Capacity+slotAlign) {
-		return bad("slots × capacity × hidden = %d × %d × %d bf16 exceeds the %d-byte limit", cfg.Slots, cfg.Capacity, cfg.Hidden, maxRegionBytes)
+	if cfg.Capacity > maxRegionBytes/2/cfg.Hidden || cfg.Capacity > 1<<15 ||
+		cfg.Slots > maxRegionBytes/(2*cfg.Hidden*SlotRows(cfg.Capacity)+slotAlign) {
+		return bad("slots × rows per slot × hidden = %d × %d × %d bf16 exceeds the %d-byte limit (a slot holds %d rows for capacity %d: one region per M)",
+			cfg.Slots, SlotRows(min(cfg.Capacity, 1<<15)), cfg.Hidden, maxRegionBytes, SlotRows(min(cfg.Capacity, 1<<15)), cfg.Capacity)
 	}
-	slotBytes := (cfg.Capacity*cfg.Hidden*2 + slotAlign - 1) / slotAlign * slotAlign
+	slotBytes := (SlotRows(cfg.Capacity)*cfg.Hidden*2 + slotAlign - 1) / slotAlign * slotAlign
 	return Layout{
 		Hidden:    cfg.Hidden,
 		Capacity:  cfg.Capacity,
@@ -144,7 +150,15 @@ func (l Layout) Slot(step uint64) int { return int(step % uint64(l.Slots)) }
 // SlotOffset is the byte offset of step's slot in a mailbox.
 func (l Layout) SlotOffset(step uint64) int { return l.Slot(step) * l.SlotBytes }
 
-// Element is the index, within a slot, of rank's element n of row m.
+// RegionOffset is the byte offset, within a slot, of the region that a
+// step of m rows uses: the regions of 1..m-1 rows come first.
+func (l Layout) RegionOffset(m int) int { return SlotRows(m-1) * l.Hidden * 2 }
+
+// StepOffset is the byte offset in a mailbox of the rows that step uses
+// when it has m rows: its slot's region for m.
+func (l Layout) StepOffset(step uint64, m int) int { return l.SlotOffset(step) + l.RegionOffset(m) }
+
+// Element is the index, within a region, of rank's element n of row m.
 func (l Layout) Element(m, rank, n int) int { return m*l.Hidden + rank*l.Shard + n }
 
 // Errors for errors.Is.
@@ -175,7 +189,17 @@ type TimeoutError struct {
 	Slot    int           // step % slots
 	Missing []int         // ranks with at least one word still the sentinel, ascending
 	Waited  time.Duration // how long the Receive waited
+	// M is the rows this rank asked for, and OtherM the ranks that stored
+	// their slice of this slot into the region of another row count: they
+	// passed a different M for the step. Only filled when the slot could
+	// be read back (always on the host backend; on the GPU for a single
+	// step, not a batch of graph replays). M is 0 when not known.
+	M      int
+	OtherM []RankRows
 }
+
+// RankRows is a rank and the row count it used.
+type RankRows struct{ Rank, M int }
 
 func (e *TimeoutError) Error() string {
 	ranks := make([]string, len(e.Missing))
@@ -195,8 +219,17 @@ func (e *TimeoutError) Error() string {
 	if waited == 0 {
 		waited = e.Waited
 	}
-	return fmt.Sprintf("mailbox: rank %d, step %d (slot %d): no slice from %s %s after %v",
+	msg := fmt.Sprintf("mailbox: rank %d, step %d (slot %d): no slice from %s %s after %v",
 		e.Rank, e.Step, e.Slot, who, strings.Join(ranks, ", "), waited)
+	if len(e.OtherM) > 0 {
+		other := make([]string, len(e.OtherM))
+		for i, o := range e.OtherM {
+			other[i] = fmt.Sprintf("rank %d stored M = %d rows", o.Rank, o.M)
+		}
+		msg += fmt.Sprintf("; %s for this step where rank %d passed M = %d: every rank must pass the same M",
+			strings.Join(other, ", "), e.Rank, e.M)
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrTimeout) true.

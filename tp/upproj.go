@@ -80,7 +80,9 @@ type UpInputs struct {
 // its own, or with the CUDA engine's unicast mailbox straight into the
 // output) and returns once the whole [M, hidden_dim] block, every rank's
 // slice, has arrived. Every rank of the group must call Step the same number of times
-// with the same M.
+// with the same M. Ranks that pass different M for a step do not get a
+// block: every rank's step fails at the deadline with a
+// *mailbox.TimeoutError that names the ranks which passed another M.
 //
 // Step must not be called concurrently with itself: a second call fails
 // with ErrBusy. Close may be called from any goroutine, and a Step waiting
@@ -277,7 +279,8 @@ func (u *UpProjection) Steps() uint64 {
 //
 // When a peer's slice does not arrive within the deadline the error is a
 // *mailbox.TimeoutError naming the missing ranks (errors.Is
-// mailbox.ErrTimeout). After a failed wait the op is unusable: later steps
+// mailbox.ErrTimeout), and the ranks that ran this step with another M
+// (TimeoutError.OtherM). After a failed wait the op is unusable: later steps
 // fail with mailbox.ErrBroken (only; the cause is in the text), or, for an
 // op made from a Group whose job has failed, with the job's failure.
 func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16) error {

@@ -190,8 +190,10 @@ type cudaEngine struct {
 	kern     stepKernels
 	mb       gpuMailbox
 	layout   mailbox.Layout
-	dsts     [][]cuda.DevicePtr // per slot: the skinny kernel's destinations
-	// own: the index of this rank's local slot in each dsts[slot] (unicast),
+	// bases: the mailboxes the skinny kernel stores into; a step's
+	// destinations are these plus layout.StepOffset(t, M).
+	bases []cuda.DevicePtr
+	// own: the index of this rank's local mailbox in bases (unicast),
 	// or -1 (multicast). A step replaces that destination by its output
 	// block, so the kernel stores this rank's slice straight into it, and
 	// its receive skips that slice: half the receive's work at tp 2, and
@@ -286,8 +288,10 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		if e.statusDev, err = drv.MemHostGetDevicePointer(e.status); err != nil {
 			return fmt.Errorf("receive status buffer: %w", err)
 		}
-		if e.fill, err = drv.MemHostAlloc(s.M*s.Hidden*2, cuda.HostAllocPortable); err != nil {
-			return fmt.Errorf("abort fill buffer (%d bytes): %w", s.M*s.Hidden*2, err)
+		// Every region of a slot: a waiting receive may be polling any.
+		fillBytes := mailbox.SlotRows(s.M) * s.Hidden * 2
+		if e.fill, err = drv.MemHostAlloc(fillBytes, cuda.HostAllocPortable); err != nil {
+			return fmt.Errorf("abort fill buffer (%d bytes): %w", fillBytes, err)
 		}
 		clear(e.fill)
 		return nil
@@ -313,13 +317,7 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 	if len(bases) == 0 || len(bases) > kernel.MaxTP || e.local == 0 {
 		return nil, fmt.Errorf("%s mailbox gave %d destinations and local slot %#x", e.mb.Name(), len(bases), uint64(e.local))
 	}
-	e.dsts = make([][]cuda.DevicePtr, e.layout.Slots)
-	for slot := range e.dsts {
-		off := cuda.DevicePtr(slot * e.layout.SlotBytes)
-		for _, b := range bases {
-			e.dsts[slot] = append(e.dsts[slot], b+off)
-		}
-	}
+	e.bases = bases
 	e.own = slices.Index(bases, e.local)
 	return e, nil
 }
@@ -544,13 +542,15 @@ func (e *cudaEngine) begin() (end func(), err error) {
 // of the local slot: in the skinny kernel's receive CTAs when fused, else a
 // receive kernel) on the step stream.
 func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, pdl bool) error {
-	slot := e.layout.Slot(t)
-	recv := receiveLaunch{slot: e.local + cuda.DevicePtr(e.layout.SlotOffset(t)), out: out,
+	off := cuda.DevicePtr(e.layout.StepOffset(t, s.M))
+	recv := receiveLaunch{slot: e.local + off, out: out,
 		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard(), abortable: true}
 	sk := skinnyLaunch{shape: s, rank: e.rank, latent: in.Latent, weight: in.Weight, weightPacked: in.WeightPacked,
-		shared: in.Shared, sharedStride: in.SharedStride, dst: e.dsts[slot]}
+		shared: in.Shared, sharedStride: in.SharedStride, dst: make([]cuda.DevicePtr, len(e.bases))}
+	for i, b := range e.bases {
+		sk.dst[i] = b + off
+	}
 	if e.own >= 0 {
-		sk.dst = slices.Clone(sk.dst)
 		sk.dst[e.own] = out
 		recv.skip, recv.skipRank = true, e.rank
 	}
@@ -572,8 +572,11 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 // wait synchronizes the step stream. When ctx ends first it aborts the
 // receive (see keepAborting). Afterwards it reads the receive status: a timeout
 // becomes a *mailbox.TimeoutError for step t (the first step of a batch).
-// Any failure leaves the engine broken. Call with e.mu held.
-func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) error {
+// m is step t's rows when t was a single step, 0 for a batch: then a
+// timeout also reads the slot back to name the ranks that ran the step
+// with another M. Any failure leaves the engine broken. Call with e.mu
+// held and the context bound.
+func (e *cudaEngine) wait(ctx context.Context, t uint64, m int, started time.Time) error {
 	var (
 		stop     chan struct{}
 		wg       sync.WaitGroup
@@ -618,7 +621,21 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, started time.Time) erro
 	}
 	te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.layout.Slot(t), Missing: missing, Waited: time.Since(started)}
 	e.broken = te
+	if m > 0 {
+		te.M, te.OtherM = m, e.otherRows(t, m)
+	}
 	return te
+}
+
+// otherRows reads step t's slot back and lists the ranks that stored into
+// a region other than m's (see mailbox.Layout.OtherRows). A failed copy
+// lists none: the timeout is reported all the same.
+func (e *cudaEngine) otherRows(t uint64, m int) []mailbox.RankRows {
+	slot := make([]uint32, e.layout.SlotBytes/4)
+	if err := e.drv.MemcpyDtoH(cuda.AsBytes(slot), e.local+cuda.DevicePtr(e.layout.SlotOffset(t))); err != nil {
+		return nil
+	}
+	return e.layout.OtherRows(slot, m)
 }
 
 // clearStatus zeroes the receive status words and the abort word; no
@@ -659,7 +676,7 @@ func (e *cudaEngine) deviceStepLocked(ctx context.Context, t uint64, s kernel.Sh
 		e.broken = err
 		return errors.Join(err, e.drv.StreamSynchronize(e.stream))
 	}
-	return e.wait(ctx, t, started)
+	return e.wait(ctx, t, s.M, started)
 }
 
 // hostStep stages the host operands in device memory, runs the step and
@@ -1081,7 +1098,7 @@ func (e *cudaEngine) replay(ctx context.Context, g *StepGraph, t uint64, k int, 
 			return nil, errors.Join(err, e.drv.StreamSynchronize(e.stream))
 		}
 	}
-	if err := e.wait(ctx, t, started); err != nil {
+	if err := e.wait(ctx, t, 0, started); err != nil {
 		return nil, err
 	}
 	if !timed {
