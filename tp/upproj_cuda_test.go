@@ -2272,3 +2272,117 @@ func TestCUDAEngineFakeMulticast(t *testing.T) {
 		t.Errorf("the blocks are all zeros: the test cannot tell anything apart")
 	}
 }
+
+// TestCUDAEngineFakeStalledPeerReplay: a peer that stays alive but never
+// replays holds a batch of queued replays for about one deadline, not one
+// per queued receive: once the first receive of the batch times out, the
+// wait sets the abort word and the others end at once.
+func TestCUDAEngineFakeStalledPeerReplay(t *testing.T) {
+	const tp, hidden, latent, maxM, slots, replays = 2, 64, 32, 2, 2, 8
+	const deadline = 100 * time.Millisecond
+	d := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{2})[0]
+	shard := hidden / tp
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	replayed := make(chan struct{})
+	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots, deadline)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
+			Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
+			Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}}
+		g, err := up.Capture(ctx, []DeviceStep{st, st})
+		if err != nil {
+			return err
+		}
+		if r == 1 {
+			<-replayed // stalled: alive, but never replays
+			return nil
+		}
+		defer close(replayed)
+		start := time.Now()
+		err = g.Replay(ctx, replays)
+		took := time.Since(start)
+		var te *mailbox.TimeoutError
+		switch {
+		case !errors.As(err, &te) || te.Step != 0 || !slices.Equal(te.Missing, []int{1}):
+			return fmt.Errorf("replays with a stalled peer gave %v, want a timeout of step 0 missing rank 1", err)
+		case took < deadline || took > 4*deadline:
+			// Without the abort, each of the 16 queued receives waits
+			// out its own deadline: 1.6 s.
+			return fmt.Errorf("replays with a stalled peer failed after %v; want about one deadline (%v), not one per queued receive", took, deadline)
+		}
+		t.Logf("%d replays of %d steps, stalled peer: failed after %v (deadline %v)", replays, g.Steps(), took.Round(time.Millisecond), deadline)
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGPUStalledPeerReplay is TestCUDAEngineFakeStalledPeerReplay with the
+// real receive: two goroutine ranks on one GPU, the second alive but never
+// replaying.
+func TestGPUStalledPeerReplay(t *testing.T) {
+	const tp, hidden, latent, maxM, replays = 2, 384, 256, 2, 8
+	const deadline = 300 * time.Millisecond
+	f := openTestGPU(t)
+	d := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{2})[0]
+	shard := hidden / tp
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	replayed := make(chan struct{})
+	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
+		unbind, err := f.bind()
+		if err != nil {
+			return err
+		}
+		defer unbind()
+		up, err := f.newUp(ctx, ex, hidden, latent, maxM, deadline)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		st := DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: f.devAlloc(t, d.latent, 0),
+			Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
+			Shared: f.devAlloc(t, d.shared[r*shard:], 0), SharedStride: hidden}}
+		steps := make([]DeviceStep, up.eng.(*cudaEngine).layout.Slots)
+		for i := range steps {
+			steps[i] = st
+		}
+		g, err := up.Capture(ctx, steps)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, g.Close()) }()
+		// Both ranks have captured before either goes on: capture may
+		// synchronize the shared context.
+		if err := ex.Barrier(ctx); err != nil {
+			return err
+		}
+		if r == 1 {
+			<-replayed // alive, never replays; stays open (shared context)
+			return nil
+		}
+		defer close(replayed)
+		start := time.Now()
+		err = g.Replay(ctx, replays)
+		took := time.Since(start)
+		var te *mailbox.TimeoutError
+		switch {
+		case !errors.As(err, &te) || te.Step != 0 || !slices.Equal(te.Missing, []int{1}):
+			return fmt.Errorf("replays with a stalled peer gave %v, want a timeout of step 0 missing rank 1", err)
+		case took < deadline || took > 4*deadline:
+			return fmt.Errorf("replays with a stalled peer failed after %v; want about one deadline (%v), not one per queued receive (%d)", took, deadline, replays*g.Steps())
+		}
+		t.Logf("%d replays of %d steps, stalled peer: failed after %v (deadline %v)", replays, g.Steps(), took.Round(time.Millisecond), deadline)
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
