@@ -167,16 +167,9 @@ func fusedReceive() (bool, error) {
 }
 
 // abortWord is the receive's abort word in the host-mapped status page.
-func (e *cudaEngine) abortWord() *atomic.Uint32 { return e.statusWord(kernel.ReceiveAbortWord) }
-
-// statusWord is word i of the host-mapped status page.
-func (e *cudaEngine) statusWord(i int) *atomic.Uint32 {
-	return (*atomic.Uint32)(unsafe.Pointer(&e.status[4*i]))
+func (e *cudaEngine) abortWord() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&e.status[4*kernel.ReceiveAbortWord]))
 }
-
-// timeoutPoll is how often the wait for a batch of replays looks for a
-// receive that timed out.
-const timeoutPoll = time.Millisecond
 
 // replayChunk bounds how many graph replays are queued before the engine
 // waits and reads the status: a missing peer then costs at most a chunk's
@@ -590,33 +583,14 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, m int, started time.Tim
 		canceled atomic.Bool
 		abortErr error
 	)
-	// A batch of replays queues many receives, each with its own deadline:
-	// once one has timed out (status word 0, written by the kernel before
-	// it exits), the abort word ends the others within about 200 µs each,
-	// instead of each waiting out its deadline for a peer that stalls.
-	var poll <-chan time.Time
-	if m == 0 {
-		tick := time.NewTicker(timeoutPoll)
-		defer tick.Stop()
-		poll = tick.C
-	}
-	if done := ctx.Done(); done != nil || poll != nil {
+	if done := ctx.Done(); done != nil {
 		stop = make(chan struct{})
 		wg.Go(func() {
-			for {
-				select {
-				case <-done:
-					canceled.Store(true)
-					abortErr = e.keepAborting(stop)
-					return
-				case <-stop:
-					return
-				case <-poll:
-					if e.statusWord(0).Load() != 0 {
-						e.abortWord().Store(1)
-						poll = nil
-					}
-				}
+			select {
+			case <-done:
+				canceled.Store(true)
+				abortErr = e.keepAborting(stop)
+			case <-stop:
 			}
 		})
 	}
@@ -1019,13 +993,12 @@ func (g *StepGraph) Steps() int { return g.steps }
 // Replay runs the graph n times and waits for them; the op's step count
 // advances by n*Steps(). A peer's missing slice gives a
 // *mailbox.TimeoutError whose Step is the first step of the batch of
-// replays it happened in (replays are queued in batches of up to 32). It
-// comes about one deadline after the receive that timed out began, even
-// when the peer stalls without dying (which the job watch cannot see):
-// once one receive of the batch has timed out, the others queued behind it
-// are aborted (within about 200 µs each) instead of each waiting out its
-// own deadline. As with StepDevice, cancelling ctx aborts the wait (within
-// about 200 µs) and breaks the op.
+// replays it happened in (replays are queued in batches of up to 32). Each
+// queued step's receive waits out its own deadline, so a peer that stalls
+// without dying (the job watch sees nothing) can hold a batch for up to
+// 32 × Steps() deadlines before that error comes; a ctx with a shorter
+// deadline bounds it. As with StepDevice, cancelling ctx aborts the wait
+// (within about 200 µs) and breaks the op.
 func (g *StepGraph) Replay(ctx context.Context, n int) error {
 	_, err := g.run(ctx, n, false)
 	return err
