@@ -996,9 +996,17 @@ func (g *StepGraph) Steps() int { return g.steps }
 // replays it happened in (replays are queued in batches of up to 32). Each
 // queued step's receive waits out its own deadline, so a peer that stalls
 // without dying (the job watch sees nothing) can hold a batch for up to
-// 32 × Steps() deadlines before that error comes; a ctx with a shorter
-// deadline bounds it. As with StepDevice, cancelling ctx aborts the wait
-// (within about 200 µs) and breaks the op.
+// 32 × Steps() deadlines before that error comes. The receives queued
+// behind a timeout are deliberately not cut short: the steps behind a
+// receive that ends early still run, and their kernels store this rank's
+// later slices into the peers' slots at once, where a peer that is late
+// but alive could take them for the slices of earlier steps.
+//
+// Cancelling ctx aborts the wait (within about 200 µs) and breaks the op,
+// as with StepDevice; so does Close. The steps already queued then run on
+// without waiting for the peers, with the hazard above: after aborting a
+// replay, end the job on every rank (return an error from the rank
+// program, or Group.Abort), rather than let the other ranks step on.
 func (g *StepGraph) Replay(ctx context.Context, n int) error {
 	_, err := g.run(ctx, n, false)
 	return err
