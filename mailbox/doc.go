@@ -53,6 +53,12 @@
 // (t-1) mod S. Each link in that chain is an atomic store observed by an
 // atomic load, so in Go's memory model (and on the hardware: x86 TSO, arm64
 // release/acquire atomics) the re-arm happens before p's step-t+1 stores.
+// With regions, the same chain covers steps of different m: step t+1 stores
+// into the region for its own m, which the receive of that region's last
+// use re-armed (a slot's regions are armed at the start, and a step
+// re-arms only the region it read), and which that receive finished before
+// this rank's last write, so every region but the one a step is filling
+// holds only the sentinel.
 // With one slot the chain breaks: p could overwrite slot 0 with step t+1
 // while q is still copying step t, so fewer than two slots are rejected.
 // A third slot (the default) gives a backend room to defer the re-arm by a

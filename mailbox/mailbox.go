@@ -64,7 +64,7 @@ const maxRegionBytes = 1 << 30
 // Config describes a mailbox. Rank and group size come from the Exchanger.
 type Config struct {
 	Hidden   int           // elements per row (hidden_dim); Hidden/Size must be even
-	Capacity int           // rows per slot, the largest M a step may use
+	Capacity int           // the largest M a step may use (a slot has a region for every M up to it)
 	Slots    int           // 0 means DefaultSlots; fewer than 2 is rejected
 	Deadline time.Duration // how long a Receive waits; 0 means DefaultDeadline
 }
@@ -83,7 +83,7 @@ func (c Config) WithDefaults() Config {
 // Layout is the agreed geometry of every rank's mailbox.
 type Layout struct {
 	Hidden    int // elements per row
-	Capacity  int // rows per slot
+	Capacity  int // the largest M; a slot holds SlotRows(Capacity) rows
 	Slots     int // slots per mailbox, at least 2
 	Size      int // ranks in the group
 	Shard     int // Hidden / Size, even
@@ -127,10 +127,12 @@ func newLayout(cfg Config, size int) (Layout, error) {
 		return bad("shard = hidden/size = %d/%d = %d is odd; it must be even so that no 32-bit word holds elements of two ranks", cfg.Hidden, size, cfg.Hidden/size)
 	}
 	// Check the size before multiplying so that nothing overflows.
-	if cfg.Capacity > maxRegionBytes/2/cfg.Hidden || cfg.Capacity > 1<<15 ||
-		cfg.Slots > maxRegionBytes/(2*cfg.Hidden*SlotRows(cfg.Capacity)+slotAlign) {
+	if cfg.Capacity > maxRegionBytes/2/cfg.Hidden || cfg.Capacity > 1<<15 {
+		return bad("capacity × hidden = %d × %d bf16 exceeds the %d-byte limit", cfg.Capacity, cfg.Hidden, maxRegionBytes)
+	}
+	if cfg.Slots > maxRegionBytes/(2*cfg.Hidden*SlotRows(cfg.Capacity)+slotAlign) {
 		return bad("slots × rows per slot × hidden = %d × %d × %d bf16 exceeds the %d-byte limit (a slot holds %d rows for capacity %d: one region per M)",
-			cfg.Slots, SlotRows(min(cfg.Capacity, 1<<15)), cfg.Hidden, maxRegionBytes, SlotRows(min(cfg.Capacity, 1<<15)), cfg.Capacity)
+			cfg.Slots, SlotRows(cfg.Capacity), cfg.Hidden, maxRegionBytes, SlotRows(cfg.Capacity), cfg.Capacity)
 	}
 	slotBytes := (SlotRows(cfg.Capacity)*cfg.Hidden*2 + slotAlign - 1) / slotAlign * slotAlign
 	return Layout{

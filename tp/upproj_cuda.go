@@ -216,8 +216,8 @@ type cudaEngine struct {
 	status    []byte // host-mapped, statusBytes
 	statusDev cuda.DevicePtr
 	// fill is page-locked host memory without a sentinel word (zeros),
-	// capacity*hidden*2 bytes: what keepAborting copies over the start of
-	// every local slot. Made at setup: a page-locked allocation during an
+	// SlotRows(capacity)*hidden*2 bytes: what keepAborting copies over
+	// every region of every local slot. Made at setup: a page-locked allocation during an
 	// abort could itself be ordered behind the receive it must end.
 	fill []byte
 
@@ -445,7 +445,7 @@ func (e *cudaEngine) close() error {
 // abortEvery is the pause between two fills of keepAborting.
 const abortEvery = 200 * time.Microsecond
 
-// keepAborting overwrites the start of every slot of the local mailbox
+// keepAborting overwrites every region of every slot of the local mailbox
 // with e.fill (no sentinel word), now and then again every abortEvery
 // until stop is closed: a receive polling a slot then finds every word
 // there and finishes, so that work waiting for a peer ends now instead of
@@ -572,9 +572,9 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 // wait synchronizes the step stream. When ctx ends first it aborts the
 // receive (see keepAborting). Afterwards it reads the receive status: a timeout
 // becomes a *mailbox.TimeoutError for step t (the first step of a batch).
-// m is step t's rows when t was a single step, 0 for a batch: then a
-// timeout also reads the slot back to name the ranks that ran the step
-// with another M. Any failure leaves the engine broken. Call with e.mu
+// m is step t's rows when t was a single step (a timeout then also reads
+// the slot back to name the ranks that ran the step with another M), or 0
+// for a batch of replays. Any failure leaves the engine broken. Call with e.mu
 // held and the context bound.
 func (e *cudaEngine) wait(ctx context.Context, t uint64, m int, started time.Time) error {
 	var (
