@@ -217,8 +217,9 @@ type cudaEngine struct {
 	statusDev cuda.DevicePtr
 	// fill is page-locked host memory without a sentinel word (zeros),
 	// SlotRows(capacity)*hidden*2 bytes: what keepAborting copies over
-	// every region of every local slot. Made at setup: a page-locked allocation during an
-	// abort could itself be ordered behind the receive it must end.
+	// every region of every local slot. Made at setup: a page-locked
+	// allocation during an abort could itself be ordered behind the
+	// receive it must end.
 	fill []byte
 
 	// Staging for hostStep, allocated on first use: latent, weight,
@@ -574,8 +575,8 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 // becomes a *mailbox.TimeoutError for step t (the first step of a batch).
 // m is step t's rows when t was a single step (a timeout then also reads
 // the slot back to name the ranks that ran the step with another M), or 0
-// for a batch of replays. Any failure leaves the engine broken. Call with e.mu
-// held and the context bound.
+// for a batch of replays. Any failure leaves the engine broken. Call with
+// e.mu held and the context bound.
 func (e *cudaEngine) wait(ctx context.Context, t uint64, m int, started time.Time) error {
 	var (
 		stop     chan struct{}
