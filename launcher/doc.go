@@ -5,7 +5,8 @@
 // the rendezvous hub (internal/hub) in a private directory, gives every rank
 // its environment (TPRUN_* and the torchrun names), prefixes every output
 // line with the rank, and stops the whole job when the first rank fails, when
-// tprun is signalled, or when the job runs out of time: SIGTERM to each
+// tprun is signalled, when its stdout or stderr is closed (EPIPE), or when
+// the job runs out of time: SIGTERM to each
 // rank's process group, a grace period, then SIGKILL. Run returns only after
 // every rank it started has been reaped and the hub directory is gone, and
 // writes a short report naming the first failing rank, how it ended and its
@@ -13,7 +14,8 @@
 //
 // Children are started from one OS thread that is locked for the lifetime of
 // the job, each in its own process group and with a parent-death signal, so
-// they die with tprun even when tprun itself is SIGKILLed.
+// they die with tprun even when tprun itself is SIGKILLed (what they started
+// themselves does not: only a stop signals their process groups).
 //
 // What this package must not do: call os.Exit or install signal handlers (the
 // caller passes signals in through Config.Signals), touch

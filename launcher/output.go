@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"syscall"
 )
 
 const (
@@ -25,20 +26,39 @@ type output struct {
 	mu             sync.Mutex
 	stdout, stderr io.Writer
 	buf            []byte // scratch for prefix+line+"\n", used under mu
+	// broken gets one value, which of "stdout" or "stderr", the first time
+	// a write there fails with EPIPE: whoever reads tprun's output has gone
+	// (`tprun ... | head`), and the job is stopped as for a signal.
+	broken     chan string
+	brokenOnce sync.Once
 }
 
 func newOutput(stdout, stderr io.Writer) *output {
-	return &output{stdout: stdout, stderr: stderr}
+	return &output{stdout: stdout, stderr: stderr, broken: make(chan string, 1)}
+}
+
+// check notes a write to w that failed with EPIPE. Call with o.mu held.
+func (o *output) check(w io.Writer, err error) {
+	if err == nil || !errors.Is(err, syscall.EPIPE) || (w != o.stdout && w != o.stderr) {
+		return
+	}
+	name := "stdout"
+	if w != o.stdout {
+		name = "stderr"
+	}
+	o.brokenOnce.Do(func() { o.broken <- name })
 }
 
 // writeLine writes prefix+line+"\n" to w and line+"\n" to log (if any).
 // Write errors are dropped on purpose: the pump must keep draining the pipe,
-// or the rank would block on a full pipe and the job would hang.
+// or the rank would block on a full pipe and the job would hang. A closed
+// pipe (EPIPE) on tprun's stdout or stderr is reported on o.broken.
 func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.buf = append(append(append(o.buf[:0], prefix...), line...), '\n')
-	_, _ = w.Write(o.buf)
+	_, err := w.Write(o.buf)
+	o.check(w, err)
 	if log != nil {
 		_, _ = log.Write(o.buf[len(prefix):])
 	}
@@ -48,7 +68,8 @@ func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer) {
 func (o *output) writeString(w io.Writer, s string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_, _ = io.WriteString(w, s)
+	_, err := io.WriteString(w, s)
+	o.check(w, err)
 }
 
 // tail keeps the last n lines written to it.

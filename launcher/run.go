@@ -336,6 +336,12 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 			}
 			j.printf("got %s, stopping all ranks (again to kill at once)", signalName(sig))
 			startStop("tprun got "+signalName(sig), 128+int(sig))
+		case name := <-j.out.broken:
+			// Whoever read tprun's output has gone (`tprun ... | head`):
+			// stop as for SIGPIPE, which is what would have ended tprun
+			// had it not caught it, and its ranks with it.
+			j.printf("%s closed (broken pipe), stopping all ranks", name)
+			startStop("tprun's "+name+" was closed (broken pipe)", 128+int(syscall.SIGPIPE))
 		case <-timeout:
 			timeout = nil
 			j.printf("job timed out after %s, stopping all ranks", j.cfg.Timeout)

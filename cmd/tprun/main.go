@@ -162,10 +162,34 @@ func launch(args []string, stdout, stderr io.Writer) int {
 		cfg.Grace = time.Nanosecond
 	}
 
+	// SIGHUP (the terminal or ssh session went away) and SIGQUIT stop the
+	// job as SIGINT and SIGTERM do (torchrun does the same): left to their
+	// default, they would end tprun alone, and the ranks' children (the
+	// ranks have a parent-death signal, what they start has not) would
+	// run on.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
+	// A write to a closed stdout or stderr (`tprun ... | head`) raises
+	// SIGPIPE, which would end tprun the same way. Caught, the write fails
+	// with EPIPE instead, and the launcher stops the job. Caught signals
+	// are reset to the default in the ranks at exec.
+	pipe, quit := make(chan os.Signal, 1), make(chan struct{})
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer func() {
+		signal.Stop(pipe)
+		close(quit)
+	}()
+	go func() {
+		for {
+			select {
+			case <-pipe:
+			case <-quit:
+				return
+			}
+		}
+	}()
 
 	res, err := launcher.Run(context.Background(), cfg)
 	if err != nil {

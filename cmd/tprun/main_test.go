@@ -249,6 +249,8 @@ func TestSignalled(t *testing.T) {
 	}{
 		{syscall.SIGTERM, 143, false},
 		{syscall.SIGINT, 130, false},
+		{syscall.SIGHUP, 129, false},
+		{syscall.SIGQUIT, 131, false},
 		{syscall.SIGKILL, -1, true},
 	}
 	for _, tc := range tests {
@@ -283,6 +285,74 @@ func TestSignalled(t *testing.T) {
 					t.Errorf("next job: status %d, stderr %q", r.status, r.stderr)
 				}
 			}
+			assertEmptyDir(t, tmp)
+		})
+	}
+}
+
+// TestStopTakesRanksChildren: what a rank started in the background goes
+// too when tprun gets SIGHUP (a closed terminal or ssh session) or its
+// stdout is closed (`tprun ... | head -1`). Left to their defaults, both
+// signals ended tprun alone: the ranks died of their parent-death signal,
+// and their children ran on.
+func TestStopTakesRanksChildren(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		want   int
+		stderr string
+	}{
+		{"SIGHUP", 129, "job stopped: tprun got SIGHUP"},
+		{"closed stdout", 141, "tprun: stdout closed (broken pipe), stopping all ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 2
+			tmp := shortTempDir(t)
+			cmd := exec.Command(tprunBin, "--tp", strconv.Itoa(n), "--", "sh", "-c",
+				`sleep 30 & echo "pid $$ child $!"; while :; do echo tick; sleep 0.05; done`)
+			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+			stderr := &bytes.Buffer{}
+			cmd.Stderr = stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			sc := bufio.NewScanner(out)
+			var pids []int
+			for len(pids) < 2*n && sc.Scan() {
+				var k, pid, child int
+				if _, err := fmt.Sscanf(sc.Text(), "[rank %d] pid %d child %d", &k, &pid, &child); err == nil {
+					pids = append(pids, pid, child)
+				}
+			}
+			if len(pids) != 2*n {
+				t.Fatalf("pids %v", pids)
+			}
+			if tc.name == "SIGHUP" {
+				cmd.Process.Signal(syscall.SIGHUP)
+				go func() {
+					for sc.Scan() {
+					}
+				}()
+			} else {
+				// The read end of tprun's stdout goes away; its next write
+				// of a rank's "tick" fails.
+				out.Close()
+			}
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("tprun still running 20 s after the %s; stderr:\n%s", tc.name, stderr.String())
+			}
+			if got := cmd.ProcessState.ExitCode(); got != tc.want || !strings.Contains(stderr.String(), tc.stderr) {
+				t.Errorf("exit status %d, want %d, and stderr with %q; stderr:\n%s", got, tc.want, tc.stderr, stderr.String())
+			}
+			proctest.WaitGone(t, "rank or its child", pids, 2*time.Second)
 			assertEmptyDir(t, tmp)
 		})
 	}
