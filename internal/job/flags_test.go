@@ -87,6 +87,7 @@ func TestBadValues(t *testing.T) {
 		{"M empty", []string{"--m", ""}, "is not an integer"},
 		{"M not a number", []string{"--m", "1,x"}, `"x" is not an integer`},
 		{"iters zero", []string{"--iters", "0"}, "must be at least 1"},
+		{"iters huge", []string{"--iters", "99999999999999"}, "must be at most 1000000000"},
 		{"iters not a number", []string{"--iters", "ten"}, "not an integer"},
 		{"hidden negative", []string{"--hidden", "-8"}, "must be at least 1"},
 		{"latent zero", []string{"--latent", "0"}, "must be at least 1"},

@@ -213,8 +213,15 @@ func HostBytes(cfg *Config, worldSize int) int64 {
 	shard := H / int64(worldSize)
 	expect := min(int64(kernel.MaxM), rows) * (2*shard + K) * 8
 	mb, _ := mailbox.NewLayout(mailbox.Config{Hidden: cfg.Hidden, Capacity: cfg.maxM(), Slots: cfg.Slots}, worldSize)
-	return 2*shard*K*2 + expect + rows*(K+H)*2 + rows*H*16 + m*H*2 + int64(mb.Bytes)
+	// Per step of one M: its time and block hash, and every rank's hash
+	// once gathered.
+	results := int64(cfg.Iters) * (16 + 8*int64(worldSize))
+	return 2*shard*K*2 + expect + rows*(K+H)*2 + rows*H*16 + m*H*2 + int64(mb.Bytes) + results
 }
+
+// MaxIters bounds --iters: a billion steps of one M take hours even on a
+// GPU, and their per-step records would need tens of GB.
+const MaxIters = 1_000_000_000
 
 // ErrMemory is matched when this machine has too little memory for the job.
 var ErrMemory = errors.New("not enough host memory")
@@ -225,8 +232,9 @@ var ErrMemory = errors.New("not enough host memory")
 func CheckHostMemory(cfg *Config, worldSize int, available int64) error {
 	per := HostBytes(cfg, worldSize)
 	if total := per * int64(worldSize); total > available {
-		return fmt.Errorf("%w for --tp %d --hidden %d --latent %d: each rank needs about %s (its weight shard alone is %s), %s in all, and this machine has %s available",
-			ErrMemory, worldSize, cfg.Hidden, cfg.Latent, byteSize(per), byteSize(int64(cfg.Hidden/worldSize)*int64(cfg.Latent)*2), byteSize(total), byteSize(available))
+		return fmt.Errorf("%w for --tp %d --hidden %d --latent %d --iters %d: each rank needs about %s (its weight shard alone is %s, the records of its steps %s), %s in all, and this machine has %s available",
+			ErrMemory, worldSize, cfg.Hidden, cfg.Latent, cfg.Iters, byteSize(per), byteSize(int64(cfg.Hidden/worldSize)*int64(cfg.Latent)*2),
+			byteSize(int64(cfg.Iters)*(16+8*int64(worldSize))), byteSize(total), byteSize(available))
 	}
 	return nil
 }
@@ -470,7 +478,10 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	block := make([]kernel.BF16, p.shape.M*cfg.Hidden)
 	hashBuf := make([]byte, 0, 2*len(block))
 	for mi, m := range cfg.M {
-		res := mResult{times: make([]time.Duration, 0, cfg.Iters), hashes: make([]uint64, 0, cfg.Iters)}
+		// Room for the records grows with the steps run: a long run that
+		// is stopped early never holds all of them.
+		pre := min(cfg.Iters, 1<<16)
+		res := mResult{times: make([]time.Duration, 0, pre), hashes: make([]uint64, 0, pre)}
 		mStart := time.Now()
 		for i := range cfg.Iters {
 			if f := cfg.Fault; f != nil && f.Rank == rank && f.Step == t {

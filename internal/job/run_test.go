@@ -428,7 +428,14 @@ func TestHostBytes(t *testing.T) {
 			t.Errorf("one byte short: got %v, want ErrMemory", err)
 		}
 	}
+	// The per-step records count: --iters at its bound needs about 32 GB
+	// a rank at tp 2, which no 16 GB machine has.
 	cfg := Default()
+	cfg.Iters = MaxIters
+	if err := CheckHostMemory(&cfg, 2, 16<<30); !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "--iters 1000000000") {
+		t.Errorf("--iters %d on 16 GiB: got %v, want ErrMemory naming --iters", MaxIters, err)
+	}
+	cfg = Default()
 	if err := CheckMailbox(&cfg, 2); err != nil {
 		t.Errorf("default job: %v", err)
 	}
