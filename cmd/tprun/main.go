@@ -70,7 +70,7 @@ func newFlagSet() (*flag.FlagSet, *launchFlags, *job.Config, *flag.FlagSet) {
 	fs.SetOutput(io.Discard)
 	lf := &launchFlags{}
 	fs.IntVar(&lf.tp, "tp", 1, "number of ranks (tensor-parallel size): 1..16 for the default job, up to 250 with -- CMD")
-	fs.StringVar(&lf.devices, "devices", "", "comma list of GPU indices, one per rank; ranks take the first --tp entries (default: rank K uses GPU K)")
+	fs.StringVar(&lf.devices, "devices", "", "comma list of GPU indices or ranges (0-3), one per rank; a GPU may repeat (ranks then share it); ranks take the first --tp entries (default: rank K uses GPU K)")
 	fs.StringVar(&lf.logDir, "log-dir", "", "also write each rank's output to `DIR`/rank-K.log")
 	fs.DurationVar(&lf.grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
 	fs.DurationVar(&lf.timeout, "timeout", 0, "stop the job after this long (0: no limit)")
