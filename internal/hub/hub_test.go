@@ -1168,3 +1168,27 @@ func TestListenConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestListenDeepTempDir: a TMPDIR too deep for a Unix socket path makes
+// Listen use /tmp instead of failing (tprun used to exit 1 there).
+func TestListenDeepTempDir(t *testing.T) {
+	deep := filepath.Join(shortTempDir(t), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if err := os.MkdirAll(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", deep)
+	s, err := Listen(ServerConfig{WorldSize: 1, Token: "t"})
+	if err != nil {
+		t.Fatalf("Listen with TMPDIR=%s (%d bytes): %v", deep, len(deep), err)
+	}
+	dir := filepath.Dir(s.Path())
+	if filepath.Dir(dir) != "/tmp" || len(s.Path()) > maxSocketPath {
+		t.Errorf("socket at %s, want it in a directory under /tmp", s.Path())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("hub directory still there: %v", err)
+	}
+}

@@ -118,6 +118,19 @@ const (
 // namespaces and pid reuse, unlike a look at the pid the file names. A
 // directory without that file (made by an older tprun, or being made right
 // now) is left alone.
+// socketBase is where Listen makes its directory: tmp, unless the socket
+// path there would be too long for a Unix socket (a deep TMPDIR), and then
+// /tmp, as long as that is short enough.
+func socketBase(tmp string) string {
+	// MkdirTemp adds a random number of at most 20 digits to the prefix.
+	if n := len(filepath.Join(tmp, hubDirPrefix+"12345678901234567890", "hub.sock")); n > maxSocketPath && tmp != "/tmp" {
+		if fi, err := os.Stat("/tmp"); err == nil && fi.IsDir() {
+			return "/tmp"
+		}
+	}
+	return tmp
+}
+
 func removeStaleDirs(tmp string) {
 	dirs, _ := filepath.Glob(filepath.Join(tmp, hubDirPrefix+"*"))
 	for _, d := range dirs {
@@ -200,8 +213,9 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		s.nextSeq[r] = 1
 	}
 	if cfg.Path == "" {
-		removeStaleDirs(os.TempDir())
-		dir, err := os.MkdirTemp("", hubDirPrefix)
+		base := socketBase(os.TempDir())
+		removeStaleDirs(base)
+		dir, err := os.MkdirTemp(base, hubDirPrefix)
 		if err != nil {
 			return nil, fmt.Errorf("hub: making socket directory: %w", err)
 		}
