@@ -33,6 +33,20 @@ type hubVerdict interface {
 
 var _ hubVerdict = (*hub.Server)(nil)
 
+// hubJoins is optional: a hub that knows which ranks joined it.
+type hubJoins interface {
+	Joined(rank int) bool
+}
+
+var _ hubJoins = (*hub.Server)(nil)
+
+// hubJoined reports whether rank joined the hub; true for a hub that
+// cannot say.
+func hubJoined(s hubServer, rank int) bool {
+	j, ok := s.(hubJoins)
+	return !ok || j.Joined(rank)
+}
+
 // hubBlame returns the rank the hub holds responsible for the job's
 // failure, or -1, and whether the hub blames it only for leaving (a clean
 // goodbye before a peer's collective: no failure of its own by itself);

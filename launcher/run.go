@@ -287,8 +287,9 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 			c.exited = true
 			// Asked before this rank's own failure reaches the hub (Abort
 			// below): a hub that already blames another rank has failed
-			// the calls this rank waited in.
-			if r, _ := hubBlame(j.srv); r >= 0 && r != c.rank {
+			// the calls this rank waited in, if it joined the hub at all
+			// (ranks that never use the hub fail on their own).
+			if r, _ := hubBlame(j.srv); r >= 0 && r != c.rank && hubJoined(j.srv, c.rank) {
 				c.afterHub, c.hubBlamed = true, r
 			}
 			if c.err != nil {

@@ -526,3 +526,17 @@ func TestPreflightRefusalExitStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnFailuresWithoutHub: ranks that never join the hub and all die on
+// their own are never reported as failing "once the hub had ended the job"
+// (tprun's own abort of the first failure made the hub blame it, and the
+// later ones were counted as its victims).
+func TestOwnFailuresWithoutHub(t *testing.T) {
+	tmp := shortTempDir(t)
+	for i := range 5 {
+		r := tprun(t, tmp, "--tp", "3", "--", "sh", "-c", "kill -SEGV $$")
+		if r.status != 139 || !strings.Contains(r.stderr, "killed by signal SIGSEGV") || strings.Contains(r.stderr, "hub had ended the job") {
+			t.Fatalf("run %d: status %d, stderr:\n%s", i, r.status, r.stderr)
+		}
+	}
+}

@@ -431,6 +431,15 @@ func (s *Server) missingLocked(except int) []int {
 	return missing
 }
 
+// Joined reports whether rank said hello to this hub (and was admitted),
+// whether or not it is still connected.
+func (s *Server) Joined(rank int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// An admitted hello has the job's world size, at least 1.
+	return rank >= 0 && rank < len(s.hellos) && s.hellos[rank].WorldSize > 0
+}
+
 // Drain waits until every frame queued for a client has been handed to
 // the kernel (or that client is gone). A rank that hosts the hub drains
 // before Close, so its peers get their last results even if it exits first.
