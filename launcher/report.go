@@ -11,8 +11,9 @@ import (
 // Report is the text tprun prints on stderr when the job did not end with
 // every rank succeeding: the first failing rank, how it ended and its last
 // stderr lines; else why tprun stopped the job; then the other ranks that
-// failed before tprun could stop them, the ranks tprun stopped, and the
-// exit status. It is empty for a clean run.
+// failed before tprun could stop them, the ranks tprun stopped, the ranks
+// that exited 0 before the first failure, and the exit status. It is empty
+// for a clean run.
 func (r *Result) Report() string {
 	if r.ExitStatus == 0 && r.StopReason == "" {
 		return ""
@@ -32,9 +33,15 @@ func (r *Result) Report() string {
 	} else if r.StopReason != "" {
 		fmt.Fprintf(&b, "tprun: job stopped: %s\n", r.StopReason)
 	}
-	var also, stopped []string
+	var also, stopped, early []string
 	after := map[int][]string{} // by the rank the hub blamed
 	for _, rr := range r.Ranks {
+		if r.FirstFailed >= 0 && rr.Rank != r.FirstFailed && !rr.Stopped && !rr.Status.Failed() &&
+			rr.Duration < r.Ranks[r.FirstFailed].Duration {
+			// Succeeded, but before the first failure: a rank that left
+			// a job its peers were still running is often its cause.
+			early = append(early, fmt.Sprintf("rank %d (after %s)", rr.Rank, rr.Duration.Round(time.Millisecond)))
+		}
 		switch {
 		case rr.Rank == r.FirstFailed:
 			// It may have been signalled too (it crashed while tprun
@@ -64,6 +71,9 @@ func (r *Result) Report() string {
 	}
 	if len(stopped) > 0 {
 		fmt.Fprintf(&b, "tprun: stopped by tprun: %s\n", strings.Join(stopped, ", "))
+	}
+	if len(early) > 0 {
+		fmt.Fprintf(&b, "tprun: exited 0 before rank %d failed: %s\n", r.FirstFailed, strings.Join(early, ", "))
 	}
 	fmt.Fprintf(&b, "tprun: exit status %d\n", r.ExitStatus)
 	return b.String()

@@ -18,10 +18,10 @@ func TestReport(t *testing.T) {
 		{Rank: 1, Status: Status{Code: 4}, Duration: time.Second},
 		{Rank: 2, Status: Status{Code: 5}, Stopped: true},
 		{Rank: 3, Status: term, Stopped: true},
-		{Rank: 4, Status: Status{}},
+		{Rank: 4, Status: Status{}, Duration: 20 * time.Millisecond},
 		{Rank: 5, Status: Status{Code: -1, Signal: syscall.SIGKILL}, Stopped: true, Killed: true},
 		{Rank: 6, Status: Status{Code: 1}, AfterHubFailure: true, HubBlamed: 0},
-		{Rank: 7, Status: Status{}, AfterHubFailure: true, HubBlamed: 0},
+		{Rank: 7, Status: Status{}, AfterHubFailure: true, HubBlamed: 0, Duration: 2 * time.Second},
 		{Rank: 8, Status: Status{Code: 2}, AfterHubFailure: true, HubBlamed: 3},
 	}}
 	want := `tprun: rank 0 failed first: exit status 3 after 1.5s
@@ -31,6 +31,7 @@ tprun: failed once the hub had ended the job for rank 0: rank 6 (exit status 1)
 tprun: failed once the hub had ended the job for rank 3: rank 8 (exit status 2)
 tprun: also failed before tprun stopped the job: rank 1 (exit status 4)
 tprun: stopped by tprun: rank 2 (exit status 5 after tprun's SIGTERM), rank 3 (killed by signal SIGTERM), rank 5 (killed by signal SIGKILL)
+tprun: exited 0 before rank 0 failed: rank 4 (after 20ms)
 tprun: exit status 3
 `
 	if got := res.Report(); got != want {

@@ -232,9 +232,15 @@ var ErrMemory = errors.New("not enough host memory")
 func CheckHostMemory(cfg *Config, worldSize int, available int64) error {
 	per := HostBytes(cfg, worldSize)
 	if total := per * int64(worldSize); total > available {
-		return fmt.Errorf("%w for --tp %d --hidden %d --latent %d --iters %d: each rank needs about %s (its weight shard alone is %s, the records of its steps %s), %s in all, and this machine has %s available",
-			ErrMemory, worldSize, cfg.Hidden, cfg.Latent, cfg.Iters, byteSize(per), byteSize(int64(cfg.Hidden/worldSize)*int64(cfg.Latent)*2),
-			byteSize(int64(cfg.Iters)*(16+8*int64(worldSize))), byteSize(total), byteSize(available))
+		flags := fmt.Sprintf("--tp %d --hidden %d --latent %d", worldSize, cfg.Hidden, cfg.Latent)
+		big := fmt.Sprintf("its weight shard alone is %s", byteSize(int64(cfg.Hidden/worldSize)*int64(cfg.Latent)*2))
+		if rec := int64(cfg.Iters) * (16 + 8*int64(worldSize)); 4*rec >= per {
+			// The steps' records are what is large: name --iters.
+			flags += fmt.Sprintf(" --iters %d", cfg.Iters)
+			big = fmt.Sprintf("the records of its %d steps per M alone are %s", cfg.Iters, byteSize(rec))
+		}
+		return fmt.Errorf("%w for %s: each rank needs about %s (%s), %s in all, and this machine has %s available",
+			ErrMemory, flags, byteSize(per), big, byteSize(total), byteSize(available))
 	}
 	return nil
 }
