@@ -33,14 +33,14 @@ func (r *Result) Report() string {
 	} else if r.StopReason != "" {
 		fmt.Fprintf(&b, "tprun: job stopped: %s\n", r.StopReason)
 	}
-	var also, stopped, early []string
-	after := map[int][]string{} // by the rank the hub blamed
+	var also, stopped, early []rankNote
+	after := map[int][]rankNote{} // by the rank the hub blamed
 	for _, rr := range r.Ranks {
 		if r.FirstFailed >= 0 && rr.Rank != r.FirstFailed && !rr.Stopped && !rr.Status.Failed() &&
 			rr.Duration < r.Ranks[r.FirstFailed].Duration {
 			// Succeeded, but before the first failure: a rank that left
 			// a job its peers were still running is often its cause.
-			early = append(early, fmt.Sprintf("rank %d (after %s)", rr.Rank, rr.Duration.Round(time.Millisecond)))
+			early = append(early, rankNote{rr.Rank, "after " + rr.Duration.Round(time.Millisecond).String()})
 		}
 		switch {
 		case rr.Rank == r.FirstFailed:
@@ -50,33 +50,82 @@ func (r *Result) Report() string {
 		case rr.Stopped && rr.Status.Signal == 0:
 			// It ended with a status of its own after tprun's SIGTERM:
 			// it caught the signal, or was ending anyway.
-			stopped = append(stopped, fmt.Sprintf("rank %d (%s after tprun's SIGTERM)", rr.Rank, rr.Status))
+			stopped = append(stopped, rankNote{rr.Rank, rr.Status.String() + " after tprun's SIGTERM"})
 		case rr.Stopped:
-			stopped = append(stopped, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
+			stopped = append(stopped, rankNote{rr.Rank, rr.Status.String()})
 		case rr.Status.Failed() && rr.AfterHubFailure:
 			// Ended before tprun signalled it, once the hub had failed the
 			// calls it waited in: most likely the first failure's doing.
-			after[rr.HubBlamed] = append(after[rr.HubBlamed], fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
+			after[rr.HubBlamed] = append(after[rr.HubBlamed], rankNote{rr.Rank, rr.Status.String()})
 		case rr.Status.Failed():
 			// Ended before tprun signalled it: a failure of its own,
 			// often caused by the first one (a peer it waited for died).
-			also = append(also, fmt.Sprintf("rank %d (%s)", rr.Rank, rr.Status))
+			also = append(also, rankNote{rr.Rank, rr.Status.String()})
 		}
 	}
 	for _, blamed := range slices.Sorted(maps.Keys(after)) {
-		fmt.Fprintf(&b, "tprun: failed once the hub had ended the job for rank %d: %s\n", blamed, strings.Join(after[blamed], ", "))
+		fmt.Fprintf(&b, "tprun: failed once the hub had ended the job for rank %d: %s\n", blamed, joinRanks(after[blamed]))
 	}
 	if len(also) > 0 {
-		fmt.Fprintf(&b, "tprun: also failed before tprun stopped the job: %s\n", strings.Join(also, ", "))
+		fmt.Fprintf(&b, "tprun: also failed before tprun stopped the job: %s\n", joinRanks(also))
 	}
 	if len(stopped) > 0 {
-		fmt.Fprintf(&b, "tprun: stopped by tprun: %s\n", strings.Join(stopped, ", "))
+		fmt.Fprintf(&b, "tprun: stopped by tprun: %s\n", joinRanks(stopped))
 	}
 	if len(early) > 0 {
-		fmt.Fprintf(&b, "tprun: exited 0 before rank %d failed: %s\n", r.FirstFailed, strings.Join(early, ", "))
+		fmt.Fprintf(&b, "tprun: exited 0 before rank %d failed: %s\n", r.FirstFailed, joinRanks(early))
 	}
 	fmt.Fprintf(&b, "tprun: exit status %d\n", r.ExitStatus)
 	return b.String()
+}
+
+// rankNote is a rank and what the report says about it.
+type rankNote struct {
+	rank int
+	note string
+}
+
+// joinRanks lists ns (ascending ranks) grouped by note, in the order the
+// notes first appear, each group's ranks as ranges: "rank 3 (note)",
+// "ranks 0, 2-199 (note)", so that the report of a large job stays
+// readable.
+func joinRanks(ns []rankNote) string {
+	var order []string
+	byNote := map[string][]int{}
+	for _, n := range ns {
+		if _, ok := byNote[n.note]; !ok {
+			order = append(order, n.note)
+		}
+		byNote[n.note] = append(byNote[n.note], n.rank)
+	}
+	parts := make([]string, len(order))
+	for i, note := range order {
+		ranks := byNote[note]
+		if len(ranks) == 1 {
+			parts[i] = fmt.Sprintf("rank %d (%s)", ranks[0], note)
+			continue
+		}
+		parts[i] = fmt.Sprintf("ranks %s (%s)", rankRanges(ranks), note)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rankRanges writes ascending ranks as "0, 2-5, 9".
+func rankRanges(ranks []int) string {
+	var parts []string
+	for i := 0; i < len(ranks); {
+		j := i + 1
+		for j < len(ranks) && ranks[j] == ranks[j-1]+1 {
+			j++
+		}
+		if j-i == 1 {
+			parts = append(parts, fmt.Sprint(ranks[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j-1]))
+		}
+		i = j
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (j *job) report(res *Result) {

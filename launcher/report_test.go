@@ -49,6 +49,24 @@ tprun: exit status 130
 	if got := res.Report(); got != want {
 		t.Errorf("report:\n%s\nwant:\n%s", got, want)
 	}
+	// Ranks with the same status are one entry, their ranks as ranges.
+	res = &Result{ExitStatus: 1, FirstFailed: 0, Ranks: []RankResult{
+		{Rank: 0, Status: Status{Code: 1}, Duration: time.Second, Tail: []string{"x"}},
+		{Rank: 1, Status: term, Stopped: true},
+		{Rank: 2, Status: term, Stopped: true},
+		{Rank: 3, Status: term, Stopped: true},
+		{Rank: 4, Status: Status{Code: 1}, Stopped: true},
+		{Rank: 5, Status: term, Stopped: true},
+	}}
+	want = `tprun: rank 0 failed first: exit status 1 after 1s
+tprun: last stderr lines of rank 0:
+tprun:   | x
+tprun: stopped by tprun: ranks 1-3, 5 (killed by signal SIGTERM), rank 4 (exit status 1 after tprun's SIGTERM)
+tprun: exit status 1
+`
+	if got := res.Report(); got != want {
+		t.Errorf("report:\n%s\nwant:\n%s", got, want)
+	}
 	if got := (&Result{FirstFailed: -1, Ranks: []RankResult{{Rank: 0}}}).Report(); got != "" {
 		t.Errorf("clean run: report %q", got)
 	}

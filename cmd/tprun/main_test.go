@@ -219,7 +219,7 @@ func TestExitStatus(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			tmp := shortTempDir(t)
 			r := tprun(t, tmp, "--tp", "4", "--grace", "2s", "--", "sh", "-c", tc.script)
-			if r.status != tc.want || !strings.Contains(r.stderr, tc.report) || !strings.Contains(r.stderr, "stopped by tprun: rank 0 (") {
+			if r.status != tc.want || !strings.Contains(r.stderr, tc.report) || !strings.Contains(r.stderr, "stopped by tprun: ranks 0") {
 				t.Errorf("status %d, want %d; stderr:\n%s", r.status, tc.want, r.stderr)
 			}
 			if r.elapsed > 4*time.Second {
@@ -401,7 +401,7 @@ func TestDefaultJobStopped(t *testing.T) {
 	for _, want := range []string{
 		"[rank 0] stopped by SIGTERM at M=1, step ", "[rank 1] stopped by SIGTERM at M=1, step ",
 		"tprun: job stopped: tprun got SIGTERM\n",
-		"tprun: stopped by tprun: rank 0 (exit status 143 after tprun's SIGTERM), rank 1 (exit status 143 after tprun's SIGTERM)\n",
+		"tprun: stopped by tprun: ranks 0-1 (exit status 143 after tprun's SIGTERM)\n",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, msg)
