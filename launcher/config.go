@@ -66,8 +66,9 @@ type Config struct {
 	// WorldSize is the number of ranks (--tp); at least 1.
 	WorldSize int
 	// Devices, when non-empty (--devices), lists the GPU index each local
-	// rank uses; it must hold at least WorldSize distinct non-negative
-	// integers. The first WorldSize entries reach the ranks as TPRUN_DEVICES.
+	// rank uses; it must hold at least WorldSize non-negative integers up
+	// to 1023 (repeats allowed: those ranks share a GPU). The first
+	// WorldSize entries reach the ranks as TPRUN_DEVICES.
 	Devices []string
 	// Command is the argv every rank runs; Command[0] is looked up in PATH
 	// before anything starts.
@@ -108,9 +109,11 @@ type Config struct {
 	// own messages; nil means os.Stdout / os.Stderr.
 	Stdout, Stderr io.Writer
 
-	// Signals delivers SIGINT/SIGTERM that the caller received (the caller
-	// owns signal.Notify). The first one stops the job gracefully; a second
-	// one kills every rank at once. Nil, or closed, means none.
+	// Signals delivers the signals the caller received that should stop the
+	// job (tprun: SIGINT, SIGTERM, SIGHUP, SIGQUIT; the caller owns
+	// signal.Notify). The first one stops the job gracefully, and tprun
+	// exits 128+signal; a second one kills every rank at once. Nil, or
+	// closed, means none.
 	Signals <-chan os.Signal
 
 	// listen opens the rendezvous hub; nil means the real internal/hub.
@@ -197,7 +200,7 @@ func checkDevices(devs []string, worldSize int) error {
 	// topology check's business.
 	for _, d := range devs {
 		n, err := strconv.Atoi(strings.TrimSpace(d))
-		if err != nil || n < 0 {
+		if err != nil || n < 0 || n > maxRangeGPU {
 			return &ConfigError{Field: "--devices", Value: list, Rule: fmt.Sprintf("entry %q is not a non-negative GPU index or a range a-b of them (b at most %d)", d, maxRangeGPU)}
 		}
 	}

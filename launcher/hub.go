@@ -33,18 +33,18 @@ type hubVerdict interface {
 
 var _ hubVerdict = (*hub.Server)(nil)
 
-// hubJoins is optional: a hub that knows which ranks joined it.
-type hubJoins interface {
-	Joined(rank int) bool
+// hubHellos is optional: a hub that knows which ranks said hello to it.
+type hubHellos interface {
+	SaidHello(rank int) bool
 }
 
-var _ hubJoins = (*hub.Server)(nil)
+var _ hubHellos = (*hub.Server)(nil)
 
-// hubJoined reports whether rank joined the hub; true for a hub that
-// cannot say.
+// hubJoined reports whether rank said hello to the hub (admitted, or
+// turned away by the job's failure); true for a hub that cannot say.
 func hubJoined(s hubServer, rank int) bool {
-	j, ok := s.(hubJoins)
-	return !ok || j.Joined(rank)
+	h, ok := s.(hubHellos)
+	return !ok || h.SaidHello(rank)
 }
 
 // hubBlame returns the rank the hub holds responsible for the job's
@@ -77,7 +77,8 @@ const timeoutKnob = "tprun --rendezvous-timeout"
 type listenFunc func(hubConfig) (hubServer, error)
 
 // listenHub opens the real hub in a fresh private directory under
-// os.TempDir(); its Close removes the directory.
+// os.TempDir() (or /tmp, when a socket path there would be too long); its
+// Close removes the directory.
 func listenHub(c hubConfig) (hubServer, error) {
 	s, err := hub.Listen(hub.ServerConfig{
 		WorldSize:         c.WorldSize,

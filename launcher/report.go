@@ -37,7 +37,7 @@ func (r *Result) Report() string {
 	after := map[int][]rankNote{} // by the rank the hub blamed
 	for _, rr := range r.Ranks {
 		if r.FirstFailed >= 0 && rr.Rank != r.FirstFailed && !rr.Stopped && !rr.Status.Failed() &&
-			rr.Duration < r.Ranks[r.FirstFailed].Duration {
+			rr.Ended.Before(r.Ranks[r.FirstFailed].Ended) {
 			// Succeeded, but before the first failure: a rank that left
 			// a job its peers were still running is often its cause.
 			early = append(early, rankNote{rr.Rank, "after " + rr.Duration.Round(time.Millisecond).String()})

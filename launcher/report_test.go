@@ -13,15 +13,18 @@ import (
 // a rank that succeeded.
 func TestReport(t *testing.T) {
 	term := Status{Code: -1, Signal: syscall.SIGTERM}
+	t0 := time.Now()
 	res := &Result{ExitStatus: 3, FirstFailed: 0, StopReason: "rank 0 exit status 3", Ranks: []RankResult{
-		{Rank: 0, Status: Status{Code: 3}, Duration: 1500 * time.Millisecond, Tail: []string{"boom"}},
+		{Rank: 0, Status: Status{Code: 3}, Duration: 1500 * time.Millisecond, Ended: t0.Add(1500 * time.Millisecond), Tail: []string{"boom"}},
 		{Rank: 1, Status: Status{Code: 4}, Duration: time.Second},
 		{Rank: 2, Status: Status{Code: 5}, Stopped: true},
 		{Rank: 3, Status: term, Stopped: true},
-		{Rank: 4, Status: Status{}, Duration: 20 * time.Millisecond},
+		{Rank: 4, Status: Status{}, Duration: 20 * time.Millisecond, Ended: t0.Add(30 * time.Millisecond)},
 		{Rank: 5, Status: Status{Code: -1, Signal: syscall.SIGKILL}, Stopped: true, Killed: true},
 		{Rank: 6, Status: Status{Code: 1}, AfterHubFailure: true, HubBlamed: 0},
-		{Rank: 7, Status: Status{}, AfterHubFailure: true, HubBlamed: 0, Duration: 2 * time.Second},
+		// Exited 0 after rank 0's failure, though its run was shorter:
+		// it started later.
+		{Rank: 7, Status: Status{}, AfterHubFailure: true, HubBlamed: 0, Duration: time.Second, Ended: t0.Add(1600 * time.Millisecond)},
 		{Rank: 8, Status: Status{Code: 2}, AfterHubFailure: true, HubBlamed: 3},
 	}}
 	want := `tprun: rank 0 failed first: exit status 3 after 1.5s

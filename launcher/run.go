@@ -28,8 +28,9 @@ const (
 type Result struct {
 	// ExitStatus is what tprun should exit with: 0 when every rank
 	// succeeded; else the first failing rank's exit code (128+signal when a
-	// signal killed it); 128+signal when tprun was signalled; ExitTimeout
-	// after --timeout; ExitInternal for a cancelled ctx or a hub failure.
+	// signal killed it); 128+signal when tprun was signalled (141, SIGPIPE,
+	// when its stdout or stderr was closed); ExitTimeout after --timeout;
+	// ExitInternal for a cancelled ctx or a hub failure.
 	ExitStatus int
 	// FirstFailed is the first rank whose own end was a failure: it exited
 	// non-zero or died by a signal, and not because tprun was stopping the
@@ -51,9 +52,10 @@ type RankResult struct {
 	Rank, PID int
 	Status    Status
 	Duration  time.Duration
-	Stopped   bool     // tprun sent its process group SIGTERM while it ran
-	Killed    bool     // tprun sent its process group SIGKILL while it ran
-	Tail      []string // its last stderr lines, oldest first
+	Ended     time.Time // when tprun saw its process end
+	Stopped   bool      // tprun sent its process group SIGTERM while it ran
+	Killed    bool      // tprun sent its process group SIGKILL while it ran
+	Tail      []string  // its last stderr lines, oldest first
 	// AfterHubFailure: when it ended, the hub had already ended the job
 	// for the failure of rank HubBlamed (and so failed the calls it waited
 	// in). HubBlamed means nothing without it.
@@ -341,8 +343,10 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 			// Whoever read tprun's output has gone (`tprun ... | head`):
 			// stop as for SIGPIPE, which is what would have ended tprun
 			// had it not caught it, and its ranks with it.
-			j.printf("%s closed (broken pipe), stopping all ranks", name)
-			startStop("tprun's "+name+" was closed (broken pipe)", 128+int(syscall.SIGPIPE))
+			if !j.stopping.Load() {
+				j.printf("%s closed (broken pipe), stopping all ranks", name)
+				startStop("tprun's "+name+" was closed (broken pipe)", 128+int(syscall.SIGPIPE))
+			}
 		case <-timeout:
 			timeout = nil
 			j.printf("job timed out after %s, stopping all ranks", j.cfg.Timeout)
@@ -419,8 +423,8 @@ func (j *job) result() *Result {
 	for _, c := range j.children {
 		res.Ranks = append(res.Ranks, RankResult{
 			Rank: c.rank, PID: c.pid, Status: c.status,
-			Duration: c.ended.Sub(c.started),
-			Stopped:  c.stopped, Killed: c.killed,
+			Duration: c.ended.Sub(c.started), Ended: c.ended,
+			Stopped: c.stopped, Killed: c.killed,
 			Tail:            c.tail.get(),
 			AfterHubFailure: c.afterHub,
 			HubBlamed:       c.hubBlamed,

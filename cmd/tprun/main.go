@@ -167,29 +167,25 @@ func launch(args []string, stdout, stderr io.Writer) int {
 	// default, they would end tprun alone, and the ranks' children (the
 	// ranks have a parent-death signal, what they start has not) would
 	// run on.
+	// A signal tprun was started with ignored (nohup, a background job of
+	// a shell without job control) stays ignored, for tprun and its ranks:
+	// catching it would replace the ignore.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	for _, sig := range []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} {
+		if !signal.Ignored(sig) {
+			signal.Notify(sigs, sig)
+		}
+	}
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
 	// A write to a closed stdout or stderr (`tprun ... | head`) raises
 	// SIGPIPE, which would end tprun the same way. Caught, the write fails
-	// with EPIPE instead, and the launcher stops the job. Caught signals
-	// are reset to the default in the ranks at exec.
-	pipe, quit := make(chan os.Signal, 1), make(chan struct{})
+	// with EPIPE instead, and the launcher stops the job. Nobody reads the
+	// channel: Notify drops what does not fit. Caught signals are reset to
+	// the default in the ranks at exec.
+	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
-	defer func() {
-		signal.Stop(pipe)
-		close(quit)
-	}()
-	go func() {
-		for {
-			select {
-			case <-pipe:
-			case <-quit:
-				return
-			}
-		}
-	}()
+	defer signal.Stop(pipe)
 
 	res, err := launcher.Run(context.Background(), cfg)
 	if err != nil {

@@ -540,3 +540,50 @@ func TestOwnFailuresWithoutHub(t *testing.T) {
 		}
 	}
 }
+
+// TestIgnoredHangup: under nohup (SIGHUP ignored when tprun starts) a
+// SIGHUP neither stops the job nor reaches the ranks, which keep the
+// ignore.
+func TestIgnoredHangup(t *testing.T) {
+	tmp := shortTempDir(t)
+	cmd := exec.Command("sh", "-c", `trap "" HUP; exec "$0" "$@"`, tprunBin, "--tp", "2", "--", "sh", "-c",
+		`echo started; sleep 0.5; grep SigIgn /proc/self/status`)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(out)
+	for started := 0; started < 2 && sc.Scan(); {
+		if strings.HasSuffix(sc.Text(), "] started") {
+			started++
+		}
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	var ign []string
+	for sc.Scan() {
+		ign = append(ign, sc.Text())
+	}
+	cmd.Wait()
+	if got := cmd.ProcessState.ExitCode(); got != 0 {
+		t.Fatalf("exit status %d after an ignored SIGHUP, want 0; stderr:\n%s", got, stderr.String())
+	}
+	if len(ign) != 2 {
+		t.Fatalf("ranks printed %q, want two SigIgn lines", ign)
+	}
+	for _, l := range ign {
+		// SIGHUP is signal 1: bit 0 of the mask.
+		f := strings.Fields(l)
+		mask, err := strconv.ParseUint(f[len(f)-1], 16, 64)
+		if err != nil || mask&1 == 0 {
+			t.Errorf("rank line %q: SIGHUP not ignored in the rank", l)
+		}
+	}
+	assertEmptyDir(t, tmp)
+}

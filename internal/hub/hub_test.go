@@ -798,6 +798,12 @@ func TestRendezvousTimeout(t *testing.T) {
 	if !errors.Is(err, ErrRendezvous) {
 		t.Errorf("latecomer: got %v", err)
 	}
+	// Ranks 0 and 1 joined, 3 was turned away by the failure, 2 never came.
+	for r, want := range []bool{true, true, false, true} {
+		if got := h.SaidHello(r); got != want {
+			t.Errorf("SaidHello(%d) = %v, want %v", r, got, want)
+		}
+	}
 	if !h.log.contains("ranks 2,3 never connected (tprun --rendezvous-timeout sets this limit)") {
 		t.Errorf("not logged:\n%s", h.log)
 	}

@@ -29,7 +29,8 @@ type ServerConfig struct {
 	WorldSize int
 	Token     string
 	// Path of the socket. Empty: Listen makes a fresh 0700 directory under
-	// os.TempDir() and puts the socket in it; Close removes both. Given:
+	// os.TempDir() (under /tmp when that path would be too long for a
+	// socket) and puts the socket in it; Close removes both. Given:
 	// its parent is created 0700 when missing, a stale socket file (nobody
 	// listening) is replaced, and Close removes only the socket.
 	Path              string
@@ -65,6 +66,7 @@ type Server struct {
 	conns    map[*peer]struct{} // every open connection, admitted or not
 	ranks    []*peer            // index = rank; nil until its hello was accepted
 	hellos   []Hello
+	saidHi   []bool // per rank: a hello was admitted, or turned away because the job had failed
 	joined   int
 	welcomed bool
 	failure  error    // the first job failure, nil while the job is healthy
@@ -106,18 +108,10 @@ func (c *collective) release() {
 }
 
 const (
-	hubDirPrefix = "tprun-hub-" // the directories Listen makes under os.TempDir()
+	hubDirPrefix = "tprun-hub-" // the directories Listen makes under os.TempDir() (or /tmp, see socketBase)
 	ownerFile    = "owner.pid"  // in each: the pid of the process that made it
 )
 
-// removeStaleDirs removes the hub directories under tmp that a process left
-// behind when it died without closing its hub (tprun SIGKILLed): this
-// user's, whose owner file nobody holds locked. The hub that made a
-// directory holds an exclusive flock on its owner file while it lives (the
-// kernel drops it when the process dies), which holds across pid
-// namespaces and pid reuse, unlike a look at the pid the file names. A
-// directory without that file (made by an older tprun, or being made right
-// now) is left alone.
 // socketBase is where Listen makes its directory: tmp, unless the socket
 // path there would be too long for a Unix socket (a deep TMPDIR), and then
 // /tmp, as long as that is short enough.
@@ -131,6 +125,14 @@ func socketBase(tmp string) string {
 	return tmp
 }
 
+// removeStaleDirs removes the hub directories under tmp that a process left
+// behind when it died without closing its hub (tprun SIGKILLed): this
+// user's, whose owner file nobody holds locked. The hub that made a
+// directory holds an exclusive flock on its owner file while it lives (the
+// kernel drops it when the process dies), which holds across pid
+// namespaces and pid reuse, unlike a look at the pid the file names. A
+// directory without that file (made by an older tprun, or being made right
+// now) is left alone.
 func removeStaleDirs(tmp string) {
 	dirs, _ := filepath.Glob(filepath.Join(tmp, hubDirPrefix+"*"))
 	for _, d := range dirs {
@@ -199,6 +201,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		conns:        make(map[*peer]struct{}),
 		ranks:        make([]*peer, cfg.WorldSize),
 		hellos:       make([]Hello, cfg.WorldSize),
+		saidHi:       make([]bool, cfg.WorldSize),
 		pending:      make(map[uint64]*collective),
 		nextSeq:      make([]uint64, cfg.WorldSize),
 		left:         make([]bool, cfg.WorldSize),
@@ -431,13 +434,13 @@ func (s *Server) missingLocked(except int) []int {
 	return missing
 }
 
-// Joined reports whether rank said hello to this hub (and was admitted),
-// whether or not it is still connected.
-func (s *Server) Joined(rank int) bool {
+// SaidHello reports whether rank said hello to this hub: it was admitted
+// (whether or not it is still connected), or turned away because the job
+// had already failed, which then ended it too.
+func (s *Server) SaidHello(rank int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// An admitted hello has the job's world size, at least 1.
-	return rank >= 0 && rank < len(s.hellos) && s.hellos[rank].WorldSize > 0
+	return rank >= 0 && rank < len(s.saidHi) && s.saidHi[rank]
 }
 
 // Drain waits until every frame queued for a client has been handed to
@@ -650,8 +653,10 @@ func (s *Server) admit(p *peer, h Hello) (bool, message) {
 	}
 	if s.failure != nil {
 		// A latecomer to a failed job learns why instead of waiting.
+		s.saidHi[h.Rank] = true
 		return false, s.failWire
 	}
+	s.saidHi[h.Rank] = true
 	h.Token = ""
 	p.rank = h.Rank
 	s.ranks[h.Rank] = p

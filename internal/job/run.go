@@ -213,10 +213,15 @@ func HostBytes(cfg *Config, worldSize int) int64 {
 	shard := H / int64(worldSize)
 	expect := min(int64(kernel.MaxM), rows) * (2*shard + K) * 8
 	mb, _ := mailbox.NewLayout(mailbox.Config{Hidden: cfg.Hidden, Capacity: cfg.maxM(), Slots: cfg.Slots}, worldSize)
-	// Per step of one M: its time and block hash, and every rank's hash
-	// once gathered.
-	results := int64(cfg.Iters) * (16 + 8*int64(worldSize))
+	// Per step of one M: its time (and the copy the percentiles sort) and
+	// block hash, and every rank's hash once gathered.
+	results := stepRecordBytes(cfg, worldSize)
 	return 2*shard*K*2 + expect + rows*(K+H)*2 + rows*H*16 + m*H*2 + int64(mb.Bytes) + results
+}
+
+// stepRecordBytes is what a rank keeps per M for its steps' records.
+func stepRecordBytes(cfg *Config, worldSize int) int64 {
+	return int64(cfg.Iters) * (24 + 8*int64(worldSize))
 }
 
 // MaxIters bounds --iters: a billion steps of one M take hours even on a
@@ -234,7 +239,7 @@ func CheckHostMemory(cfg *Config, worldSize int, available int64) error {
 	if total := per * int64(worldSize); total > available {
 		flags := fmt.Sprintf("--tp %d --hidden %d --latent %d", worldSize, cfg.Hidden, cfg.Latent)
 		big := fmt.Sprintf("its weight shard alone is %s", byteSize(int64(cfg.Hidden/worldSize)*int64(cfg.Latent)*2))
-		if rec := int64(cfg.Iters) * (16 + 8*int64(worldSize)); 4*rec >= per {
+		if rec := stepRecordBytes(cfg, worldSize); 4*rec >= per {
 			// The steps' records are what is large: name --iters.
 			flags += fmt.Sprintf(" --iters %d", cfg.Iters)
 			big = fmt.Sprintf("the records of its %d steps per M alone are %s", cfg.Iters, byteSize(rec))
