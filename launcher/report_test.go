@@ -70,6 +70,18 @@ tprun: exit status 1
 	if got := res.Report(); got != want {
 		t.Errorf("report:\n%s\nwant:\n%s", got, want)
 	}
+	// reportLists, which other tests use, reads such groups.
+	rep := res.Report()
+	for _, c := range []struct {
+		rank int
+		how  string
+		want bool
+	}{{1, "killed by signal SIGTERM", true}, {5, "killed by signal SIGTERM", true}, {4, "killed by signal SIGTERM", false},
+		{4, "exit status 1 after tprun's SIGTERM", true}, {0, "exit status 1", false}} {
+		if got := reportLists(rep, "stopped by tprun", c.rank, c.how); got != c.want {
+			t.Errorf("reportLists(rank %d, %q) = %v, want %v", c.rank, c.how, got, c.want)
+		}
+	}
 	if got := (&Result{FirstFailed: -1, Ranks: []RankResult{{Rank: 0}}}).Report(); got != "" {
 		t.Errorf("clean run: report %q", got)
 	}
