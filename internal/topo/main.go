@@ -18,6 +18,23 @@ const (
 	ExitNoDriver = 3 // no NVIDIA driver: nothing to check
 )
 
+// noDriverReport is the JSON report of a node without an NVIDIA driver:
+// no devices, and a verdict that is not OK and names the reason; a job
+// there runs on the CPU with the host mailbox.
+func noDriverReport(err error) *Report {
+	msg := err.Error()
+	return &Report{
+		Schema:   Schema,
+		CUDA:     CUDA{NVMLIndex: []int{}},
+		Ranks:    []int{},
+		Devices:  []Device{},
+		Pairs:    []Pair{},
+		Warnings: []string{},
+		Verdict: Verdict{Requested: "auto", Reason: msg + "; without a GPU, tprun runs the CPU backend with the host mailbox",
+			MulticastBlockers: []string{}, Problems: []string{msg}},
+	}
+}
+
 // Main is `tprun topo`; args are what follows "topo". It prints the report
 // on stdout (text, or JSON with --json), messages on stderr, and returns
 // the exit status. lookupEnv nil means os.LookupEnv.
@@ -53,6 +70,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, lib nvml
 	switch {
 	case errors.Is(err, ErrNoDriver):
 		fmt.Fprintf(stderr, "tprun topo: %v\n", err)
+		if *asJSON {
+			// Scripts get a document whatever happens: nothing checked,
+			// and why.
+			if werr := noDriverReport(err).WriteJSON(stdout); werr != nil {
+				fmt.Fprintf(stderr, "tprun topo: writing the report: %v\n", werr)
+			}
+		}
 		return ExitNoDriver
 	case r == nil:
 		fmt.Fprintf(stderr, "tprun topo: %v\n", err)

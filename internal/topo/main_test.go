@@ -28,9 +28,11 @@ func TestMain_(t *testing.T) {
 		{desc: "no driver: one line, status 3",
 			node:   func(t *testing.T) *fakeNode { return &fakeNode{initRet: nvml.ERROR_LIBRARY_NOT_FOUND} },
 			status: ExitNoDriver, stderr: "tprun topo: no NVIDIA driver found (libnvidia-ml.so.1 not loadable)\n", emptyStdio: true},
-		{desc: "no driver with --json: same line, status 3",
+		{desc: "no driver with --json: same line, status 3, and a document saying so",
 			node: func(t *testing.T) *fakeNode { return &fakeNode{initRet: nvml.ERROR_LIBRARY_NOT_FOUND} },
-			args: []string{"--json"}, status: ExitNoDriver, stderr: "tprun topo: no NVIDIA driver found (libnvidia-ml.so.1 not loadable)\n", emptyStdio: true},
+			args: []string{"--json"}, status: ExitNoDriver, stderr: "tprun topo: no NVIDIA driver found (libnvidia-ml.so.1 not loadable)\n",
+			wantJSON: true, stdout: []string{`"ok": false`, `"devices": []`, `"problems": [
+      "no NVIDIA driver found (libnvidia-ml.so.1 not loadable)"`}},
 		{desc: "NVSwitch node, text",
 			node:   func(t *testing.T) *fakeNode { return hgxNode(t, 8) },
 			status: ExitOK, stdout: []string{"NV18", "Verdict: mailbox multicast"}, stderr: ""},
