@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +43,13 @@ func TestRankExitsBeforeJoin(t *testing.T) {
 	want := fmt.Sprintf("rendezvous failed: rank %d exited (exit status 0) before joining", gone)
 	if !strings.Contains(stderr.String(), "tprun: hub: "+want) {
 		t.Errorf("tprun's stderr lacks %q:\n%s", want, stderr.String())
+	}
+	// The report names it too: it never joined, and it exited 0 before the
+	// failure it caused.
+	report := res.Report()
+	if !slices.Contains(res.NeverJoined, gone) || !strings.Contains(report, "tprun: never joined the rendezvous (tp.Join): rank") ||
+		!strings.Contains(report, fmt.Sprintf("exited 0 before rank %d failed: rank %d (", res.FirstFailed, gone)) {
+		t.Errorf("never joined %v; report:\n%s", res.NeverJoined, report)
 	}
 	lines := splitRankLines(t, stdout.String())
 	for r := range n {

@@ -75,6 +75,9 @@ func (r *Result) Report() string {
 	if len(early) > 0 {
 		fmt.Fprintf(&b, "tprun: exited 0 before rank %d failed: %s\n", r.FirstFailed, joinRanks(early))
 	}
+	if n := len(r.NeverJoined); n > 0 {
+		fmt.Fprintf(&b, "tprun: never joined the rendezvous (tp.Join): %s %s\n", plural(n, "rank", "ranks"), rankRanges(r.NeverJoined))
+	}
 	fmt.Fprintf(&b, "tprun: exit status %d\n", r.ExitStatus)
 	return b.String()
 }
@@ -108,6 +111,13 @@ func joinRanks(ns []rankNote) string {
 		parts[i] = fmt.Sprintf("ranks %s (%s)", rankRanges(ranks), note)
 	}
 	return strings.Join(parts, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // rankRanges writes ascending ranks as "0, 2-5, 9".

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -70,6 +71,12 @@ tprun: exit status 1
 	if got := res.Report(); got != want {
 		t.Errorf("report:\n%s\nwant:\n%s", got, want)
 	}
+	// Ranks that never joined a job whose others did.
+	res.NeverJoined = []int{4, 5}
+	if got, want := res.Report(), "tprun: never joined the rendezvous (tp.Join): ranks 4-5\n"; !strings.Contains(got, want) {
+		t.Errorf("report lacks %q:\n%s", want, got)
+	}
+	res.NeverJoined = nil
 	// reportLists, which other tests use, reads such groups.
 	rep := res.Report()
 	for _, c := range []struct {

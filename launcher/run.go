@@ -45,6 +45,10 @@ type Result struct {
 	StopReason string
 	// Ranks holds one entry per rank, index = rank.
 	Ranks []RankResult
+	// NeverJoined lists the ranks that never said hello to the hub, when
+	// some other rank did (the job uses the hub): a rendezvous that could
+	// not complete names them. Nil otherwise.
+	NeverJoined []int
 }
 
 // RankResult is how one rank ended.
@@ -429,6 +433,17 @@ func (j *job) result() *Result {
 			AfterHubFailure: c.afterHub,
 			HubBlamed:       c.hubBlamed,
 		})
+	}
+	if h, ok := j.srv.(hubHellos); ok {
+		var never []int
+		for _, c := range j.children {
+			if !h.SaidHello(c.rank) {
+				never = append(never, c.rank)
+			}
+		}
+		if len(never) < len(j.children) {
+			res.NeverJoined = never
+		}
 	}
 	switch {
 	case res.FirstFailed >= 0:
