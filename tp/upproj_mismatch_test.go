@@ -65,23 +65,17 @@ func TestStepMismatchedM(t *testing.T) {
 				gpu := newFakeGPU()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				errs := onUpRanks(len(ms), func(r int, ex mailbox.Exchanger) (err error) {
-					var up *UpProjection
+				err := mismatchedSteps(ctx, ms, hidden, latent, deadline, func(ex mailbox.Exchanger) (*UpProjection, error) {
 					switch eng {
 					case "host":
-						up, err = NewUpProjection(ctx, ex, hidden, latent, 4, WithBackend(mailbox.KindHost), WithDeadline(deadline))
+						return NewUpProjection(ctx, ex, hidden, latent, 4, WithBackend(mailbox.KindHost), WithDeadline(deadline))
 					case "fake unicast":
-						up, err = newFakeUp(ctx, ex, gpu, hidden, latent, 4, 0, deadline)
+						return newFakeUp(ctx, ex, gpu, hidden, latent, 4, 0, deadline)
 					default:
-						up, err = newFakeUpKind(ctx, ex, gpu, hidden, latent, 4, 0, deadline, mailbox.KindMulticast, fakeMulticastDeps())
+						return newFakeUpKind(ctx, ex, gpu, hidden, latent, 4, 0, deadline, mailbox.KindMulticast, fakeMulticastDeps())
 					}
-					if err != nil {
-						return err
-					}
-					defer func() { err = errors.Join(err, up.Close()) }()
-					return mismatchedStep(ctx, up, r, ms, hidden, latent, deadline)
 				})
-				if err := errors.Join(errs...); err != nil {
+				if err != nil {
 					t.Fatal(err)
 				}
 				if l := gpu.leaks(); l != "" {
@@ -100,16 +94,24 @@ func TestGPUStepMismatchedM(t *testing.T) {
 	f := openTestGPU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ms := []int{2, 1}
-	errs := onUpRanks(len(ms), func(r int, ex mailbox.Exchanger) (err error) {
-		up, err := f.newUp(ctx, ex, hidden, latent, 4, deadline)
+	err := mismatchedSteps(ctx, []int{2, 1}, hidden, latent, deadline, func(ex mailbox.Exchanger) (*UpProjection, error) {
+		return f.newUp(ctx, ex, hidden, latent, 4, deadline)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mismatchedSteps runs mismatchedStep on len(ms) goroutine ranks, each
+// with an op from newUp, which it closes.
+func mismatchedSteps(ctx context.Context, ms []int, hidden, latent int, deadline time.Duration,
+	newUp func(ex mailbox.Exchanger) (*UpProjection, error)) error {
+	return errors.Join(onUpRanks(len(ms), func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := newUp(ex)
 		if err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, up.Close()) }()
 		return mismatchedStep(ctx, up, r, ms, hidden, latent, deadline)
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	})...)
 }

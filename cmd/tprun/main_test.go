@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -310,17 +311,7 @@ func TestStopTakesRanksChildren(t *testing.T) {
 			tmp := shortTempDir(t)
 			cmd := exec.Command(tprunBin, "--tp", strconv.Itoa(n), "--", "sh", "-c",
 				`sleep 30 & echo "pid $$ child $!"; while :; do echo tick; sleep 0.05; done`)
-			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-			stderr := &bytes.Buffer{}
-			cmd.Stderr = stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			out, stderr := startCmd(t, tmp, cmd)
 			sc := bufio.NewScanner(out)
 			var pids []int
 			for len(pids) < 2*n && sc.Scan() {
@@ -365,6 +356,15 @@ func TestStopTakesRanksChildren(t *testing.T) {
 func startTprun(t *testing.T, tmp string, args ...string) (*exec.Cmd, *bufio.Scanner, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(tprunBin, args...)
+	out, stderr := startCmd(t, tmp, cmd)
+	return cmd, bufio.NewScanner(out), stderr
+}
+
+// startCmd starts cmd (tprun, or a wrapper that execs it) with TMPDIR=tmp
+// and returns its stdout pipe and its stderr so far; the process is killed
+// when the test ends, if it still runs.
+func startCmd(t *testing.T, tmp string, cmd *exec.Cmd) (io.ReadCloser, *bytes.Buffer) {
+	t.Helper()
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	stderr := &bytes.Buffer{}
 	cmd.Stderr = stderr
@@ -376,7 +376,7 @@ func startTprun(t *testing.T, tmp string, args ...string) (*exec.Cmd, *bufio.Sca
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return cmd, bufio.NewScanner(out), stderr
+	return out, stderr
 }
 
 // TestDefaultJobStopped: SIGTERM to tprun during the default job's steps
@@ -549,17 +549,7 @@ func TestIgnoredHangup(t *testing.T) {
 	tmp := shortTempDir(t)
 	cmd := exec.Command("sh", "-c", `trap "" HUP; exec "$0" "$@"`, tprunBin, "--tp", "2", "--", "sh", "-c",
 		`echo started; sleep 0.5; grep SigIgn /proc/self/status`)
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	out, stderr := startCmd(t, tmp, cmd)
 	sc := bufio.NewScanner(out)
 	for started := 0; started < 2 && sc.Scan(); {
 		if strings.HasSuffix(sc.Text(), "] started") {
