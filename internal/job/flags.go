@@ -81,7 +81,7 @@ func RegisterFlags(fs *flag.FlagSet) *Config {
 	fs.Var(&enumValue{p: &c.Mailbox, allowed: []string{"auto", "multicast", "unicast", "host"}}, "mailbox",
 		"mailbox backend: auto, multicast, unicast or host")
 	fs.Var((*mList)(&c.M), "m", "comma list of M values (rows per step), each 1..8")
-	fs.Var(&intValue{p: &c.Iters, min: 1, max: MaxIters}, "iters", "timed steps per M")
+	fs.Var(&intValue{p: &c.Iters, min: 1, max: MaxIters}, "iters", "timed steps per M, at most 1000000000")
 	fs.Var(&intValue{p: &c.Hidden, min: 1}, "hidden", "hidden dimension (split across ranks)")
 	fs.Var(&intValue{p: &c.Latent, min: 1}, "latent", "latent dimension")
 	fs.Var(&intValue{p: &c.Slots, min: 2}, "slots", "mailbox slots (at least 2)")
