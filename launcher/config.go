@@ -201,7 +201,7 @@ func checkDevices(devs []string, worldSize int) error {
 	for _, d := range devs {
 		n, err := strconv.Atoi(strings.TrimSpace(d))
 		if err != nil || n < 0 || n > maxRangeGPU {
-			return &ConfigError{Field: "--devices", Value: list, Rule: fmt.Sprintf("entry %q is not a non-negative GPU index or a range a-b of them (b at most %d)", d, maxRangeGPU)}
+			return &ConfigError{Field: "--devices", Value: list, Rule: fmt.Sprintf("entry %q is not a GPU index from 0 to %d", d, maxRangeGPU)}
 		}
 	}
 	if worldSize > len(devs) {
@@ -211,33 +211,5 @@ func checkDevices(devs []string, worldSize int) error {
 	return nil
 }
 
-// ParseDevices splits a --devices value ("0,1,2,3", or with inclusive
-// ranges as `tprun topo --devices` takes them: "0-3", "0-1,0-1") into one
-// entry per rank; empty input gives nil. A GPU may appear more than once.
-// Entries are checked by Run: one that is not a number or a range a-b
-// with a <= b <= maxRangeGPU is kept as it is, for that check to name.
-func ParseDevices(s string) []string {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil
-	}
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		lo, hi, isRange := strings.Cut(p, "-")
-		a, errA := strconv.Atoi(strings.TrimSpace(lo))
-		b, errB := strconv.Atoi(strings.TrimSpace(hi))
-		if !isRange || lo == "" || errA != nil || errB != nil || a < 0 || b < a || b > maxRangeGPU {
-			out = append(out, p)
-			continue
-		}
-		for d := a; d <= b; d++ {
-			out = append(out, strconv.Itoa(d))
-		}
-	}
-	return out
-}
-
-// maxRangeGPU bounds a range of --devices, so that a typo like 0-99999999
-// cannot build a huge list (as in tprun topo).
+// maxRangeGPU bounds a --devices entry (as tprun topo does).
 const maxRangeGPU = 1023

@@ -920,41 +920,6 @@ func TestStatus(t *testing.T) {
 	}
 }
 
-// TestParseDevices: --devices takes ranges as `tprun topo --devices` does,
-// keeps repeats (ranks sharing a GPU), and leaves a bad entry for Run's
-// check to name.
-func TestParseDevices(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []string
-		bad  string // the entry checkDevices must refuse, or ""
-	}{
-		{"", nil, ""},
-		{"0,1,2,3", []string{"0", "1", "2", "3"}, ""},
-		{"0-3", []string{"0", "1", "2", "3"}, ""},
-		{" 2 , 0-1 ", []string{"2", "0", "1"}, ""},
-		{"0-1,0-1", []string{"0", "1", "0", "1"}, ""},
-		{"5-5", []string{"5"}, ""},
-		{"3-1", []string{"3-1"}, "3-1"},
-		{"0-99999999", []string{"0-99999999"}, "0-99999999"},
-		{"-1", []string{"-1"}, "-1"},
-		{"a-b", []string{"a-b"}, "a-b"},
-	} {
-		got := ParseDevices(tc.in)
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("ParseDevices(%q) = %q, want %q", tc.in, got, tc.want)
-			continue
-		}
-		err := checkDevices(got, 1)
-		switch {
-		case len(got) == 0:
-		case tc.bad == "" && err != nil:
-			t.Errorf("%q: %v", tc.in, err)
-		case tc.bad != "" && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("entry %q is not", tc.bad))):
-			t.Errorf("%q: check gave %v, want it to refuse entry %q", tc.in, err, tc.bad)
-		}
-	}
-}
 
 // reportLists reports whether the report's line that starts "tprun: what:"
 // lists rank with the ending how, alone ("rank 1 (how)") or in a group

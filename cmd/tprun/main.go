@@ -16,11 +16,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tprun/tprun/internal/job"
+	"github.com/tprun/tprun/internal/topo"
 	"github.com/tprun/tprun/launcher"
 )
 
@@ -102,9 +104,13 @@ func launch(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "missing command after --")
 	}
 
+	devs, err := topo.ParseDeviceList(lf.devices)
+	if err != nil {
+		return usageError(stderr, err.Error())
+	}
 	cfg := launcher.Config{
 		WorldSize:         lf.tp,
-		Devices:           launcher.ParseDevices(lf.devices),
+		Devices:           deviceStrings(devs),
 		LogDir:            lf.logDir,
 		Grace:             lf.grace,
 		Timeout:           lf.timeout,
@@ -199,6 +205,15 @@ func launch(args []string, stdout, stderr io.Writer) int {
 		return exitInternal
 	}
 	return res.ExitStatus
+}
+
+// deviceStrings is --devices as the launcher takes it, one entry per rank.
+func deviceStrings(devs []int) []string {
+	var out []string
+	for _, d := range devs {
+		out = append(out, strconv.Itoa(d))
+	}
+	return out
 }
 
 func usageError(w io.Writer, msg string) int {

@@ -167,7 +167,13 @@ const maxOrdinal = 1023
 // each a number or an inclusive range ("0-3,6"). An empty value gives nil
 // (the default selection). Negative numbers, inverted ranges and repeats
 // are errors.
-func ParseDevices(s string) ([]int, error) {
+func ParseDevices(s string) ([]int, error) { return parseDevices(s, false) }
+
+// ParseDeviceList reads tprun's own --devices: the same syntax, one entry
+// per rank, so a GPU may appear more than once (those ranks share it).
+func ParseDeviceList(s string) ([]int, error) { return parseDevices(s, true) }
+
+func parseDevices(s string, repeats bool) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
@@ -188,7 +194,7 @@ func ParseDevices(s string) ([]int, error) {
 			return nil, fmt.Errorf("--devices %q: GPU %d is beyond %d", s, b, maxOrdinal)
 		}
 		for d := a; d <= b; d++ {
-			if seen[d] {
+			if seen[d] && !repeats {
 				return nil, fmt.Errorf("--devices %q: GPU %d is listed twice", s, d)
 			}
 			seen[d] = true

@@ -114,21 +114,30 @@ func TestParseDevices(t *testing.T) {
 		desc, in string
 		want     []int
 		err      string
+		repeats  bool // ParseDeviceList, tprun's --devices
 	}{
-		{"empty is the default", "  ", nil, ""},
-		{"list", "0,1, 3", []int{0, 1, 3}, ""},
-		{"range and single", "4-6,0", []int{4, 5, 6, 0}, ""},
-		{"one-element range", "2-2", []int{2}, ""},
-		{"negative", "-1", nil, "not a GPU number"},
-		{"inverted range", "3-1", nil, "not a GPU number"},
-		{"word", "all", nil, "not a GPU number"},
-		{"empty entry", "0,,1", nil, "not a GPU number"},
-		{"repeat through range", "1,0-2", nil, "GPU 1 is listed twice"},
-		{"absurd range", "0-99999999", nil, "beyond"},
+		{desc: "empty is the default", in: "  ", want: nil, err: ""},
+		{desc: "list", in: "0,1, 3", want: []int{0, 1, 3}, err: ""},
+		{desc: "range and single", in: "4-6,0", want: []int{4, 5, 6, 0}, err: ""},
+		{desc: "one-element range", in: "2-2", want: []int{2}, err: ""},
+		{desc: "negative", in: "-1", want: nil, err: "not a GPU number"},
+		{desc: "inverted range", in: "3-1", want: nil, err: "not a GPU number"},
+		{desc: "word", in: "all", want: nil, err: "not a GPU number"},
+		{desc: "empty entry", in: "0,,1", want: nil, err: "not a GPU number"},
+		{desc: "repeat through range", in: "1,0-2", want: nil, err: "GPU 1 is listed twice"},
+		{desc: "absurd range", in: "0-99999999", want: nil, err: "beyond"},
+		{desc: "absurd single", in: "5000", want: nil, err: "beyond"},
+		{desc: "tprun --devices: repeats", in: "0-1,0-1,1", want: []int{0, 1, 0, 1, 1}, err: "", repeats: true},
+		{desc: "tprun --devices: still checked", in: "0,x", want: nil, err: `entry "x" is not a GPU number`, repeats: true},
+		{desc: "tprun --devices: empty", in: "", want: nil, err: "", repeats: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
-			got, err := ParseDevices(tc.in)
+			parse := ParseDevices
+			if tc.repeats {
+				parse = ParseDeviceList
+			}
+			got, err := parse(tc.in)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Errorf("err %v, want one containing %q", err, tc.err)
