@@ -920,7 +920,6 @@ func TestStatus(t *testing.T) {
 	}
 }
 
-
 // reportLists reports whether the report's line that starts "tprun: what:"
 // lists rank with the ending how, alone ("rank 1 (how)") or in a group
 // ("ranks 0, 1-3 (how)").
