@@ -38,6 +38,7 @@ type upConfig struct {
 	drv       *cuda.Driver // WithCUDADriver; nil: the op opens its own
 	// sharedDevice: another rank uses this rank's device (set by newEngine).
 	sharedDevice bool
+	stepChecks   bool // WithStepChecks, or StepChecksEnv
 }
 
 // WithBackend picks the mailbox backend (package mailbox describes them). The
@@ -102,6 +103,9 @@ type UpProjection struct {
 	// job ends, with the job's failure as its cause, when the group's job
 	// fails; nil when the exchanger cannot tell (tests' in-process ranks).
 	job context.Context
+	// checks is the exchanger the step checks all-gather through
+	// (WithStepChecks); nil when they are off.
+	checks mailbox.Exchanger
 
 	busy atomic.Bool // a call that must not overlap another is running (ErrBusy)
 	mu   sync.Mutex  // guards next and the engine's scratch
@@ -136,6 +140,7 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 	for _, o := range opts {
 		o(&cfg)
 	}
+	cfg.stepChecks = cfg.stepChecks || stepChecksFromEnv()
 	rank := ex.Rank()
 	s := kernel.Shape{M: maxM, Hidden: hidden, Latent: latent, TP: ex.Size()}
 	var bad []error
@@ -152,7 +157,7 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 	// whose arguments are bad fails, and so do the others, instead of
 	// waiting for it in the mailbox's setup; ranks that disagree about the
 	// shape fail together before anything is allocated.
-	if err := agreeShape(ctx, ex, s, errors.Join(bad...)); err != nil {
+	if err := agreeShape(ctx, ex, s, cfg.stepChecks, errors.Join(bad...)); err != nil {
 		return nil, fmt.Errorf("tp: rank %d: up-projection with maxM=%d hidden=%d latent=%d tp=%d: %w",
 			rank, maxM, hidden, latent, ex.Size(), err)
 	}
@@ -166,6 +171,9 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 		return nil, fmt.Errorf("tp: rank %d: up-projection (%v): %w", rank, s, err)
 	}
 	u := &UpProjection{rank: rank, shape: s, eng: eng, reason: reason}
+	if cfg.stepChecks {
+		u.checks = ex
+	}
 	if w, ok := ex.(jobWatcher); ok {
 		u.job = w.jobContext()
 	}
@@ -180,8 +188,11 @@ type jobWatcher interface {
 // agreeShape all-gathers every rank's shape and the outcome of its own
 // argument checks: it fails on every rank when one rank's arguments are bad
 // (naming it) or when the ranks' shapes differ (naming each rank's).
-func agreeShape(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, local error) error {
+func agreeShape(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, checks bool, local error) error {
 	desc := fmt.Sprintf("maxM=%d hidden=%d latent=%d", s.M, s.Hidden, s.Latent)
+	if checks {
+		desc += " with step checks" // every rank must take part in them
+	}
 	if err := agree(ctx, ex, "checking the arguments", local); err != nil {
 		return err
 	}
@@ -291,7 +302,7 @@ func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16)
 	defer leave()
 	s := u.shape
 	s.M = in.M
-	if err := u.validate(s, in, out); err != nil {
+	if err := u.checkCall(ctx, "step", []int{in.M}, u.validate(s, in, out)); err != nil {
 		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
 	}
 	wctx, done, err := u.watchJob(ctx)

@@ -775,7 +775,8 @@ type StepGraph struct {
 	e      *cudaEngine
 	exec   cuda.GraphExec
 	steps  int
-	phase  int // slot of the first captured step
+	ms     []int // each captured step's M, for the step checks
+	phase  int   // slot of the first captured step
 	closed bool
 	events []cuda.Event // for TimeReplays, made on first use
 }
@@ -826,7 +827,7 @@ func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out Devi
 	s.M = in.M
 	e, err := u.cudaEngine("device step")
 	if err == nil {
-		err = u.validateDevice(s, in, out)
+		err = u.checkCall(ctx, "step", []int{in.M}, u.validateDevice(s, in, out))
 	}
 	if err == nil {
 		var wctx context.Context
@@ -914,17 +915,24 @@ func (u *UpProjection) Capture(ctx context.Context, steps []DeviceStep) (*StepGr
 		return nil, fmt.Errorf("tp: rank %d: capturing %d steps from step %d: %w", u.rank, len(steps), u.next, err)
 	}
 	slots := e.layout.Slots
-	if len(steps) == 0 || len(steps)%slots != 0 {
-		return fail(fmt.Errorf("%w: %d steps is not a positive multiple of the %d mailbox slots", mailbox.ErrArgument, len(steps), slots))
-	}
 	shapes := make([]kernel.Shape, len(steps))
-	for i, st := range steps {
-		s := u.shape
-		s.M = st.In.M
-		if err := u.validateDevice(s, st.In, st.Out); err != nil {
-			return fail(fmt.Errorf("step %d of the graph: %w", i, err))
+	ms := make([]int, len(steps))
+	local := func() error {
+		if len(steps) == 0 || len(steps)%slots != 0 {
+			return fmt.Errorf("%w: %d steps is not a positive multiple of the %d mailbox slots", mailbox.ErrArgument, len(steps), slots)
 		}
-		shapes[i] = s
+		for i, st := range steps {
+			s := u.shape
+			s.M = st.In.M
+			if err := u.validateDevice(s, st.In, st.Out); err != nil {
+				return fmt.Errorf("step %d of the graph: %w", i, err)
+			}
+			shapes[i], ms[i] = s, s.M
+		}
+		return nil
+	}
+	if err := u.checkCall(ctx, "capture", ms, local()); err != nil {
+		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err)
@@ -933,7 +941,7 @@ func (u *UpProjection) Capture(ctx context.Context, steps []DeviceStep) (*StepGr
 	if err != nil {
 		return fail(err)
 	}
-	g.u = u
+	g.u, g.ms = u, ms
 	return g, nil
 }
 
@@ -1033,14 +1041,18 @@ func (g *StepGraph) run(ctx context.Context, n int, timed bool) ([]time.Duration
 	var times []time.Duration
 	if err == nil {
 		err = func() error {
+			var local error
 			switch {
 			case n < 0:
-				return fmt.Errorf("%w: %d replays", mailbox.ErrArgument, n)
+				local = fmt.Errorf("%w: %d replays", mailbox.ErrArgument, n)
 			case g.isClosed():
-				return errGraphClosed
+				local = errGraphClosed
 			case g.e.layout.Slot(u.next) != g.phase:
-				return fmt.Errorf("%w: captured at slot %d, the op's next step %d uses slot %d (every Step moves the phase by one)",
+				local = fmt.Errorf("%w: captured at slot %d, the op's next step %d uses slot %d (every Step moves the phase by one)",
 					ErrGraphPhase, g.phase, u.next, g.e.layout.Slot(u.next))
+			}
+			if err := u.checkCall(ctx, fmt.Sprintf("%d replays of a graph", n), g.ms, local); err != nil {
+				return err
 			}
 			for done := 0; done < n; {
 				k := min(replayChunk, n-done)
