@@ -1,6 +1,7 @@
 package tp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,9 @@ var ErrStepMismatch = errors.New("tp: ranks disagree about a step")
 // of a wrong block or a wait for the deadline. Nothing is sent to the
 // mailbox then, and the op stays usable. It costs a hub round trip per
 // call (tens of microseconds or more): a debugging aid, like
-// TORCH_DISTRIBUTED_DEBUG=DETAIL. Every rank must turn it on or none
+// TORCH_DISTRIBUTED_DEBUG=DETAIL. A rank that does not reach the check
+// within the op's deadline (WithDeadline) fails the others' check; with a
+// Group, giving up on the sent all-gather ends the job. Every rank must turn it on or none
 // (NewUpProjection checks); StepChecksEnv does it without a code change.
 func WithStepChecks() UpOption { return func(c *upConfig) { c.stepChecks = true } }
 
@@ -58,7 +61,13 @@ func (u *UpProjection) checkCall(ctx context.Context, what string, ms []int, loc
 	if len(msg) > 1024 {
 		msg = msg[:1024]
 	}
-	all, err := u.checks.AllGather(ctx, msg)
+	// A rank that never comes (its own call failed before the check, or
+	// it does not step at all) costs a deadline, as it would in the
+	// mailbox; with a Group the hub then ends the job (a collective given
+	// up after it was sent).
+	actx, cancel := context.WithTimeout(ctx, cmp.Or(u.checkWait, mailbox.DefaultDeadline))
+	defer cancel()
+	all, err := u.checks.AllGather(actx, msg)
 	if err != nil {
 		return errors.Join(local, fmt.Errorf("step check: all-gather: %w", err))
 	}

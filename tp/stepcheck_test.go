@@ -198,3 +198,34 @@ func TestStepChecksGraph(t *testing.T) {
 	}
 	checkNoLeaks(t, gpu)
 }
+
+// TestStepChecksBounded: a rank whose peer never reaches the check fails
+// after the op's deadline, as a step would, instead of waiting for ever.
+func TestStepChecksBounded(t *testing.T) {
+	const hidden, latent, deadline = 64, 32, 200 * time.Millisecond
+	steps := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{2})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stepped := make(chan struct{})
+	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := NewUpProjection(ctx, ex, hidden, latent, 2, WithBackend(mailbox.KindHost), WithDeadline(deadline), WithStepChecks())
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		if r == 1 {
+			<-stepped // never steps
+			return nil
+		}
+		defer close(stepped)
+		start := time.Now()
+		err = up.Step(ctx, hostInputs(steps[0], r, 2, hidden, latent), make([]kernel.BF16, 2*hidden))
+		if took := time.Since(start); err == nil || took < deadline || took > deadline+5*time.Second {
+			return fmt.Errorf("step whose peer never checks: %v after %v, want an error after about %v", err, took, deadline)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,6 +1,7 @@
 package tp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,8 +105,10 @@ type UpProjection struct {
 	// fails; nil when the exchanger cannot tell (tests' in-process ranks).
 	job context.Context
 	// checks is the exchanger the step checks all-gather through
-	// (WithStepChecks); nil when they are off.
-	checks mailbox.Exchanger
+	// (WithStepChecks); nil when they are off. checkWait bounds how long a
+	// check waits for the other ranks: the step's deadline.
+	checks    mailbox.Exchanger
+	checkWait time.Duration
 
 	busy atomic.Bool // a call that must not overlap another is running (ErrBusy)
 	mu   sync.Mutex  // guards next and the engine's scratch
@@ -172,7 +175,7 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 	}
 	u := &UpProjection{rank: rank, shape: s, eng: eng, reason: reason}
 	if cfg.stepChecks {
-		u.checks = ex
+		u.checks, u.checkWait = ex, cmp.Or(cfg.deadline, mailbox.DefaultDeadline)
 	}
 	if w, ok := ex.(jobWatcher); ok {
 		u.job = w.jobContext()
