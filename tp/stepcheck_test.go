@@ -84,7 +84,7 @@ func TestStepChecks(t *testing.T) {
 				}
 				start := time.Now()
 				_, err = step(d)
-				want := fmt.Sprintf("rank %d: step at step 1 with M %d", 1-r, map[int]int{0: 3, 1: 2}[r])
+				want := fmt.Sprintf("rank %d: op #0: step at step 1 with M %d", 1-r, map[int]int{0: 3, 1: 2}[r])
 				if !errors.Is(err, ErrStepMismatch) || !strings.Contains(err.Error(), want) || time.Since(start) > deadline/4 {
 					return fmt.Errorf("rank %d: mismatched step gave %v after %v; want ErrStepMismatch at once, naming %q", r, err, time.Since(start), want)
 				}
@@ -174,7 +174,7 @@ func TestStepChecksGraph(t *testing.T) {
 		if r == 1 {
 			mine = ds(2, 3)
 		}
-		if _, err := up.Capture(ctx, mine); !errors.Is(err, ErrStepMismatch) || !strings.Contains(err.Error(), "capture at step 0 with M 2,") {
+		if _, err := up.Capture(ctx, mine); !errors.Is(err, ErrStepMismatch) || !strings.Contains(err.Error(), "op #0: capture at step 0 with M 2,") {
 			return fmt.Errorf("rank %d: captures of different M gave %v, want ErrStepMismatch", r, err)
 		}
 		g, err := up.Capture(ctx, ds(2, 3))
@@ -182,7 +182,7 @@ func TestStepChecksGraph(t *testing.T) {
 			return err
 		}
 		defer func() { err = errors.Join(err, g.Close()) }()
-		if err := g.Replay(ctx, 1+r); !errors.Is(err, ErrStepMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d: %d replays of a graph", 1-r, 2-r)) {
+		if err := g.Replay(ctx, 1+r); !errors.Is(err, ErrStepMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d: op #0: %d replays of a graph", 1-r, 2-r)) {
 			return fmt.Errorf("rank %d: different replay counts gave %v, want ErrStepMismatch", r, err)
 		}
 		if err := g.Replay(ctx, 2); err != nil {
@@ -222,6 +222,47 @@ func TestStepChecksBounded(t *testing.T) {
 		err = up.Step(ctx, hostInputs(steps[0], r, 2, hidden, latent), make([]kernel.BF16, 2*hidden))
 		if took := time.Since(start); err == nil || took < deadline || took > deadline+5*time.Second {
 			return fmt.Errorf("step whose peer never checks: %v after %v, want an error after about %v", err, took, deadline)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStepChecksLongAndForeign: a capture whose description is long (520
+// steps) passes its check on ranks that agree (the check compares a hash
+// of the whole description), and a rank whose collective at that point is
+// the program's own AllGather is named as such.
+func TestStepChecksLongAndForeign(t *testing.T) {
+	const tp, hidden, latent, maxM, slots, n = 2, 64, 32, 2, 2, 520
+	d := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{2})[0]
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		up.checks = ex
+		defer func() { err = errors.Join(err, up.Close()) }()
+		in := hostInputs(d, r, tp, hidden, latent)
+		st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: 2,
+			Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
+		g, err := up.Capture(ctx, slices.Repeat([]DeviceStep{st}, n))
+		if err != nil {
+			return fmt.Errorf("rank %d: a long capture the ranks agree on: %w", r, err)
+		}
+		defer func() { err = errors.Join(err, g.Close()) }()
+		if r == 0 {
+			// The program's own collective where rank 1 steps.
+			_, err := ex.AllGather(ctx, []byte("app data"))
+			return err
+		}
+		err = up.StepDevice(ctx, st.In, st.Out)
+		if !errors.Is(err, mailbox.ErrPeer) || !strings.Contains(err.Error(), "rank 0 made another collective of the group") {
+			return fmt.Errorf("rank 1: step against rank 0's own AllGather gave %v, want mailbox.ErrPeer naming it", err)
 		}
 		return nil
 	})

@@ -109,6 +109,7 @@ type UpProjection struct {
 	// check waits for the other ranks: the step's deadline.
 	checks    mailbox.Exchanger
 	checkWait time.Duration
+	opID      int // this op's number among the checked ops of its exchanger
 
 	busy atomic.Bool // a call that must not overlap another is running (ErrBusy)
 	mu   sync.Mutex  // guards next and the engine's scratch
@@ -175,7 +176,7 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 	}
 	u := &UpProjection{rank: rank, shape: s, eng: eng, reason: reason}
 	if cfg.stepChecks {
-		u.checks, u.checkWait = ex, cmp.Or(cfg.deadline, mailbox.DefaultDeadline)
+		u.checks, u.checkWait, u.opID = ex, cmp.Or(cfg.deadline, mailbox.DefaultDeadline), nextOpID(ex)
 	}
 	if w, ok := ex.(jobWatcher); ok {
 		u.job = w.jobContext()
@@ -194,7 +195,7 @@ type jobWatcher interface {
 func agreeShape(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, checks bool, local error) error {
 	desc := fmt.Sprintf("maxM=%d hidden=%d latent=%d", s.M, s.Hidden, s.Latent)
 	if checks {
-		desc += " with step checks" // every rank must take part in them
+		desc += " with step checks (" + StepChecksEnv + " or WithStepChecks)" // every rank must take part in them
 	}
 	if err := agree(ctx, ex, "checking the arguments", local); err != nil {
 		return err
