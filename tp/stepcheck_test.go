@@ -13,6 +13,23 @@ import (
 	"github.com/tprun/tprun/mailbox"
 )
 
+// newCheckedFakeUp is newFakeUp (a 10 s deadline) with step checks on;
+// newFakeUp bypasses NewUpProjection's options.
+func newCheckedFakeUp(ctx context.Context, ex mailbox.Exchanger, gpu *fakeGPU, hidden, latent, maxM, slots int) (*UpProjection, error) {
+	up, err := newFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots, 10*time.Second)
+	if err == nil {
+		up.checks = ex
+	}
+	return up, err
+}
+
+// fakeDeviceStep copies in to fake device memory, with an output block of
+// maxM rows.
+func fakeDeviceStep(t *testing.T, gpu *fakeGPU, in UpInputs, maxM, hidden int) DeviceStep {
+	return DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: in.M,
+		Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
+}
+
 // hostInputs is rank r's slice of step d's operands on the host.
 func hostInputs(d upStepData, r, tp, hidden, latent int) UpInputs {
 	shard := hidden / tp
@@ -45,11 +62,7 @@ func TestStepChecks(t *testing.T) {
 			errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
 				var up *UpProjection
 				if strings.HasPrefix(eng, "fake") {
-					up, err = newFakeUp(ctx, ex, gpu, hidden, latent, maxM, 0, deadline)
-					if err == nil {
-						// newFakeUp bypasses NewUpProjection's options.
-						up.checks = ex
-					}
+					up, err = newCheckedFakeUp(ctx, ex, gpu, hidden, latent, maxM, 0)
 				} else {
 					up, err = NewUpProjection(ctx, ex, hidden, latent, maxM, append(opts, WithBackend(mailbox.KindHost), WithDeadline(deadline))...)
 				}
@@ -154,19 +167,15 @@ func TestStepChecksGraph(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
-		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots, 10*time.Second)
+		up, err := newCheckedFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots)
 		if err != nil {
 			return err
 		}
-		up.checks = ex
 		defer func() { err = errors.Join(err, up.Close()) }()
 		ds := func(ms ...int) []DeviceStep {
 			var out []DeviceStep
 			for _, m := range ms {
-				d := steps[m-2]
-				in := hostInputs(d, r, tp, hidden, latent)
-				out = append(out, DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: m,
-					Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}})
+				out = append(out, fakeDeviceStep(t, gpu, hostInputs(steps[m-2], r, tp, hidden, latent), maxM, hidden))
 			}
 			return out
 		}
@@ -241,15 +250,12 @@ func TestStepChecksLongAndForeign(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := onUpRanks(tp, func(r int, ex mailbox.Exchanger) (err error) {
-		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots, 10*time.Second)
+		up, err := newCheckedFakeUp(ctx, ex, gpu, hidden, latent, maxM, slots)
 		if err != nil {
 			return err
 		}
-		up.checks = ex
 		defer func() { err = errors.Join(err, up.Close()) }()
-		in := hostInputs(d, r, tp, hidden, latent)
-		st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: 2,
-			Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
+		st := fakeDeviceStep(t, gpu, hostInputs(d, r, tp, hidden, latent), maxM, hidden)
 		g, err := up.Capture(ctx, slices.Repeat([]DeviceStep{st}, n))
 		if err != nil {
 			return fmt.Errorf("rank %d: a long capture the ranks agree on: %w", r, err)
