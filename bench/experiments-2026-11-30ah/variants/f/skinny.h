@@ -1,0 +1,191 @@
+// Parameter blocks of tprun's CUDA kernels (kernel ABI).
+//
+// Each kernel takes exactly ONE by-value parameter: one of the structs below.
+// The Go launcher mirrors them byte for byte (docs/contracts.md, "kernel
+// ABI"), so the layout is spelled out: only 8-byte and 4-byte fields, 8-byte
+// aligned, no implicit padding, sizes checked by the static_asserts below.
+// Device addresses are plain 64-bit integers (CUdeviceptr on the Go side).
+#ifndef TPRUN_SKINNY_H
+#define TPRUN_SKINNY_H
+
+#define TPRUN_MAX_DST 16
+#define TPRUN_MAX_RANKS 16
+#define TPRUN_RECEIVE_STATUS_WORDS (1 + TPRUN_MAX_RANKS)
+// With TPRUN_RECEIVE_ABORTABLE in tprun_receive_params.flags, status[32] is
+// the abort word: the host sets it to end a receive early (status then holds
+// at least TPRUN_RECEIVE_ABORT_WORD + 1 words, in host-mapped memory).
+#define TPRUN_RECEIVE_ABORT_WORD 32
+#define TPRUN_RECEIVE_ABORTABLE 1
+// With TPRUN_RECEIVE_SKIP in the receive flags, the receive leaves the
+// columns of rank TPRUN_RECEIVE_SKIP_RANK(flags) (flags bits 8-15) alone: it
+// neither polls, copies nor re-arms them, and never reports that rank
+// missing. The rank's own skinny kernel stores that slice straight into
+// out instead of its local slot (out is then one of its dst).
+#define TPRUN_RECEIVE_SKIP 2
+#define TPRUN_RECEIVE_SKIP_RANK(x) (((x) >> 8) & 0xff)
+// tprun_skinny_params.l2_prefetch fields (0: no L2 prefetch).
+#define TPRUN_PF_HELPERS(x) ((x) & 0xffff)
+#define TPRUN_PF_SIXTEENTHS(x) (((x) >> 16) & 0xff)
+#define TPRUN_PF_OWN(x) (((x) >> 24) & 1)
+#define TPRUN_PF_LSU(x) (((x) >> 25) & 1)
+// tprun_skinny_params.flags: the weight is in the packed layout below
+// (entry points "...p"); without it, row-major [shard][latent_dim].
+#define TPRUN_SKINNY_PACKED 1
+
+// tprun_skinny_m<M><variant> (M = 1..8; variant "", "_d8", "_t32", "_s8",
+// "_s32", "_c", or on a packed weight "_d8p", "_t32p", "_s8p", see
+// kernel/skinny.cu): rank `rank` of the fused up-projection
+//   out[m][n] = bf16(f32(bf16(sum_k latent[m][k]*weight[n][k])) + shared[m][n])
+// for m < M and n < shard, stored (negative zero as +0) at element
+// m*hidden + rank*shard + n of every dst[0..ndst).
+//
+// Launch (kernel/config.go, LaunchConfig, computes all of these):
+//   function = "tprun_skinny_m" M variant; "_t32", "_s32" and "_t32p" have
+//              tile_rows 32, the others 16 (p.tile_rows must match, and
+//              p.flags must have TPRUN_SKINNY_PACKED exactly for the "p"
+//              entry points: the kernel traps otherwise)
+//   block    = (32*warps, 1, 1); warps 1..8 for "", 1..16 for the others
+//   cluster  = (cluster, 1, 1) through the cluster-dimension launch
+//              attribute, cluster 1..8: the CTAs of a cluster split K
+//   grid     = (ceil(shard / tile_rows) * cluster, 1, 1)
+//   dynamic shared memory = (warps + cluster) * 8 * (tile_rows + 4) * 4 bytes,
+//              plus R * (ceil(ceil(latent_dim/32)/cluster) | 1) * 64 with
+//              R = M for "_s8"/"_s32"/"_s8p" and R = M + 16 for "_c" (0 otherwise)
+//              (above 48 KiB the function's MAX_DYNAMIC_SHARED_SIZE_BYTES
+//              attribute must be raised first)
+//   programmatic stream serialization allowed (PDL): weight loads are issued
+//   before griddepcontrol.wait, latent and shared are read after it, and
+//   griddepcontrol.launch_dependents comes right after the weight loads.
+// L2 prefetch (l2_prefetch != 0): before its weight loads, the leader CTA
+// of tile t (a tile: tile_rows weight rows, all of K, one contiguous
+// block) asks for whole tiles to be brought into L2 with
+// cp.async.bulk.prefetch.L2, so that HBM keeps streaming while this
+// kernel's later CTAs are not yet resident:
+//   H = TPRUN_PF_HELPERS: the tiles t < H ("helpers", the CTAs the GPU
+//       places first) prefetch tiles t, t+H, t+2H, ... below the limit;
+//   S = TPRUN_PF_SIXTEENTHS: the limit is ceil(ntiles*S/16) (S 0: ntiles),
+//       ntiles = ceil(shard/tile_rows) (receive CTAs are not tiles);
+//   O = TPRUN_PF_OWN: every other tile prefetches itself.
+//   L = TPRUN_PF_LSU: instead of one cp.async.bulk.prefetch.L2 per tile by
+//       one thread, every thread of the leader CTA issues prefetch.global.L2
+//       for a share of the tile's 128-byte lines, after its own weight
+//       loads; helpers skip their own tile unless O is set, and with O
+//       every tile (helpers included) prefetches itself.
+// Prefetches are hints: the result never depends on them.
+// Packed weight layout (flags & TPRUN_SKINNY_PACKED, the "p" entry points):
+// rows in groups of 16, k in chunks of 32 (G = ceil(shard/16) groups,
+// C = ceil(latent_dim/32) chunks); block (g, c) is 512 elements (1 KB) at
+// element (g*C + c)*512, and within it element (q*32 + l)*8 + e holds
+// weight[16g + l/4 + 8(a%2)][32c + 8(l%4) + 4q + 2(a/2) + e%2] with
+// a = e/2 (q 0..1, l 0..31, e 0..7): lane l's 16 bytes q are the A
+// fragment {a0, a1, a2, a3} of its chunk's MMA q in register order (rows
+// l/4 and l/4 + 8, k pairs 4q and 4q + 2 of its 8 k), so a load is an
+// operand with no register moves, and every 16-byte load of a warp reads
+// 512 contiguous bytes. Rows >= shard and k >= latent_dim are zeros; the
+// buffer holds G*C*512 elements.
+// Requirements: all pointers 16-byte aligned; latent_dim % 8 == 0;
+// shard % 8 == 0; hidden % 8 == 0; shared_stride % 8 == 0; 1 <= ndst <= 16.
+typedef struct tprun_skinny_params {
+  unsigned long long latent;   // offset   0: bf16 [M][latent_dim], row stride latent_dim
+  unsigned long long weight;   // offset   8: bf16 [shard][latent_dim], this rank's rows (or packed, see flags)
+  unsigned long long shared;   // offset  16: bf16, element (m,n) at shared[m*shared_stride + n]
+  unsigned long long dst[TPRUN_MAX_DST];  // offset 24: bf16 [M][hidden] each; first ndst used
+  int latent_dim;              // offset 152
+  int shard;                   // offset 156
+  int hidden;                  // offset 160
+  int rank;                    // offset 164
+  int shared_stride;           // offset 168: in elements
+  int ndst;                    // offset 172
+  int tile_rows;               // offset 176: 16 or 32 (the entry point's), columns per CTA
+  int l2_prefetch;             // offset 180: see above; 0 = none
+  // The fused receive (recv_slot != 0): the grid has R extra CTAs after the
+  // tiles' (grid = ceil(shard/tile_rows)*cluster + R, R >= 1 a multiple of
+  // cluster). They compute nothing: they do this step's Lamport receive,
+  // exactly as tprun_receive would with slot = recv_slot, out = recv_out,
+  // status = recv_status, timeout_ns = recv_timeout_ns, flags = recv_flags,
+  // halt = halt, m = M, hidden, shard (see below), after griddepcontrol.wait like every
+  // CTA. The kernel then completes only when the whole block has arrived
+  // (or the deadline or the abort word ended the wait), so the next kernel
+  // in the stream can follow it directly: one launch and one grid hand-off
+  // per step fewer. The slot, out and status rules are tprun_receive's;
+  // out must not overlap any dst or input, except that with
+  // TPRUN_RECEIVE_SKIP of this rank out may be one of dst (the tiles store
+  // this rank's columns, the receive the others'); slot is normally the
+  // local dst, or with TPRUN_RECEIVE_SKIP the local slot that is not in dst.
+  unsigned long long recv_slot;        // offset 184: 0 = no fused receive
+  unsigned long long recv_out;         // offset 192
+  unsigned long long recv_status;      // offset 200
+  unsigned long long recv_timeout_ns;  // offset 208
+  int recv_flags;                      // offset 216: TPRUN_RECEIVE_ABORTABLE, TPRUN_RECEIVE_SKIP (rank in bits 8-15) or 0
+  int flags;                           // offset 220: TPRUN_SKINNY_PACKED or 0 (other bits 0)
+  // The halt word (0 = none), see "Halt" below: read after
+  // griddepcontrol.wait; nonzero: the tiles store nothing (no dst is
+  // written). The fused receive, if any, uses the same word.
+  unsigned long long halt;             // offset 224
+} tprun_skinny_params;         // size 232, alignment 8
+
+// tprun_receive: the Lamport receive of one rank. Polls the first m*hidden
+// elements of the local slot with volatile 16-byte loads until no 32-bit word
+// is the sentinel 0x80000000, copies them to out, and writes the sentinel
+// back. Each thread gives up timeout_ns after it started (clock: %globaltimer)
+// and then records which ranks' slices (rank = column / shard) it found
+// incomplete:
+//   status[0]     = 1 when any part timed out,
+//   status[1 + r] = 1 when some word of rank r's slice never arrived (r < 16).
+// The kernel only ever writes 1s (plain 32-bit stores, no atomics, so status
+// may live in host-mapped memory); the caller zeroes the 17 words before the
+// launch. Words that arrived are copied and re-armed even on a timeout.
+// With flags & TPRUN_RECEIVE_ABORTABLE, a thread that has polled for 200 µs
+// also reads status[TPRUN_RECEIVE_ABORT_WORD] (system scope) every 200 µs;
+// nonzero ends its wait as the deadline would (status[0] and the missing
+// ranks are reported the same way). The caller zeroes that word too.
+// With flags & TPRUN_RECEIVE_SKIP, rank TPRUN_RECEIVE_SKIP_RANK(flags)'s
+// columns of slot and out are neither read nor written (see above); the
+// vectors are then numbered over the other ranks' columns only.
+// Halt (halt != 0, in both parameter blocks): the first uint32 of 16 bytes
+// of device memory, 16-byte aligned (the skinny kernel copies all 16 with
+// one cp.async), that the caller zeroes once, before the first launch that
+// names it. A receive that gives up (deadline or abort word) stores 1 there. A receive
+// that finds it nonzero when it starts polling returns at once with
+// status[0] = 1: it reports no rank missing, and leaves slot and out alone;
+// skinny tiles that find it nonzero store nothing. So once one step on a
+// stream has given up, the steps queued behind it (a batch of graph
+// replays) end at once, and none of them stores this rank's later slices
+// into the peers' slots, where a peer that is late but alive would take
+// them for earlier steps' (the slot of step t + slots is step t's). Nothing
+// in the kernels clears it: the mailbox is unusable once it is set. The
+// host may set it too (before it aborts queued work), with a copy to
+// device memory.
+// Launch: any grid and block (block a multiple of 32, at most 1024; see
+// ReceiveConfigFor); PDL allowed: it lets the next kernel launch first
+// (griddepcontrol.launch_dependents), then waits with griddepcontrol.wait.
+// Requirements: slot and out 16-byte aligned; hidden % 8 == 0; shard % 8 == 0;
+// hidden % shard == 0.
+typedef struct tprun_receive_params {
+  unsigned long long slot;        // offset  0: bf16 [m][hidden], local mailbox slot
+  unsigned long long out;         // offset  8: bf16 [m][hidden]
+  unsigned long long status;      // offset 16: uint32 [17], see above
+  unsigned long long timeout_ns;  // offset 24
+  int m;                          // offset 32
+  int hidden;                     // offset 36
+  int shard;                      // offset 40
+  int flags;                      // offset 44: TPRUN_RECEIVE_ABORTABLE, TPRUN_RECEIVE_SKIP (rank in bits 8-15) or 0
+  unsigned long long halt;        // offset 48: device uint32 (see Halt above), or 0
+} tprun_receive_params;           // size 56, alignment 8
+
+#ifdef __cplusplus
+#include <cstddef>
+static_assert(sizeof(tprun_skinny_params) == 232, "tprun_skinny_params size");
+static_assert(offsetof(tprun_skinny_params, halt) == 224, "halt offset");
+static_assert(offsetof(tprun_skinny_params, recv_slot) == 184, "recv_slot offset");
+static_assert(offsetof(tprun_skinny_params, recv_flags) == 216, "recv_flags offset");
+static_assert(offsetof(tprun_skinny_params, dst) == 24, "dst offset");
+static_assert(offsetof(tprun_skinny_params, latent_dim) == 152, "latent_dim offset");
+static_assert(offsetof(tprun_skinny_params, tile_rows) == 176, "tile_rows offset");
+static_assert(alignof(tprun_skinny_params) == 8, "tprun_skinny_params alignment");
+static_assert(sizeof(tprun_receive_params) == 56, "tprun_receive_params size");
+static_assert(offsetof(tprun_receive_params, halt) == 48, "receive halt offset");
+static_assert(offsetof(tprun_receive_params, m) == 32, "m offset");
+#endif
+
+#endif  // TPRUN_SKINNY_H
