@@ -204,8 +204,9 @@ func startChild(sp *spawner, spec childSpec) (*child, error) {
 		pumped:  make(chan struct{}, 2),
 	}
 	prefix := rankPrefix(rank)
-	po := &pump{out: spec.out, w: spec.stdout, prefix: prefix, log: spec.log}
-	pe := &pump{out: spec.out, w: spec.stderr, prefix: prefix, log: spec.log, tail: c.tail}
+	logName := fmt.Sprintf("rank %d's log file", rank)
+	po := &pump{out: spec.out, w: spec.stdout, prefix: prefix, log: spec.log, logName: logName}
+	pe := &pump{out: spec.out, w: spec.stderr, prefix: prefix, log: spec.log, logName: logName, tail: c.tail}
 	go func() { po.run(outR); c.pumped <- struct{}{} }()
 	go func() { pe.run(errR); c.pumped <- struct{}{} }()
 	return c, nil

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -948,4 +949,78 @@ func reportLists(report, what string, rank int, how string) bool {
 		}
 	}
 	return false
+}
+
+// fullWriter fails every write as a full disk (or /dev/full) does.
+type fullWriter struct{ writes atomic.Int64 }
+
+func (w *fullWriter) Write([]byte) (int, error) {
+	w.writes.Add(1)
+	return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}
+}
+
+// TestOutputLost: a stdout every write to which fails (a full disk,
+// /dev/full) does not stop the job or the ranks' stderr; tprun says so
+// once, on stderr, and at the end the report lists it and the exit status
+// is ExitOutputLost although every rank succeeded. Before, the lines were
+// dropped without a word and tprun exited 0.
+func TestOutputLost(t *testing.T) {
+	const n = 2
+	var stderr lockedBuffer
+	stdout := &fullWriter{}
+	res, err := Run(context.Background(), Config{
+		WorldSize: n,
+		Command:   helperCommand("output", "10"),
+		Env:       helperEnviron(),
+		Stdout:    stdout, Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "stdout (write /dev/stdout: no space left on device)"
+	if res.ExitStatus != ExitOutputLost || !slices.Equal(res.OutputLost, []string{want}) {
+		t.Errorf("exit status %d, output lost %q; want %d and [%q]", res.ExitStatus, res.OutputLost, ExitOutputLost, want)
+	}
+	if stdout.writes.Load() < 2*201 {
+		t.Errorf("%d writes reached stdout, want every line tried (at least %d)", stdout.writes.Load(), 2*201)
+	}
+	errs := splitRankLines(t, stderr.String())
+	for r := range n {
+		if len(errs[r]) != 201 {
+			t.Errorf("rank %d: %d stderr lines arrived, want 201", r, len(errs[r]))
+		}
+	}
+	tprunLines := errs[-1]
+	warn := "tprun: writing to stdout failed (write /dev/stdout: no space left on device); its lines are lost from here on, the job goes on"
+	if c := slices.Index(tprunLines, warn); c < 0 || slices.Contains(tprunLines[c+1:], warn) {
+		t.Errorf("tprun's own lines %q: want the warning %q exactly once", tprunLines, warn)
+	}
+	rep := res.Report()
+	for _, s := range []string{"tprun: output lost (writes failed, the job went on): " + want, "tprun: exit status 1"} {
+		if !strings.Contains(rep, s) {
+			t.Errorf("report %q lacks %q", rep, s)
+		}
+	}
+}
+
+// TestOutputLostLogFile: a failing write to a rank's log file is named in
+// OutputLost like tprun's own streams, once however many lines fail.
+func TestOutputLostLogFile(t *testing.T) {
+	var stdout, stderr lockedBuffer
+	o := newOutput(&stdout, &stderr)
+	log := &fullWriter{}
+	for i := range 5 {
+		o.writeLine(&stdout, rankPrefix(3), []byte(fmt.Sprintf("line %d", i)), log, "rank 3's log file")
+	}
+	want := []lostOutput{{what: "rank 3's log file", err: &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}}}
+	got := o.lostOutputs()
+	if len(got) != 1 || got[0].String() != want[0].String() {
+		t.Errorf("lost outputs %v, want %v", got, want)
+	}
+	if len(o.lost) != 1 {
+		t.Errorf("%d notices queued for the run loop, want 1", len(o.lost))
+	}
+	if strings.Count(stdout.String(), "\n") != 5 {
+		t.Errorf("stdout got %q, want the 5 lines", stdout.String())
+	}
 }

@@ -31,36 +31,80 @@ type output struct {
 	// (`tprun ... | head`), and the job is stopped as for a signal.
 	broken     chan string
 	brokenOnce sync.Once
+	// lost gets one value per destination (tprun's stdout or stderr, a
+	// rank's log file) the first time a write there fails with another
+	// error (a full disk, /dev/full): the job goes on, tprun says so once,
+	// and the report and the exit status say what was lost (failed).
+	lost   chan lostOutput
+	failed map[string]lostOutput // by lostOutput.what, under mu
 }
+
+// lostOutput is the first failed write to one destination.
+type lostOutput struct {
+	what string // "stdout", "stderr" or "rank 3's log file"
+	err  error
+}
+
+func (l lostOutput) String() string { return l.what + " (" + l.err.Error() + ")" }
 
 func newOutput(stdout, stderr io.Writer) *output {
-	return &output{stdout: stdout, stderr: stderr, broken: make(chan string, 1)}
+	return &output{stdout: stdout, stderr: stderr, broken: make(chan string, 1),
+		lost: make(chan lostOutput, 64), failed: map[string]lostOutput{}}
 }
 
-// check notes a write to w that failed with EPIPE. Call with o.mu held.
-func (o *output) check(w io.Writer, err error) {
-	if err == nil || !errors.Is(err, syscall.EPIPE) || (w != o.stdout && w != o.stderr) {
+// check notes a write to w that failed: EPIPE on tprun's stdout or stderr
+// on o.broken, any other error on o.lost (once per destination; what names
+// w when it is neither). Call with o.mu held.
+func (o *output) check(w io.Writer, err error, what string) {
+	if err == nil {
 		return
 	}
-	name := "stdout"
-	if w != o.stdout {
+	name := what
+	switch w {
+	case o.stdout:
+		name = "stdout"
+	case o.stderr:
 		name = "stderr"
 	}
-	o.brokenOnce.Do(func() { o.broken <- name })
+	if errors.Is(err, syscall.EPIPE) && (w == o.stdout || w == o.stderr) {
+		o.brokenOnce.Do(func() { o.broken <- name })
+		return
+	}
+	if _, seen := o.failed[name]; seen || name == "" {
+		return
+	}
+	l := lostOutput{what: name, err: err}
+	o.failed[name] = l
+	select {
+	case o.lost <- l:
+	default: // the run loop is behind; the report still lists it
+	}
 }
 
-// writeLine writes prefix+line+"\n" to w and line+"\n" to log (if any).
-// Write errors are dropped on purpose: the pump must keep draining the pipe,
-// or the rank would block on a full pipe and the job would hang. A closed
-// pipe (EPIPE) on tprun's stdout or stderr is reported on o.broken.
-func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer) {
+// lostOutputs lists every destination a write failed on, in no order.
+func (o *output) lostOutputs() []lostOutput {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var ls []lostOutput
+	for _, l := range o.failed {
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// writeLine writes prefix+line+"\n" to w and line+"\n" to log (if any,
+// named logName). A failed write does not stop the pump, which must keep
+// draining the pipe, or the rank would block on a full pipe and the job
+// would hang: it is reported (check) and the line is lost there.
+func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer, logName string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.buf = append(append(append(o.buf[:0], prefix...), line...), '\n')
 	_, err := w.Write(o.buf)
-	o.check(w, err)
+	o.check(w, err, "")
 	if log != nil {
-		_, _ = log.Write(o.buf[len(prefix):])
+		_, err := log.Write(o.buf[len(prefix):])
+		o.check(log, err, logName)
 	}
 }
 
@@ -69,7 +113,7 @@ func (o *output) writeString(w io.Writer, s string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	_, err := io.WriteString(w, s)
-	o.check(w, err)
+	o.check(w, err, "")
 }
 
 // tail keeps the last n lines written to it.
@@ -107,11 +151,12 @@ func (t *tail) get() []string {
 
 // pump copies one of a rank's pipes to tprun's output, line by line.
 type pump struct {
-	out    *output
-	w      io.Writer // tprun's stdout or stderr
-	prefix []byte
-	log    io.Writer // the rank's log file, or nil
-	tail   *tail     // nil for stdout
+	out     *output
+	w       io.Writer // tprun's stdout or stderr
+	prefix  []byte
+	log     io.Writer // the rank's log file, or nil
+	logName string    // "rank 3's log file"
+	tail    *tail     // nil for stdout
 }
 
 func rankPrefix(rank int) []byte { return []byte("[rank " + strconv.Itoa(rank) + "] ") }
@@ -147,7 +192,7 @@ func (p *pump) emit(line []byte) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
-	p.out.writeLine(p.w, p.prefix, line, p.log)
+	p.out.writeLine(p.w, p.prefix, line, p.log, p.logName)
 	if p.tail != nil {
 		p.tail.add(line)
 	}

@@ -15,7 +15,7 @@ import (
 // that exited 0 before the first failure, and the exit status. It is empty
 // for a clean run.
 func (r *Result) Report() string {
-	if r.ExitStatus == 0 && r.StopReason == "" {
+	if r.ExitStatus == 0 && r.StopReason == "" && len(r.OutputLost) == 0 {
 		return ""
 	}
 	var b strings.Builder
@@ -74,6 +74,9 @@ func (r *Result) Report() string {
 	}
 	if len(early) > 0 {
 		fmt.Fprintf(&b, "tprun: exited 0 before rank %d failed: %s\n", r.FirstFailed, joinRanks(early))
+	}
+	if len(r.OutputLost) > 0 {
+		fmt.Fprintf(&b, "tprun: output lost (writes failed, the job went on): %s\n", strings.Join(r.OutputLost, "; "))
 	}
 	if n := len(r.NeverJoined); n > 0 {
 		fmt.Fprintf(&b, "tprun: never joined the rendezvous (tp.Join): %s %s\n", plural(n, "rank", "ranks"), rankRanges(r.NeverJoined))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,6 +23,9 @@ import (
 const (
 	ExitTimeout  = 124 // --timeout ran out, as timeout(1)
 	ExitInternal = 1   // ctx cancelled, or the hub failed
+	// ExitOutputLost: every rank succeeded, but some of their output could
+	// not be written (Result.OutputLost), as cat(1) exits 1 on a write error.
+	ExitOutputLost = 1
 )
 
 // Result is how a job ended.
@@ -49,6 +53,12 @@ type Result struct {
 	// some other rank did (the job uses the hub): a rendezvous that could
 	// not complete names them. Nil otherwise.
 	NeverJoined []int
+	// OutputLost lists, sorted, each destination of the ranks' output that
+	// a write failed on, with the first error ("stdout (write /dev/stdout:
+	// no space left on device)", "rank 3's log file (...)"); a closed pipe
+	// is not one of them (it stops the job). The job went on without the
+	// lines; when every rank succeeded, ExitStatus is ExitOutputLost.
+	OutputLost []string
 }
 
 // RankResult is how one rank ended.
@@ -343,6 +353,15 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 			}
 			j.printf("got %s, stopping all ranks (again to kill at once)", signalName(sig))
 			startStop("tprun got "+signalName(sig), 128+int(sig))
+		case l := <-j.out.lost:
+			// A full disk or /dev/full: the lines are lost there, but the
+			// job goes on (the report and the exit status say so at the
+			// end). On stderr, unless stderr is what failed.
+			w := j.cfg.Stderr
+			if l.what == "stderr" {
+				w = j.cfg.Stdout
+			}
+			j.out.writeString(w, fmt.Sprintf("tprun: writing to %s failed (%v); its lines are lost from here on, the job goes on\n", l.what, l.err))
 		case name := <-j.out.broken:
 			// Whoever read tprun's output has gone (`tprun ... | head`):
 			// stop as for SIGPIPE, which is what would have ended tprun
@@ -445,11 +464,17 @@ func (j *job) result() *Result {
 			res.NeverJoined = never
 		}
 	}
+	for _, l := range j.out.lostOutputs() {
+		res.OutputLost = append(res.OutputLost, l.String())
+	}
+	slices.Sort(res.OutputLost)
 	switch {
 	case res.FirstFailed >= 0:
 		res.ExitStatus = j.children[res.FirstFailed].status.ExitStatus()
 	case j.stopping.Load():
 		res.ExitStatus = j.stopStatus
+	case len(res.OutputLost) > 0:
+		res.ExitStatus = ExitOutputLost
 	}
 	return res
 }
