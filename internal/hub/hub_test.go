@@ -1177,6 +1177,42 @@ func TestListenConcurrent(t *testing.T) {
 
 // TestListenDeepTempDir: a TMPDIR too deep for a Unix socket path makes
 // Listen use /tmp instead of failing (tprun used to exit 1 there).
+// TestListenDeepTempDirNoFallback: with a TMPDIR too deep for a socket and
+// no usable /tmp, Listen says that TMPDIR is the cause (it used to pass on
+// the fallback's bare "permission denied").
+func TestListenDeepTempDirNoFallback(t *testing.T) {
+	deep := filepath.Join(shortTempDir(t), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if err := os.MkdirAll(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", deep)
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, fallback, want string }{
+		{"a file", notDir, "is not there to fall back on (not a directory): set TMPDIR to a shorter directory"},
+		{"missing", filepath.Join(t.TempDir(), "missing"), "is not there to fall back on"},
+		// A directory nobody may make a directory in, root included.
+		{"unwritable", "/proc", "and making the socket directory in /proc instead failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func(old string) { fallbackTmp = old }(fallbackTmp)
+			fallbackTmp = tc.fallback
+			s, err := Listen(ServerConfig{WorldSize: 1, Token: "t"})
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("Listen with TMPDIR=%s and fallback %s succeeded", deep, tc.fallback)
+			}
+			for _, w := range []string{deep + " (TMPDIR) is too long for a Unix socket path", tc.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
 func TestListenDeepTempDir(t *testing.T) {
 	deep := filepath.Join(shortTempDir(t), strings.Repeat("d", 60), strings.Repeat("e", 60))
 	if err := os.MkdirAll(deep, 0o700); err != nil {

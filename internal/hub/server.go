@@ -112,17 +112,28 @@ const (
 	ownerFile    = "owner.pid"  // in each: the pid of the process that made it
 )
 
+// fallbackTmp is where Listen makes its directory when the socket path
+// under os.TempDir() would be too long (a variable for the tests).
+var fallbackTmp = "/tmp"
+
 // socketBase is where Listen makes its directory: tmp, unless the socket
 // path there would be too long for a Unix socket (a deep TMPDIR), and then
-// /tmp, as long as that is short enough.
-func socketBase(tmp string) string {
+// fallbackTmp. It returns an error, naming TMPDIR, when the path is too
+// long and fallbackTmp is no directory.
+func socketBase(tmp string) (base string, fellBack bool, err error) {
 	// MkdirTemp adds a random number of at most 20 digits to the prefix.
-	if n := len(filepath.Join(tmp, hubDirPrefix+"12345678901234567890", "hub.sock")); n > maxSocketPath && tmp != "/tmp" {
-		if fi, err := os.Stat("/tmp"); err == nil && fi.IsDir() {
-			return "/tmp"
-		}
+	n := len(filepath.Join(tmp, hubDirPrefix+"12345678901234567890", "hub.sock"))
+	if n <= maxSocketPath || tmp == fallbackTmp {
+		return tmp, false, nil
 	}
-	return tmp
+	if fi, err := os.Stat(fallbackTmp); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return "", false, fmt.Errorf("hub: the temp directory %s (TMPDIR) is too long for a Unix socket path (%d bytes with the socket's name, at most %d), and %s is not there to fall back on (%v): set TMPDIR to a shorter directory",
+			tmp, n, maxSocketPath, fallbackTmp, err)
+	}
+	return fallbackTmp, true, nil
 }
 
 // removeStaleDirs removes the hub directories under tmp that a process left
@@ -216,9 +227,16 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		s.nextSeq[r] = 1
 	}
 	if cfg.Path == "" {
-		base := socketBase(os.TempDir())
+		base, fellBack, err := socketBase(os.TempDir())
+		if err != nil {
+			return nil, err
+		}
 		removeStaleDirs(base)
 		dir, err := os.MkdirTemp(base, hubDirPrefix)
+		if err != nil && fellBack {
+			return nil, fmt.Errorf("hub: the temp directory %s (TMPDIR) is too long for a Unix socket path, and making the socket directory in %s instead failed: %w; set TMPDIR to a shorter writable directory",
+				os.TempDir(), base, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("hub: making socket directory: %w", err)
 		}
