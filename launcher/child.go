@@ -205,9 +205,8 @@ func startChild(sp *spawner, spec childSpec) (*child, error) {
 		pumped:  make(chan struct{}, 2),
 	}
 	prefix := rankPrefix(rank)
-	logName := fmt.Sprintf("rank %d's log file", rank)
-	po := &pump{out: spec.out, w: spec.stdout, prefix: prefix, log: spec.log, logName: logName}
-	pe := &pump{out: spec.out, w: spec.stderr, prefix: prefix, log: spec.log, logName: logName, tail: c.tail}
+	po := &pump{out: spec.out, w: spec.stdout, prefix: prefix, log: spec.log, rank: rank}
+	pe := &pump{out: spec.out, w: spec.stderr, prefix: prefix, log: spec.log, rank: rank, tail: c.tail}
 	go func() { po.run(outR); c.pumped <- struct{}{} }()
 	go func() { pe.run(errR); c.pumped <- struct{}{} }()
 	return c, nil

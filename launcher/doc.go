@@ -10,9 +10,10 @@
 // rank's process group, a grace period, then SIGKILL. Run returns only after
 // every rank it started has been reaped and the hub directory is gone, and
 // writes a short report naming the first failing rank, how it ended and its
-// last stderr lines. A write that fails otherwise (a full disk, /dev/full)
-// does not stop the job: tprun says so once, the report names what was
-// lost, and a job whose ranks all succeeded exits ExitOutputLost.
+// last stderr lines. A write that fails otherwise (a full disk, /dev/full, a
+// log file) does not stop the job: tprun says so on stderr, writes nothing
+// more to that destination, the report names it, and a job whose ranks all
+// succeeded exits ExitOutputLost.
 //
 // Children are started from one OS thread that is locked for the lifetime of
 // the job, each in its own process group and with a parent-death signal, so

@@ -951,23 +951,59 @@ func reportLists(report, what string, rank int, how string) bool {
 	return false
 }
 
-// fullWriter fails every write as a full disk (or /dev/full) does.
-type fullWriter struct{ writes atomic.Int64 }
+// fullWriter fails every write as a full disk (or /dev/full) does; err, when
+// set, is the error instead.
+type fullWriter struct {
+	path   string
+	err    error
+	writes atomic.Int64
+}
 
 func (w *fullWriter) Write([]byte) (int, error) {
 	w.writes.Add(1)
-	return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}
+	if w.err != nil {
+		return 0, w.err
+	}
+	return 0, &os.PathError{Op: "write", Path: w.path, Err: syscall.ENOSPC}
+}
+
+// noticeRanks lists the ranks named by tprun's "output lost" notices about
+// log files in lines, in order, with repeats.
+func noticeRanks(t *testing.T, lines []string) []int {
+	t.Helper()
+	var ranks []int
+	re := regexp.MustCompile(`the log files? of ranks? ([0-9, -]+) \(`)
+	for _, l := range lines {
+		m := re.FindStringSubmatch(l)
+		if !strings.HasPrefix(l, "tprun: output lost: ") || m == nil {
+			continue
+		}
+		for _, part := range strings.Split(m[1], ", ") {
+			var a, b int
+			if n, _ := fmt.Sscanf(part, "%d-%d", &a, &b); n == 2 {
+				for r := a; r <= b; r++ {
+					ranks = append(ranks, r)
+				}
+			} else if _, err := fmt.Sscanf(part, "%d", &a); err == nil {
+				ranks = append(ranks, a)
+			} else {
+				t.Fatalf("notice %q: cannot read ranks %q", l, part)
+			}
+		}
+	}
+	return ranks
 }
 
 // TestOutputLost: a stdout every write to which fails (a full disk,
-// /dev/full) does not stop the job or the ranks' stderr; tprun says so
-// once, on stderr, and at the end the report lists it and the exit status
-// is ExitOutputLost although every rank succeeded. Before, the lines were
-// dropped without a word and tprun exited 0.
+// /dev/full) does not stop the job or the ranks' stderr. tprun says so
+// once, on stderr, writes nothing more there, and at the end the report
+// lists it and the exit status is ExitOutputLost although every rank
+// succeeded. Before, the lines were dropped without a word and tprun
+// exited 0.
 func TestOutputLost(t *testing.T) {
 	const n = 2
 	var stderr lockedBuffer
-	stdout := &fullWriter{}
+	stdout := &fullWriter{path: "/dev/stdout"}
 	res, err := Run(context.Background(), Config{
 		WorldSize: n,
 		Command:   helperCommand("output", "10"),
@@ -981,8 +1017,8 @@ func TestOutputLost(t *testing.T) {
 	if res.ExitStatus != ExitOutputLost || !slices.Equal(res.OutputLost, []string{want}) {
 		t.Errorf("exit status %d, output lost %q; want %d and [%q]", res.ExitStatus, res.OutputLost, ExitOutputLost, want)
 	}
-	if stdout.writes.Load() < 2*201 {
-		t.Errorf("%d writes reached stdout, want every line tried (at least %d)", stdout.writes.Load(), 2*201)
+	if w := stdout.writes.Load(); w != 1 {
+		t.Errorf("%d writes reached stdout, want 1: nothing more is written after a failure (a later write could land after half a line)", w)
 	}
 	errs := splitRankLines(t, stderr.String())
 	for r := range n {
@@ -990,10 +1026,9 @@ func TestOutputLost(t *testing.T) {
 			t.Errorf("rank %d: %d stderr lines arrived, want 201", r, len(errs[r]))
 		}
 	}
-	tprunLines := errs[-1]
-	warn := "tprun: writing to stdout failed (write /dev/stdout: no space left on device); its lines are lost from here on, the job goes on"
-	if c := slices.Index(tprunLines, warn); c < 0 || slices.Contains(tprunLines[c+1:], warn) {
-		t.Errorf("tprun's own lines %q: want the warning %q exactly once", tprunLines, warn)
+	warn := "tprun: output lost: " + want + "; nothing more is written there, the job goes on"
+	if c := slices.Index(errs[-1], warn); c < 0 || slices.Contains(errs[-1][c+1:], warn) {
+		t.Errorf("tprun's own lines %q: want the notice %q exactly once", errs[-1], warn)
 	}
 	rep := res.Report()
 	for _, s := range []string{"tprun: output lost (writes failed, the job went on): " + want, "tprun: exit status 1"} {
@@ -1003,24 +1038,100 @@ func TestOutputLost(t *testing.T) {
 	}
 }
 
-// TestOutputLostLogFile: a failing write to a rank's log file is named in
-// OutputLost like tprun's own streams, once however many lines fail.
-func TestOutputLostLogFile(t *testing.T) {
+// TestOutputLostStderr: when stderr fails, tprun's notice does not go to
+// stdout (the job's data), every stdout line still arrives, and the exit
+// status is ExitOutputLost.
+func TestOutputLostStderr(t *testing.T) {
+	const n = 2
+	var stdout lockedBuffer
+	stderr := &fullWriter{path: "/dev/stderr"}
+	res, err := Run(context.Background(), Config{
+		WorldSize: n,
+		Command:   helperCommand("output", "10"),
+		Env:       helperEnviron(),
+		Stdout:    &stdout, Stderr: stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "stderr (write /dev/stderr: no space left on device)"
+	if res.ExitStatus != ExitOutputLost || !slices.Equal(res.OutputLost, []string{want}) {
+		t.Errorf("exit status %d, output lost %q; want %d and [%q]", res.ExitStatus, res.OutputLost, ExitOutputLost, want)
+	}
+	outs := splitRankLines(t, stdout.String())
+	if len(outs[-1]) != 0 {
+		t.Errorf("unprefixed lines on stdout (tprun's notice belongs on stderr): %q", outs[-1])
+	}
+	for r := range n {
+		if len(outs[r]) != 202 {
+			t.Errorf("rank %d: %d stdout lines arrived, want 202", r, len(outs[r]))
+		}
+	}
+}
+
+// TestOutputLostLogFiles: log files that cannot be written (each a link to
+// /dev/full) are all named, grouped by error into one entry, each in one
+// notice; and a rank that fails keeps its own exit status.
+func TestOutputLostLogFiles(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skipf("no /dev/full to fill the log files: %v", err)
+	}
+	const n = 20
+	dir := t.TempDir()
+	for r := range n {
+		if err := os.Symlink("/dev/full", filepath.Join(dir, fmt.Sprintf("rank-%d.log", r))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var stdout, stderr lockedBuffer
-	o := newOutput(&stdout, &stderr)
-	log := &fullWriter{}
+	res, err := Run(context.Background(), Config{
+		WorldSize: n,
+		Command:   helperCommand("job"),
+		Env:       helperEnviron("HELPER_FAIL_RANK=3", "HELPER_FAIL_CODE=7", "HELPER_SLEEP=30s", "HELPER_SYNC_DIR="+t.TempDir()),
+		LogDir:    dir,
+		Stdout:    &stdout, Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus != 7 || res.FirstFailed != 3 {
+		t.Errorf("exit status %d, first failed %d; want rank 3's 7: a rank's failure wins over lost output", res.ExitStatus, res.FirstFailed)
+	}
+	want := []string{"the log files of ranks 0-19 (write: no space left on device)"}
+	if !slices.Equal(res.OutputLost, want) {
+		t.Errorf("output lost %q, want %q", res.OutputLost, want)
+	}
+	got := noticeRanks(t, splitRankLines(t, stderr.String())[-1])
+	slices.Sort(got)
+	if len(got) != n || slices.Compact(slices.Clone(got))[n-1] != n-1 {
+		t.Errorf("the notices named ranks %v, want each of 0..%d once; stderr:\n%s", got, n-1, stderr.String())
+	}
+	if !strings.Contains(res.Report(), "tprun: output lost (writes failed, the job went on): "+want[0]) {
+		t.Errorf("report lacks the log files:\n%s", res.Report())
+	}
+}
+
+// TestOutputWriteRules: EPIPE on tprun's stdout is a broken pipe, not lost
+// output; a destination that failed is not written again; a log file's
+// failure is its rank's.
+func TestOutputWriteRules(t *testing.T) {
+	var stderr lockedBuffer
+	stdout := &fullWriter{err: &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}}
+	o := newOutput(stdout, &stderr)
+	log := &fullWriter{path: "/logs/rank-3.log"}
 	for i := range 5 {
-		o.writeLine(&stdout, rankPrefix(3), []byte(fmt.Sprintf("line %d", i)), log, "rank 3's log file")
+		o.writeLine(stdout, rankPrefix(3), []byte(fmt.Sprintf("line %d", i)), log, 3)
 	}
-	want := []lostOutput{{what: "rank 3's log file", err: &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}}}
-	got := o.lostOutputs()
-	if len(got) != 1 || got[0].String() != want[0].String() {
-		t.Errorf("lost outputs %v, want %v", got, want)
+	if name := <-o.broken; name != "stdout" {
+		t.Errorf("broken pipe on %q, want stdout", name)
 	}
-	if len(o.lost) != 1 {
-		t.Errorf("%d notices queued for the run loop, want 1", len(o.lost))
+	if got, want := o.lostOutputs(), []string{"the log file of rank 3 (write: no space left on device)"}; !slices.Equal(got, want) {
+		t.Errorf("lost outputs %q, want %q (EPIPE on stdout is not lost output)", got, want)
 	}
-	if strings.Count(stdout.String(), "\n") != 5 {
-		t.Errorf("stdout got %q, want the 5 lines", stdout.String())
+	if stdout.writes.Load() != 5 || log.writes.Load() != 1 {
+		t.Errorf("stdout got %d writes (want 5: a broken pipe is the run loop's to act on), the log %d (want 1)", stdout.writes.Load(), log.writes.Load())
+	}
+	if got := o.announce(); len(got) != 1 || len(o.announce()) != 0 {
+		t.Errorf("announce gave %q, then more: want the one failure once", got)
 	}
 }

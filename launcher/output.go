@@ -3,7 +3,10 @@ package launcher
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -31,80 +34,149 @@ type output struct {
 	// (`tprun ... | head`), and the job is stopped as for a signal.
 	broken     chan string
 	brokenOnce sync.Once
-	// lost gets one value per destination (tprun's stdout or stderr, a
-	// rank's log file) the first time a write there fails with another
-	// error (a full disk, /dev/full): the job goes on, tprun says so once,
-	// and the report and the exit status say what was lost (failed).
-	lost   chan lostOutput
-	failed map[string]lostOutput // by lostOutput.what, under mu
+	// A write that fails otherwise (a full disk, /dev/full, a log file)
+	// does not stop the job. The destination is recorded in failed, in
+	// the order of the failures, and nothing more is written there: a
+	// later write could land after half a line. lost rings (capacity 1,
+	// never blocks) so that the run loop announces what is new (announce).
+	lost      chan struct{}
+	failed    []lostOutput // under mu
+	announced int          // failed[:announced] were announced; under mu
 }
 
-// lostOutput is the first failed write to one destination.
+// lostOutput is the first failed write (or close) of one destination.
 type lostOutput struct {
-	what string // "stdout", "stderr" or "rank 3's log file"
+	what string // "stdout", "stderr" or "log" (then rank says whose)
+	rank int
 	err  error
 }
 
-func (l lostOutput) String() string { return l.what + " (" + l.err.Error() + ")" }
-
 func newOutput(stdout, stderr io.Writer) *output {
-	return &output{stdout: stdout, stderr: stderr, broken: make(chan string, 1),
-		lost: make(chan lostOutput, 64), failed: map[string]lostOutput{}}
+	return &output{stdout: stdout, stderr: stderr, broken: make(chan string, 1), lost: make(chan struct{}, 1)}
 }
 
-// check notes a write to w that failed: EPIPE on tprun's stdout or stderr
-// on o.broken, any other error on o.lost (once per destination; what names
-// w when it is neither). Call with o.mu held.
-func (o *output) check(w io.Writer, err error, what string) {
+// dest names w: "stdout" or "stderr" for tprun's own, else "log" for a log
+// file (rank names whose).
+func (o *output) dest(w io.Writer, rank int) lostOutput {
+	switch w {
+	case o.stdout:
+		return lostOutput{what: "stdout", rank: -1}
+	case o.stderr:
+		return lostOutput{what: "stderr", rank: -1}
+	}
+	return lostOutput{what: "log", rank: rank}
+}
+
+// dead reports whether a write to d failed before. Call with o.mu held.
+func (o *output) dead(d lostOutput) bool {
+	for _, l := range o.failed {
+		if l.what == d.what && l.rank == d.rank {
+			return true
+		}
+	}
+	return false
+}
+
+// write writes b to w (rank: whose log file, when it is one) unless w
+// failed before, and notes a failure: EPIPE on tprun's stdout or stderr on
+// o.broken (whoever reads tprun's output has gone), any other error in
+// o.failed. Call with o.mu held.
+func (o *output) write(w io.Writer, b []byte, rank int) {
+	d := o.dest(w, rank)
+	if o.dead(d) {
+		return
+	}
+	_, err := w.Write(b)
 	if err == nil {
 		return
 	}
-	name := what
-	switch w {
-	case o.stdout:
-		name = "stdout"
-	case o.stderr:
-		name = "stderr"
-	}
-	if errors.Is(err, syscall.EPIPE) && (w == o.stdout || w == o.stderr) {
-		o.brokenOnce.Do(func() { o.broken <- name })
+	if errors.Is(err, syscall.EPIPE) && d.what != "log" {
+		o.brokenOnce.Do(func() { o.broken <- d.what })
 		return
 	}
-	if _, seen := o.failed[name]; seen || name == "" {
-		return
-	}
-	l := lostOutput{what: name, err: err}
-	o.failed[name] = l
+	d.err = err
+	o.failed = append(o.failed, d)
 	select {
-	case o.lost <- l:
-	default: // the run loop is behind; the report still lists it
+	case o.lost <- struct{}{}:
+	default: // rung already: announce takes everything new
 	}
 }
 
-// lostOutputs lists every destination a write failed on, in no order.
-func (o *output) lostOutputs() []lostOutput {
+// closeLog closes rank's log file, noting an error as a failed write (a
+// file system may report a lost write only then).
+func (o *output) closeLog(f io.Closer, rank int) {
+	err := f.Close()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var ls []lostOutput
-	for _, l := range o.failed {
-		ls = append(ls, l)
+	if d := (lostOutput{what: "log", rank: rank, err: err}); err != nil && !o.dead(d) {
+		o.failed = append(o.failed, d)
 	}
-	return ls
+}
+
+// announce returns, described (describeLost), the failures not announced
+// yet, and marks them announced.
+func (o *output) announce() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ls := o.failed[o.announced:]
+	o.announced = len(o.failed)
+	return describeLost(ls)
+}
+
+// lostOutputs describes every failure (describeLost).
+func (o *output) lostOutputs() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return describeLost(o.failed)
+}
+
+// describeLost lists ls for people: "stdout (err)", "stderr (err)", and the
+// log files grouped by cause, "the log files of ranks 0-3, 7 (write: no
+// space left on device)", so that 250 ranks on a full disk make one entry,
+// not 250.
+func describeLost(ls []lostOutput) []string {
+	var out []string
+	var order []string
+	logs := map[string][]int{}
+	for _, l := range ls {
+		if l.what != "log" {
+			out = append(out, l.what+" ("+l.err.Error()+")")
+			continue
+		}
+		// By cause, without the file's name: rank-K.log in --log-dir.
+		e := l.err.Error()
+		var pe *os.PathError
+		if errors.As(l.err, &pe) {
+			e = pe.Op + ": " + pe.Err.Error()
+		}
+		if _, ok := logs[e]; !ok {
+			order = append(order, e)
+		}
+		logs[e] = append(logs[e], l.rank)
+	}
+	for _, e := range order {
+		ranks := logs[e]
+		slices.Sort(ranks)
+		if len(ranks) == 1 {
+			out = append(out, fmt.Sprintf("the log file of rank %d (%s)", ranks[0], e))
+		} else {
+			out = append(out, fmt.Sprintf("the log files of ranks %s (%s)", rankRanges(ranks), e))
+		}
+	}
+	return out
 }
 
 // writeLine writes prefix+line+"\n" to w and line+"\n" to log (if any,
-// named logName). A failed write does not stop the pump, which must keep
+// rank's log file). A failed write does not stop the pump, which must keep
 // draining the pipe, or the rank would block on a full pipe and the job
-// would hang: it is reported (check) and the line is lost there.
-func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer, logName string) {
+// would hang: it is noted (write) and the line is lost there.
+func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer, rank int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.buf = append(append(append(o.buf[:0], prefix...), line...), '\n')
-	_, err := w.Write(o.buf)
-	o.check(w, err, "")
+	o.write(w, o.buf, rank)
 	if log != nil {
-		_, err := log.Write(o.buf[len(prefix):])
-		o.check(log, err, logName)
+		o.write(log, o.buf[len(prefix):], rank)
 	}
 }
 
@@ -112,8 +184,7 @@ func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer, logN
 func (o *output) writeString(w io.Writer, s string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_, err := io.WriteString(w, s)
-	o.check(w, err, "")
+	o.write(w, []byte(s), -1)
 }
 
 // tail keeps the last n lines written to it.
@@ -151,12 +222,12 @@ func (t *tail) get() []string {
 
 // pump copies one of a rank's pipes to tprun's output, line by line.
 type pump struct {
-	out     *output
-	w       io.Writer // tprun's stdout or stderr
-	prefix  []byte
-	log     io.Writer // the rank's log file, or nil
-	logName string    // "rank 3's log file"
-	tail    *tail     // nil for stdout
+	out    *output
+	w      io.Writer // tprun's stdout or stderr
+	prefix []byte
+	log    io.Writer // the rank's log file, or nil
+	rank   int
+	tail   *tail // nil for stdout
 }
 
 func rankPrefix(rank int) []byte { return []byte("[rank " + strconv.Itoa(rank) + "] ") }
@@ -192,7 +263,7 @@ func (p *pump) emit(line []byte) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
-	p.out.writeLine(p.w, p.prefix, line, p.log, p.logName)
+	p.out.writeLine(p.w, p.prefix, line, p.log, p.rank)
 	if p.tail != nil {
 		p.tail.add(line)
 	}

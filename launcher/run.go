@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,13 +17,14 @@ import (
 	"github.com/tprun/tprun/internal/hub"
 )
 
-// Exit statuses Run picks when no rank failed on its own but tprun stopped
-// the job.
+// Exit statuses Run picks when no rank failed on its own: tprun stopped the
+// job, or (ExitOutputLost) lost some of its output.
 const (
 	ExitTimeout  = 124 // --timeout ran out, as timeout(1)
 	ExitInternal = 1   // ctx cancelled, or the hub failed
-	// ExitOutputLost: every rank succeeded, but some of their output could
-	// not be written (Result.OutputLost), as cat(1) exits 1 on a write error.
+	// ExitOutputLost: every rank succeeded, but some of the job's output
+	// could not be written (Result.OutputLost), as cat(1) exits 1 on a
+	// write error.
 	ExitOutputLost = 1
 )
 
@@ -34,7 +34,8 @@ type Result struct {
 	// succeeded; else the first failing rank's exit code (128+signal when a
 	// signal killed it); 128+signal when tprun was signalled (141, SIGPIPE,
 	// when its stdout or stderr was closed); ExitTimeout after --timeout;
-	// ExitInternal for a cancelled ctx or a hub failure.
+	// ExitInternal for a cancelled ctx or a hub failure; ExitOutputLost
+	// when every rank succeeded but some output could not be written.
 	ExitStatus int
 	// FirstFailed is the first rank whose own end was a failure: it exited
 	// non-zero or died by a signal, and not because tprun was stopping the
@@ -53,11 +54,13 @@ type Result struct {
 	// some other rank did (the job uses the hub): a rendezvous that could
 	// not complete names them. Nil otherwise.
 	NeverJoined []int
-	// OutputLost lists, sorted, each destination of the ranks' output that
-	// a write failed on, with the first error ("stdout (write /dev/stdout:
-	// no space left on device)", "rank 3's log file (...)"); a closed pipe
-	// is not one of them (it stops the job). The job went on without the
-	// lines; when every rank succeeded, ExitStatus is ExitOutputLost.
+	// OutputLost lists, in the order they failed, the destinations of the
+	// job's output (the ranks' lines and tprun's own messages) that a write
+	// failed on, with the first error: "stdout (write /dev/stdout: no
+	// space left on device)", "the log files of ranks 0-3 (...)". A closed
+	// pipe is not one of them (it stops the job). Nothing more was written
+	// there, and the job went on; when no rank failed and tprun did not
+	// stop the job, ExitStatus is ExitOutputLost.
 	OutputLost []string
 }
 
@@ -244,6 +247,11 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 		go c.wait(done)
 	}
 	j.supervise(ctx, done)
+	// Every pump is done: the log files are closed here, so that an error
+	// only their close reports is in the result too.
+	for r, f := range logs {
+		j.out.closeLog(f, r)
+	}
 	res := j.result()
 	j.report(res)
 	return res, nil
@@ -353,15 +361,15 @@ func (j *job) supervise(ctx context.Context, done <-chan *child) {
 			}
 			j.printf("got %s, stopping all ranks (again to kill at once)", signalName(sig))
 			startStop("tprun got "+signalName(sig), 128+int(sig))
-		case l := <-j.out.lost:
-			// A full disk or /dev/full: the lines are lost there, but the
-			// job goes on (the report and the exit status say so at the
-			// end). On stderr, unless stderr is what failed.
-			w := j.cfg.Stderr
-			if l.what == "stderr" {
-				w = j.cfg.Stdout
+		case <-j.out.lost:
+			// A full disk or /dev/full: nothing more is written there,
+			// but the job goes on (the report and the exit status say so
+			// at the end). Said on stderr, never on stdout, which may be
+			// the job's data; if stderr is what failed, only the exit
+			// status can tell.
+			for _, l := range j.out.announce() {
+				j.printf("output lost: %s; nothing more is written there, the job goes on", l)
 			}
-			j.out.writeString(w, fmt.Sprintf("tprun: writing to %s failed (%v); its lines are lost from here on, the job goes on\n", l.what, l.err))
 		case name := <-j.out.broken:
 			// Whoever read tprun's output has gone (`tprun ... | head`):
 			// stop as for SIGPIPE, which is what would have ended tprun
@@ -464,10 +472,7 @@ func (j *job) result() *Result {
 			res.NeverJoined = never
 		}
 	}
-	for _, l := range j.out.lostOutputs() {
-		res.OutputLost = append(res.OutputLost, l.String())
-	}
-	slices.Sort(res.OutputLost)
+	res.OutputLost = j.out.lostOutputs()
 	switch {
 	case res.FirstFailed >= 0:
 		res.ExitStatus = j.children[res.FirstFailed].status.ExitStatus()
