@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tprun/tprun/internal/hub"
@@ -32,7 +33,27 @@ var (
 	// ErrStart marks a failure to start a rank process after validation
 	// passed; ranks already started were stopped and reaped.
 	ErrStart = errors.New("starting ranks failed")
+	// ErrInterrupted marks a signal (Config.Signals) that arrived before any
+	// rank was started, during Config.Preflight; *InterruptedError says
+	// which. Nothing was started.
+	ErrInterrupted = errors.New("interrupted before any rank started")
 )
+
+// InterruptedError is a signal that ended Run during the topology check
+// (Config.Preflight), before any rank started.
+type InterruptedError struct {
+	Signal syscall.Signal
+}
+
+func (e *InterruptedError) Error() string {
+	return fmt.Sprintf("got %s during the topology check; nothing was started", signalName(e.Signal))
+}
+
+// Unwrap makes errors.Is(err, ErrInterrupted) hold.
+func (e *InterruptedError) Unwrap() error { return ErrInterrupted }
+
+// ExitStatus is 128+signal, as for a job tprun stopped on that signal.
+func (e *InterruptedError) ExitStatus() int { return 128 + int(e.Signal) }
 
 // ConfigError names the offending setting, its value and the rule it broke.
 // It matches ErrConfig with errors.Is.
@@ -112,8 +133,9 @@ type Config struct {
 	// Signals delivers the signals the caller received that should stop the
 	// job (tprun: SIGINT, SIGTERM, SIGHUP, SIGQUIT; the caller owns
 	// signal.Notify). The first one stops the job gracefully, and tprun
-	// exits 128+signal; a second one kills every rank at once. Nil, or
-	// closed, means none.
+	// exits 128+signal; a second one kills every rank at once. One that
+	// arrives during Preflight ends Run there, before any rank starts
+	// (*InterruptedError). Nil, or closed, means none.
 	Signals <-chan os.Signal
 
 	// listen opens the rendezvous hub; nil means the real internal/hub.

@@ -1135,3 +1135,71 @@ func TestOutputWriteRules(t *testing.T) {
 		t.Errorf("announce gave %q, then more: want the one failure once", got)
 	}
 }
+
+// TestPreflightInterrupted: a signal while the topology check hangs (an
+// NVML init on a GPU in a bad state cannot be cancelled) ends Run at once
+// with an *InterruptedError and 128+signal, starting nothing; before, tprun
+// caught the signal and waited for the check.
+func TestPreflightInterrupted(t *testing.T) {
+	// Released after 3 s, so that a Run that waits for the check fails
+	// this test instead of hanging it.
+	release := make(chan struct{})
+	go func() {
+		time.Sleep(3 * time.Second)
+		close(release)
+	}()
+	sigs := make(chan os.Signal, 1)
+	started := filepath.Join(t.TempDir(), "started")
+	var stdout, stderr lockedBuffer
+	cfg := Config{
+		WorldSize: 2,
+		Command:   []string{"/bin/sh", "-c", "touch " + started},
+		Stdout:    &stdout, Stderr: &stderr,
+		Signals: sigs,
+		Preflight: func(context.Context, Config) (string, error) {
+			<-release // ignores its ctx, as a blocked C call does
+			return "", nil
+		},
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		sigs <- syscall.SIGINT
+	}()
+	t0 := time.Now()
+	res, err := Run(context.Background(), cfg)
+	var ie *InterruptedError
+	switch {
+	case !errors.As(err, &ie) || !errors.Is(err, ErrInterrupted) || res != nil:
+		t.Fatalf("Run = %v, %v; want an *InterruptedError", res, err)
+	case ie.ExitStatus() != 130:
+		t.Errorf("exit status %d, want 130", ie.ExitStatus())
+	case err.Error() != "got SIGINT during the topology check; nothing was started":
+		t.Errorf("message %q", err)
+	case time.Since(t0) > 2*time.Second:
+		t.Errorf("Run took %v to give up", time.Since(t0))
+	}
+	if _, err := os.Stat(started); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a rank started: %v", err)
+	}
+}
+
+// TestPreflightSignalsClosed: a closed Signals channel is no signal; the
+// check's own result stands.
+func TestPreflightSignalsClosed(t *testing.T) {
+	sigs := make(chan os.Signal)
+	close(sigs)
+	var stdout, stderr lockedBuffer
+	_, err := Run(context.Background(), Config{
+		WorldSize: 1,
+		Command:   []string{"/bin/true"},
+		Stdout:    &stdout, Stderr: &stderr,
+		Signals: sigs,
+		Preflight: func(context.Context, Config) (string, error) {
+			time.Sleep(20 * time.Millisecond)
+			return "", errors.New("no NVLink between GPU 0 and GPU 1")
+		},
+	})
+	if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), "no NVLink") {
+		t.Errorf("Run: %v, want the check's refusal", err)
+	}
+}

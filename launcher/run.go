@@ -101,9 +101,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			len(cfg.Devices), cfg.WorldSize, cfg.WorldSize, strings.Join(cfg.Devices[:cfg.WorldSize], ",")))
 	}
 	if cfg.Preflight != nil && !cfg.SkipTopologyCheck {
-		notice, err := cfg.Preflight(ctx, cfg)
+		notice, err := runPreflight(ctx, cfg)
 		if notice != "" {
 			out.writeString(cfg.Stderr, "tprun: "+notice+"\n")
+		}
+		var ie *InterruptedError
+		if errors.As(err, &ie) || (err != nil && ctx.Err() != nil) {
+			return nil, err
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrPreflight, err)
@@ -160,6 +164,43 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		out.writeString(cfg.Stderr, fmt.Sprintf("tprun: closing hub: %v\n", err))
 	}
 	return res, runErr
+}
+
+// runPreflight runs cfg.Preflight on a goroutine of its own and returns
+// early, with an *InterruptedError, when a signal arrives first (or ctx's
+// error when ctx ends first). The check calls NVML, whose calls cannot be
+// cancelled: on a GPU in a bad state its init can take minutes, and tprun,
+// which catches SIGINT, could not be stopped by Ctrl-C meanwhile. The
+// goroutine is then left to finish or to end with the process; it touches
+// nothing of Run's but its buffered channel.
+func runPreflight(ctx context.Context, cfg Config) (string, error) {
+	type result struct {
+		notice string
+		err    error
+	}
+	done := make(chan result, 1)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		notice, err := cfg.Preflight(pctx, cfg)
+		done <- result{notice, err}
+	}()
+	sigs := cfg.Signals
+	for {
+		select {
+		case r := <-done:
+			return r.notice, r.err
+		case s, ok := <-sigs:
+			if !ok {
+				sigs = nil // closed: no signal will come
+				continue
+			}
+			sig, _ := s.(syscall.Signal)
+			return "", &InterruptedError{Signal: sig}
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 }
 
 func newToken() (string, error) {

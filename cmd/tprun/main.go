@@ -201,6 +201,11 @@ func launch(args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, launcher.ErrPreflight):
 			return refused(stderr, err.Error())
 		}
+		var ie *launcher.InterruptedError
+		if errors.As(err, &ie) {
+			fmt.Fprintf(stderr, "tprun: %v\n", err)
+			return ie.ExitStatus()
+		}
 		fmt.Fprintf(stderr, "tprun: %v\n", err)
 		return exitInternal
 	}
