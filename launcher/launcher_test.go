@@ -994,6 +994,26 @@ func noticeRanks(t *testing.T, lines []string) []int {
 	return ranks
 }
 
+// runLosing runs n ranks of the output helper, every rank succeeding, and
+// checks that the result lists only lost (one entry) and exits
+// ExitOutputLost.
+func runLosing(t *testing.T, n int, stdout, stderr io.Writer, lost string) *Result {
+	t.Helper()
+	res, err := Run(context.Background(), Config{
+		WorldSize: n,
+		Command:   helperCommand("output", "10"),
+		Env:       helperEnviron(),
+		Stdout:    stdout, Stderr: stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus != ExitOutputLost || !slices.Equal(res.OutputLost, []string{lost}) {
+		t.Errorf("exit status %d, output lost %q; want %d and [%q]", res.ExitStatus, res.OutputLost, ExitOutputLost, lost)
+	}
+	return res
+}
+
 // TestOutputLost: a stdout every write to which fails (a full disk,
 // /dev/full) does not stop the job or the ranks' stderr. tprun says so
 // once, on stderr, writes nothing more there, and at the end the report
@@ -1004,19 +1024,8 @@ func TestOutputLost(t *testing.T) {
 	const n = 2
 	var stderr lockedBuffer
 	stdout := &fullWriter{path: "/dev/stdout"}
-	res, err := Run(context.Background(), Config{
-		WorldSize: n,
-		Command:   helperCommand("output", "10"),
-		Env:       helperEnviron(),
-		Stdout:    stdout, Stderr: &stderr,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := "stdout (write /dev/stdout: no space left on device)"
-	if res.ExitStatus != ExitOutputLost || !slices.Equal(res.OutputLost, []string{want}) {
-		t.Errorf("exit status %d, output lost %q; want %d and [%q]", res.ExitStatus, res.OutputLost, ExitOutputLost, want)
-	}
+	res := runLosing(t, n, stdout, &stderr, want)
 	if w := stdout.writes.Load(); w != 1 {
 		t.Errorf("%d writes reached stdout, want 1: nothing more is written after a failure (a later write could land after half a line)", w)
 	}
@@ -1044,20 +1053,7 @@ func TestOutputLost(t *testing.T) {
 func TestOutputLostStderr(t *testing.T) {
 	const n = 2
 	var stdout lockedBuffer
-	stderr := &fullWriter{path: "/dev/stderr"}
-	res, err := Run(context.Background(), Config{
-		WorldSize: n,
-		Command:   helperCommand("output", "10"),
-		Env:       helperEnviron(),
-		Stdout:    &stdout, Stderr: stderr,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "stderr (write /dev/stderr: no space left on device)"
-	if res.ExitStatus != ExitOutputLost || !slices.Equal(res.OutputLost, []string{want}) {
-		t.Errorf("exit status %d, output lost %q; want %d and [%q]", res.ExitStatus, res.OutputLost, ExitOutputLost, want)
-	}
+	runLosing(t, n, &stdout, &fullWriter{path: "/dev/stderr"}, "stderr (write /dev/stderr: no space left on device)")
 	outs := splitRankLines(t, stdout.String())
 	if len(outs[-1]) != 0 {
 		t.Errorf("unprefixed lines on stdout (tprun's notice belongs on stderr): %q", outs[-1])
