@@ -133,10 +133,9 @@ type child struct {
 	pumped  chan struct{} // one value per finished pump
 
 	// Set by the waiter.
-	ended     time.Time
-	status    Status
-	err       error // a Wait failure other than a non-zero exit
-	leftovers bool  // its process group outlived it; the waiter killed it
+	ended  time.Time
+	status Status
+	err    error // a Wait failure other than a non-zero exit
 
 	// Set by the supervisor.
 	exited  bool
@@ -226,15 +225,6 @@ func (c *child) wait(done chan<- *child) {
 		c.status = statusOf(c.cmd.ProcessState)
 	} else {
 		c.status = Status{Code: -1}
-	}
-	// What the rank left running in its process group goes now, before the
-	// drain: a background process that inherited its stdout or stderr
-	// would otherwise hold the pipe open for the whole drain timeout. Now
-	// is also the earliest safe moment: the group's id cannot be reused
-	// while it has members. The supervisor says so (killLeftovers).
-	if c.groupAlive() {
-		c.leftovers = true
-		c.signalGroup(syscall.SIGKILL)
 	}
 	timer := time.NewTimer(drainTimeout)
 	defer timer.Stop()

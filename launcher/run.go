@@ -298,15 +298,15 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 	return res, nil
 }
 
-// killLeftovers says that rank c left processes running in its process
-// group (its command's background processes) when it ended: the waiter
-// killed them right after the reap, before the drain, while the group id
-// (c's pid) could not have been reused (child.wait). A job leaves nothing
-// behind, whether it succeeded or not.
+// killLeftovers kills what rank c left running in its process group (its
+// command's background processes) once c itself has been reaped, and says
+// so: a job leaves nothing behind, whether it succeeded or not. Right after
+// the reap, so that the group id (c's pid) cannot have been reused yet.
 func (j *job) killLeftovers(c *child) {
-	if !c.leftovers {
+	if !c.groupAlive() {
 		return
 	}
+	c.signalGroup(syscall.SIGKILL)
 	if c.stopped {
 		// tprun's SIGTERM went to the whole group: what is left was
 		// told to go and may simply not have died yet. Not worth a line.
