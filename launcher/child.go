@@ -149,13 +149,12 @@ type child struct {
 
 // childSpec is what startChild needs to know about one rank.
 type childSpec struct {
-	rank           int
-	path           string   // resolved executable
-	argv, env      []string // argv[0] as the user wrote it
-	dir            string
-	out            *output
-	stdout, stderr io.Writer // tprun's
-	log            io.Writer // the rank's log file, or nil
+	rank      int
+	path      string   // resolved executable
+	argv, env []string // argv[0] as the user wrote it
+	dir       string
+	out       *output
+	log       io.Writer // the rank's log file, or nil
 }
 
 // startChild starts the rank's process through sp and its two output
@@ -204,8 +203,8 @@ func startChild(sp *spawner, spec childSpec) (*child, error) {
 		pumped:  make(chan struct{}, 2),
 	}
 	prefix := rankPrefix(rank)
-	po := &pump{out: spec.out, w: spec.stdout, prefix: prefix, log: spec.log, rank: rank}
-	pe := &pump{out: spec.out, w: spec.stderr, prefix: prefix, log: spec.log, rank: rank, tail: c.tail}
+	po := &pump{out: spec.out, stream: "stdout", prefix: prefix, log: spec.log, rank: rank}
+	pe := &pump{out: spec.out, stream: "stderr", prefix: prefix, log: spec.log, rank: rank, tail: c.tail}
 	go func() { po.run(outR); c.pumped <- struct{}{} }()
 	go func() { pe.run(errR); c.pumped <- struct{}{} }()
 	return c, nil

@@ -122,6 +122,9 @@ type Config struct {
 	// hub or any rank starts (skipped when SkipTopologyCheck is set or it is
 	// nil). A non-empty notice is printed as "tprun: <notice>" on Stderr;
 	// an error aborts the launch and comes back wrapped with ErrPreflight.
+	// It runs on a goroutine of its own: a signal on Signals (or the end of
+	// ctx) makes Run return without waiting for it, and it may then still
+	// run after Run has returned (NVML calls cannot be cancelled).
 	//
 	// HOOK: owned by the topology work (internal/topo, cmd/tprun/topo.go).
 	Preflight func(ctx context.Context, cfg Config) (notice string, err error)

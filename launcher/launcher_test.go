@@ -1116,7 +1116,7 @@ func TestOutputWriteRules(t *testing.T) {
 	o := newOutput(stdout, &stderr)
 	log := &fullWriter{path: "/logs/rank-3.log"}
 	for i := range 5 {
-		o.writeLine(stdout, rankPrefix(3), []byte(fmt.Sprintf("line %d", i)), log, 3)
+		o.writeLine("stdout", rankPrefix(3), []byte(fmt.Sprintf("line %d", i)), log, 3)
 	}
 	if name := <-o.broken; name != "stdout" {
 		t.Errorf("broken pipe on %q, want stdout", name)
@@ -1197,5 +1197,38 @@ func TestPreflightSignalsClosed(t *testing.T) {
 	})
 	if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), "no NVLink") {
 		t.Errorf("Run: %v, want the check's refusal", err)
+	}
+}
+
+// writerFunc is a writer of a type that == cannot compare.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestOutputUncomparableWriters: Config.Stdout and Stderr may be of any
+// writer type; telling the destinations apart must not compare them (a
+// func-typed writer made that panic).
+func TestOutputUncomparableWriters(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	w := writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, string(b))
+		return len(b), nil
+	})
+	res, err := Run(context.Background(), Config{
+		WorldSize: 2,
+		Command:   helperCommand("output", "10"),
+		Env:       helperEnviron(),
+		Stdout:    w, Stderr: w,
+	})
+	if err != nil || res.ExitStatus != 0 || len(res.OutputLost) != 0 {
+		t.Fatalf("Run: %v, %+v", err, res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) != 2*(202+201) {
+		t.Errorf("%d lines written, want %d", len(lines), 2*(202+201))
 	}
 }

@@ -55,18 +55,6 @@ func newOutput(stdout, stderr io.Writer) *output {
 	return &output{stdout: stdout, stderr: stderr, broken: make(chan string, 1), lost: make(chan struct{}, 1)}
 }
 
-// dest names w: "stdout" or "stderr" for tprun's own, else "log" for a log
-// file (rank names whose).
-func (o *output) dest(w io.Writer, rank int) lostOutput {
-	switch w {
-	case o.stdout:
-		return lostOutput{what: "stdout", rank: -1}
-	case o.stderr:
-		return lostOutput{what: "stderr", rank: -1}
-	}
-	return lostOutput{what: "log", rank: rank}
-}
-
 // dead reports whether a write to d failed before. Call with o.mu held.
 func (o *output) dead(d lostOutput) bool {
 	for _, l := range o.failed {
@@ -77,12 +65,22 @@ func (o *output) dead(d lostOutput) bool {
 	return false
 }
 
-// write writes b to w (rank: whose log file, when it is one) unless w
-// failed before, and notes a failure: EPIPE on tprun's stdout or stderr on
-// o.broken (whoever reads tprun's output has gone), any other error in
-// o.failed. Call with o.mu held.
-func (o *output) write(w io.Writer, b []byte, rank int) {
-	d := o.dest(w, rank)
+// write writes b to what ("stdout" or "stderr", tprun's own; "log", rank's
+// log file w) unless that failed before, and notes a failure: EPIPE on
+// tprun's stdout or stderr on o.broken (whoever reads tprun's output has
+// gone), any other error in o.failed. The caller names the destination:
+// comparing writers would panic on one of an uncomparable type (a func).
+// Call with o.mu held.
+func (o *output) write(what string, w io.Writer, b []byte, rank int) {
+	d := lostOutput{what: what, rank: -1}
+	switch what {
+	case "stdout":
+		w = o.stdout
+	case "stderr":
+		w = o.stderr
+	default:
+		d.rank = rank
+	}
 	if o.dead(d) {
 		return
 	}
@@ -166,25 +164,26 @@ func describeLost(ls []lostOutput) []string {
 	return out
 }
 
-// writeLine writes prefix+line+"\n" to w and line+"\n" to log (if any,
-// rank's log file). A failed write does not stop the pump, which must keep
-// draining the pipe, or the rank would block on a full pipe and the job
-// would hang: it is noted (write) and the line is lost there.
-func (o *output) writeLine(w io.Writer, prefix, line []byte, log io.Writer, rank int) {
+// writeLine writes prefix+line+"\n" to tprun's stream ("stdout" or
+// "stderr") and line+"\n" to log (if any, rank's log file). A failed write
+// does not stop the pump, which must keep draining the pipe, or the rank
+// would block on a full pipe and the job would hang: it is noted (write)
+// and the line is lost there.
+func (o *output) writeLine(stream string, prefix, line []byte, log io.Writer, rank int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.buf = append(append(append(o.buf[:0], prefix...), line...), '\n')
-	o.write(w, o.buf, rank)
+	o.write(stream, nil, o.buf, rank)
 	if log != nil {
-		o.write(log, o.buf[len(prefix):], rank)
+		o.write("log", log, o.buf[len(prefix):], rank)
 	}
 }
 
-// writeString writes tprun's own messages under the same lock.
-func (o *output) writeString(w io.Writer, s string) {
+// writeErr writes tprun's own messages to its stderr under the same lock.
+func (o *output) writeErr(s string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.write(w, []byte(s), -1)
+	o.write("stderr", nil, []byte(s), -1)
 }
 
 // tail keeps the last n lines written to it.
@@ -223,7 +222,7 @@ func (t *tail) get() []string {
 // pump copies one of a rank's pipes to tprun's output, line by line.
 type pump struct {
 	out    *output
-	w      io.Writer // tprun's stdout or stderr
+	stream string // "stdout" or "stderr": where its lines go
 	prefix []byte
 	log    io.Writer // the rank's log file, or nil
 	rank   int
@@ -263,7 +262,7 @@ func (p *pump) emit(line []byte) {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
-	p.out.writeLine(p.w, p.prefix, line, p.log, p.rank)
+	p.out.writeLine(p.stream, p.prefix, line, p.log, p.rank)
 	if p.tail != nil {
 		p.tail.add(line)
 	}

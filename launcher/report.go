@@ -144,6 +144,6 @@ func rankRanges(ranks []int) string {
 
 func (j *job) report(res *Result) {
 	if s := res.Report(); s != "" {
-		j.out.writeString(j.cfg.Stderr, s)
+		j.out.writeErr(s)
 	}
 }

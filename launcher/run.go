@@ -83,7 +83,8 @@ type RankResult struct {
 // Run starts cfg.WorldSize ranks, supervises them to the end and writes the
 // exit report on cfg.Stderr. It returns an error only when the job could not
 // start: wrapped ErrConfig for bad input (no rank started), ErrPreflight,
-// ErrStart, or a hub failure. Every rank it started is reaped and the hub
+// an *InterruptedError (a signal during Preflight) or ctx's error when ctx
+// ended during it, ErrStart, or a hub failure. Every rank it started is reaped and the hub
 // directory removed before it returns.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg, err := cfg.validate()
@@ -97,13 +98,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer closeLogs(logs)
 	out := newOutput(cfg.Stdout, cfg.Stderr)
 	if len(cfg.Devices) > cfg.WorldSize {
-		out.writeString(cfg.Stderr, fmt.Sprintf("tprun: --devices lists %d GPUs; the %d ranks use the first %d (%s)\n",
+		out.writeErr(fmt.Sprintf("tprun: --devices lists %d GPUs; the %d ranks use the first %d (%s)\n",
 			len(cfg.Devices), cfg.WorldSize, cfg.WorldSize, strings.Join(cfg.Devices[:cfg.WorldSize], ",")))
 	}
 	if cfg.Preflight != nil && !cfg.SkipTopologyCheck {
 		notice, err := runPreflight(ctx, cfg)
 		if notice != "" {
-			out.writeString(cfg.Stderr, "tprun: "+notice+"\n")
+			out.writeErr("tprun: " + notice + "\n")
 		}
 		var ie *InterruptedError
 		if errors.As(err, &ie) || (err != nil && ctx.Err() != nil) {
@@ -139,7 +140,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 			msg := fmt.Sprintf(format, args...)
 			// The hub's messages name the hub themselves.
-			out.writeString(cfg.Stderr, "tprun: "+msg+"\n")
+			out.writeErr("tprun: " + msg + "\n")
 		},
 	})
 	if err != nil {
@@ -157,11 +158,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	stopHub()
 	if !j.serveDone {
 		if err := <-serveErr; err != nil && !errors.Is(err, context.Canceled) {
-			out.writeString(cfg.Stderr, fmt.Sprintf("tprun: hub: %v\n", err))
+			out.writeErr(fmt.Sprintf("tprun: hub: %v\n", err))
 		}
 	}
 	if err := srv.Close(); err != nil {
-		out.writeString(cfg.Stderr, fmt.Sprintf("tprun: closing hub: %v\n", err))
+		out.writeErr(fmt.Sprintf("tprun: closing hub: %v\n", err))
 	}
 	return res, runErr
 }
@@ -258,7 +259,7 @@ type job struct {
 }
 
 func (j *job) printf(format string, args ...any) {
-	j.out.writeString(j.cfg.Stderr, "tprun: "+fmt.Sprintf(format, args...)+"\n")
+	j.out.writeErr("tprun: " + fmt.Sprintf(format, args...) + "\n")
 }
 
 func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, error) {
@@ -269,7 +270,7 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 		spec := childSpec{
 			rank: r, path: j.cfg.path, argv: j.cfg.Command,
 			env: rankEnv(j.cfg.Env, r, j.cfg.WorldSize, j.srv.Path(), token, j.cfg.Devices),
-			dir: j.cfg.Dir, out: j.out, stdout: j.cfg.Stdout, stderr: j.cfg.Stderr,
+			dir: j.cfg.Dir, out: j.out,
 		}
 		if logs != nil {
 			spec.log = logs[r]

@@ -241,10 +241,10 @@ Starts N rank processes on this node, each with TPRUN_RANK, TPRUN_WORLD_SIZE,
 TPRUN_LOCAL_RANK, TPRUN_HUB, TPRUN_JOB_TOKEN, RANK, WORLD_SIZE, LOCAL_RANK and
 LOCAL_WORLD_SIZE set, and prefixes their output with [rank K]. The first rank
 that fails stops the others, as do SIGINT, SIGTERM, SIGHUP or SIGQUIT to tprun
-and a closed stdout (exit 128+signal). Output that cannot be written (a full
-disk) is reported and makes a job that succeeded exit 1. Without -- CMD it
-runs the default job, the fused tensor-parallel up-projection, checked
-against a float64 reference.
+and a closed stdout or stderr (exit 128+signal). Output that cannot be
+written (a full disk) is reported and makes a job that succeeded exit 1.
+Without -- CMD it runs the default job, the fused tensor-parallel
+up-projection, checked against a float64 reference.
 
 launcher flags:
 `)
