@@ -84,8 +84,8 @@ type RankResult struct {
 // exit report on cfg.Stderr. It returns an error only when the job could not
 // start: wrapped ErrConfig for bad input (no rank started), ErrPreflight,
 // an *InterruptedError (a signal during Preflight) or ctx's error when ctx
-// ended during it, ErrStart, or a hub failure. Every rank it started is reaped and the hub
-// directory removed before it returns.
+// ended during it, ErrStart, or a hub failure. Every rank it started is
+// reaped and the hub directory removed before it returns.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg, err := cfg.validate()
 	if err != nil {
