@@ -189,6 +189,12 @@ type jobWatcher interface {
 	jobContext() context.Context
 }
 
+// jobAborter is an exchanger that can fail its job for every rank, naming
+// this one (a Group).
+type jobAborter interface {
+	abortJob(reason string) error
+}
+
 // agreeShape all-gathers every rank's shape and the outcome of its own
 // argument checks: it fails on every rank when one rank's arguments are bad
 // (naming it) or when the ranks' shapes differ (naming each rank's).

@@ -173,7 +173,8 @@ func (e *cudaEngine) abortWord() *atomic.Uint32 {
 
 // replayChunk bounds how many graph replays are queued before the engine
 // waits and reads the status: a missing peer then costs at most a chunk's
-// worth of deadlines before the error comes back.
+// worth of deadlines before the error comes back (one deadline when the op
+// can fail its job: see startWatch).
 const replayChunk = 32
 
 // cudaEngine runs steps on one device. Its mutex serializes the GPU work
@@ -232,6 +233,9 @@ type cudaEngine struct {
 	broken                              error // set by a failed wait; later steps fail
 	graphs                              map[*StepGraph]struct{}
 	closing, inflight                   atomic.Bool
+	// failJob fails the job for every rank (the exchanger's abortJob; nil
+	// when it has none): see startWatch.
+	failJob func(reason string) error
 }
 
 var _ upEngine = (*cudaEngine)(nil)
@@ -247,6 +251,9 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
 		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice}
+	if a, ok := ex.(jobAborter); ok {
+		e.failJob = a.abortJob
+	}
 	if e.deadline == 0 {
 		e.deadline = mailbox.DefaultDeadline
 	}
@@ -575,42 +582,33 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 // becomes a *mailbox.TimeoutError for step t (the first step of a batch).
 // m is step t's rows when t was a single step (a timeout then also reads
 // the slot back to name the ranks that ran the step with another M), or 0
-// for a batch of replays. Any failure leaves the engine broken. Call with
-// e.mu held and the context bound.
-func (e *cudaEngine) wait(ctx context.Context, t uint64, m int, started time.Time) error {
-	var (
-		stop     chan struct{}
-		wg       sync.WaitGroup
-		canceled atomic.Bool
-		abortErr error
-	)
-	if done := ctx.Done(); done != nil {
-		stop = make(chan struct{})
-		wg.Go(func() {
-			select {
-			case <-done:
-				canceled.Store(true)
-				abortErr = e.keepAborting(stop)
-			case <-stop:
-			}
-		})
+// for a batch of replays. w is the watch started before the work was
+// queued (startWatch), or nil to start one now. Any failure leaves the
+// engine broken. Call with e.mu held and the context bound.
+func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, m int, started time.Time) error {
+	if w == nil {
+		w = e.startWatch(ctx, t, false)
 	}
 	err := e.drv.StreamSynchronize(e.stream)
-	if stop != nil {
-		close(stop)
-		wg.Wait()
-	}
+	w.end()
 	switch {
 	case err != nil:
 		e.broken = fmt.Errorf("step %d: %w", t, err)
 		return fmt.Errorf("waiting for the step: %w", err)
 	case e.closing.Load():
 		return mailbox.ErrClosed
-	case canceled.Load():
+	case w.stalled != nil:
+		// The watch saw a receive of the batch time out and failed the
+		// job; its snapshot names the missing ranks (the receives it
+		// then ended early would name the healthy ones too).
+		te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.layout.Slot(t), Missing: w.stalled, Waited: time.Since(started)}
+		e.broken = te
+		return errors.Join(te, w.jobErr, w.abortErr)
+	case w.canceled.Load():
 		// The cause: tprun's stop (ctx's own error) or, under an op's job
 		// watch, the job's failure.
 		e.broken = fmt.Errorf("step %d canceled: %w", t, context.Cause(ctx))
-		return errors.Join(fmt.Errorf("step %d: %w", t, context.Cause(ctx)), abortErr)
+		return errors.Join(fmt.Errorf("step %d: %w", t, context.Cause(ctx)), w.abortErr)
 	}
 	var words [kernel.ReceiveStatusWords]uint32
 	for i := range words {
@@ -626,6 +624,118 @@ func (e *cudaEngine) wait(ctx context.Context, t uint64, m int, started time.Tim
 		te.M, te.OtherM = m, e.otherRows(t, m)
 	}
 	return te
+}
+
+// How a batch of replays watches its receives (startWatch): the status
+// word is looked at every stallPoll; once it says a receive timed out,
+// the missing ranks are read stallSettle later (the timed-out threads
+// write them after word 0), the job is failed, and the queued receives
+// are ended stallEcho later at the latest (see startWatch).
+const (
+	stallPoll   = time.Millisecond
+	stallSettle = 5 * time.Millisecond
+	stallEcho   = time.Second
+)
+
+// waitWatch is what a wait's watcher goroutine found; read its fields
+// after end.
+type waitWatch struct {
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	canceled atomic.Bool // ctx ended first; the receives were aborted
+	// stalled: the ranks a timed-out receive of a batch named, after the
+	// watcher failed the job (jobErr: that call's error) and aborted the
+	// queued receives.
+	stalled          []int
+	jobErr, abortErr error
+}
+
+// end stops the watcher (the stream has drained) and waits for it.
+func (w *waitWatch) end() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// startWatch starts the watcher of the work about to be queued for step t
+// (a batch of graph replays when batch is set). It aborts the receives
+// (keepAborting) when ctx ends first.
+//
+// A batch queues up to replayChunk × Steps() receives, and each waits out
+// its own deadline when a peer stalls without dying (the job watch sees
+// nothing then): up to 32 × Steps() deadlines. So when the op can fail its
+// job (failJob: its exchanger is a Group), the watcher of a batch also
+// polls the status word. Once a receive has timed out it fails the job,
+// naming the missing ranks, and then aborts the queued receives, so the
+// batch ends about one deadline after it stalled. The order matters: the
+// steps queued behind a receive that ends early still run, and their
+// kernels store this rank's later slices into the peers' slots at once,
+// where a peer that is late but alive could take them for earlier steps'
+// slices. The job's failure reaches the peers first (the watcher waits
+// until it has come back to this rank, stallEcho at most), and a peer
+// whose wait ends after it returns that failure instead of its block.
+func (e *cudaEngine) startWatch(ctx context.Context, t uint64, batch bool) *waitWatch {
+	w := &waitWatch{stop: make(chan struct{})}
+	done := ctx.Done()
+	poll := batch && e.failJob != nil
+	if done == nil && !poll {
+		return w
+	}
+	w.wg.Go(func() {
+		var tick <-chan time.Time
+		if poll {
+			tk := time.NewTicker(stallPoll)
+			defer tk.Stop()
+			tick = tk.C
+		}
+		for {
+			select {
+			case <-done:
+				w.canceled.Store(true)
+				w.abortErr = e.keepAborting(w.stop)
+				return
+			case <-w.stop:
+				return
+			case <-tick:
+				if e.statusWord(0) == 0 {
+					continue
+				}
+			}
+			select {
+			case <-time.After(stallSettle):
+			case <-w.stop:
+				return // the batch ended; wait reads the status
+			}
+			var words [kernel.ReceiveStatusWords]uint32
+			for i := range words {
+				words[i] = e.statusWord(i)
+			}
+			_, w.stalled = kernel.DecodeReceiveStatus(words)
+			if w.stalled == nil {
+				w.stalled = []int{} // a timeout that named nobody: still one
+			}
+			w.jobErr = e.failJob(fmt.Sprintf("graph replays from step %d: the slices of rank(s) %v did not arrive within %v; the steps queued behind that receive are stopped",
+				t, w.stalled, e.deadline))
+			if w.jobErr != nil {
+				w.jobErr = fmt.Errorf("failing the job after the timeout: %w", w.jobErr)
+			}
+			echo := time.NewTimer(stallEcho)
+			select {
+			case <-done:
+			case <-echo.C:
+			case <-w.stop:
+			}
+			echo.Stop()
+			w.abortErr = e.keepAborting(w.stop)
+			return
+		}
+	})
+	return w
+}
+
+// statusWord reads word i of the host-mapped status page, which kernels
+// may be writing.
+func (e *cudaEngine) statusWord(i int) uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&e.status[4*i])).Load()
 }
 
 // otherRows reads step t's slot back and lists the ranks that stored into
@@ -677,7 +787,7 @@ func (e *cudaEngine) deviceStepLocked(ctx context.Context, t uint64, s kernel.Sh
 		e.broken = err
 		return errors.Join(err, e.drv.StreamSynchronize(e.stream))
 	}
-	return e.wait(ctx, t, s.M, started)
+	return e.wait(ctx, nil, t, s.M, started)
 }
 
 // hostStep stages the host operands in device memory, runs the step and
@@ -1002,14 +1112,22 @@ func (g *StepGraph) Steps() int { return g.steps }
 // Replay runs the graph n times and waits for them; the op's step count
 // advances by n*Steps(). A peer's missing slice gives a
 // *mailbox.TimeoutError whose Step is the first step of the batch of
-// replays it happened in (replays are queued in batches of up to 32). Each
-// queued step's receive waits out its own deadline, so a peer that stalls
-// without dying (the job watch sees nothing) can hold a batch for up to
-// 32 × Steps() deadlines before that error comes. The receives queued
-// behind a timeout are deliberately not cut short: the steps behind a
-// receive that ends early still run, and their kernels store this rank's
-// later slices into the peers' slots at once, where a peer that is late
-// but alive could take them for the slices of earlier steps.
+// replays it happened in (replays are queued in batches of up to 32).
+//
+// A peer that stalls without dying (the job watch sees nothing) would
+// make each queued step's receive wait out its own deadline: up to
+// 32 × Steps() deadlines. On an op made from a Group, the first receive
+// that times out fails the job instead, naming the missing ranks, and the
+// receives queued behind it then end at once: the batch ends about one
+// deadline after the stall, with the *mailbox.TimeoutError on this rank
+// and the job's failure (ErrAborted, naming this rank and the missing
+// ones) on the others, the stalled rank's next call included. The job is
+// failed before the queued receives are cut short, because the steps
+// behind a receive that ends early still run, and their kernels store
+// this rank's later slices into the peers' slots at once, where a peer
+// that is late but alive could take them for the slices of earlier steps.
+// An op made from another mailbox.Exchanger keeps waiting out every
+// deadline.
 //
 // Cancelling ctx aborts the wait (within about 200 µs) and breaks the op,
 // as with StepDevice; so does Close. The steps already queued then run on
@@ -1101,25 +1219,31 @@ func (e *cudaEngine) replay(ctx context.Context, g *StepGraph, t uint64, k int, 
 	}
 	e.clearStatus()
 	started := time.Now()
+	w := e.startWatch(ctx, t, true)
+	// failed drains what was queued before a failed call, with the
+	// watcher still aborting the receives if ctx ends meanwhile.
+	failed := func(err error) ([]time.Duration, error) {
+		e.broken = err
+		err = errors.Join(err, e.drv.StreamSynchronize(e.stream))
+		w.end()
+		return nil, errors.Join(err, w.jobErr, w.abortErr)
+	}
 	for i := range k {
 		if timed {
 			if err := e.drv.EventRecord(g.events[i], e.stream); err != nil {
-				e.broken = err
-				return nil, errors.Join(err, e.drv.StreamSynchronize(e.stream))
+				return failed(err)
 			}
 		}
 		if err := e.drv.GraphLaunch(g.exec, e.stream); err != nil {
-			e.broken = err
-			return nil, errors.Join(err, e.drv.StreamSynchronize(e.stream))
+			return failed(err)
 		}
 	}
 	if timed {
 		if err := e.drv.EventRecord(g.events[k], e.stream); err != nil {
-			e.broken = err
-			return nil, errors.Join(err, e.drv.StreamSynchronize(e.stream))
+			return failed(err)
 		}
 	}
-	if err := e.wait(ctx, t, 0, started); err != nil {
+	if err := e.wait(ctx, w, t, 0, started); err != nil {
 		return nil, err
 	}
 	if !timed {

@@ -745,7 +745,11 @@ func newFakeUpKind(ctx context.Context, ex mailbox.Exchanger, gpu *fakeGPU, hidd
 	if err != nil {
 		return nil, err
 	}
-	return &UpProjection{rank: ex.Rank(), shape: s, eng: eng, reason: "fake"}, nil
+	u := &UpProjection{rank: ex.Rank(), shape: s, eng: eng, reason: "fake"}
+	if w, ok := ex.(jobWatcher); ok {
+		u.job = w.jobContext() // a real Group: its ops watch the job
+	}
+	return u, nil
 }
 
 // devBuf allocates fake device memory holding v.
@@ -1046,6 +1050,86 @@ func TestCUDAEngineFakeDeadPeer(t *testing.T) {
 	if l := gpu.leaks(); l != "" {
 		t.Errorf("left alive: %s", l)
 	}
+}
+
+// TestCUDAEngineFakeStalledPeerReplay: a peer that stalls without dying
+// (rank 2 joined, captured, and then never replays) ends the other ranks'
+// batch of 4 queued replays of a 2-step graph about one deadline after it
+// began, not after the 8 deadlines of its queued receives: the rank whose
+// receive timed out fails the job (real Groups, rank 0 hosting the hub)
+// and its error names the stalled rank; every other rank's call, the
+// stalled one's included, fails with the job's failure.
+func TestCUDAEngineFakeStalledPeerReplay(t *testing.T) {
+	const n, hidden, latent, maxM, stalled, replays = 3, 48, 16, 2, 2, 4
+	const deadline = 150 * time.Millisecond
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	d := newUpSteps(t, seed, hidden, latent, []int{maxM})[0]
+	shard := hidden / n
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tmp, job := shortTempDir(t), newJobID()
+	var replayed sync.WaitGroup
+	replayed.Add(n - 1)
+	var timeouts atomic.Int32
+	errs := runRanks(t, n, func(r int) map[string]string { return torchrunEnv(tmp, job, r, n) }, []JoinOption{WithTimeout(10 * time.Second)},
+		func(r int, g *Group) (err error) {
+			if r != stalled {
+				defer replayed.Done()
+			}
+			up, err := newFakeUp(ctx, g, gpu, hidden, latent, maxM, 2, deadline)
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, up.Close()) }()
+			st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
+				Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
+				Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}}
+			gr, err := up.Capture(ctx, []DeviceStep{st, st})
+			if err != nil {
+				return err
+			}
+			if err := g.Barrier(ctx); err != nil {
+				return err
+			}
+			if r == stalled {
+				replayed.Wait()
+				if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("rank(s) [%d]", stalled)) {
+					return fmt.Errorf("the stalled rank's replay after the others gave up: %v, want the job's failure naming it", err)
+				}
+				return nil
+			}
+			t0 := time.Now()
+			err = gr.Replay(ctx, replays)
+			took := time.Since(t0)
+			t.Logf("rank %d: %d replays ended after %v: %v", r, replays, took.Round(time.Millisecond), err)
+			var te *mailbox.TimeoutError
+			switch {
+			case errors.As(err, &te):
+				timeouts.Add(1)
+				if !slices.Equal(te.Missing, []int{stalled}) {
+					return fmt.Errorf("the timeout names ranks %v missing, want only the stalled rank %d", te.Missing, stalled)
+				}
+			case errors.Is(err, ErrAborted):
+				if !strings.Contains(err.Error(), fmt.Sprintf("rank(s) [%d]", stalled)) {
+					return fmt.Errorf("the job's failure does not name the stalled rank: %v", err)
+				}
+			default:
+				return fmt.Errorf("replays with a stalled peer gave %v, want a *mailbox.TimeoutError or the job's failure", err)
+			}
+			if took > 3*deadline {
+				return fmt.Errorf("%d queued replays took %v with a deadline of %v: the receives behind the first timeout waited too", replays, took, deadline)
+			}
+			return nil
+		})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if timeouts.Load() == 0 {
+		t.Error("no rank saw the timeout itself")
+	}
+	checkNoLeaks(t, gpu)
 }
 
 // TestCUDAEngineFakeAbort: Close and cancellation end a step, or a chunk
@@ -1847,6 +1931,90 @@ func TestGPUUpProjectionDeadPeer(t *testing.T) {
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGPUUpProjectionStalledPeerReplay is TestCUDAEngineFakeStalledPeerReplay
+// on the GPU (three goroutine ranks with real Groups on one device, so the
+// receive kernel rather than the fused receive): 8 queued replays of a
+// graph with a peer that never replays end about one deadline after they
+// began, the job fails naming that peer, and the peer's next call fails.
+func TestGPUUpProjectionStalledPeerReplay(t *testing.T) {
+	const n, hidden, latent, maxM, stalled, replays = 3, 384, 256, 2, 2, 8
+	const deadline = 300 * time.Millisecond
+	f := openTestGPU(t)
+	d := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{maxM})[0]
+	shard := hidden / n
+	lat, sh := f.devAlloc(t, d.latent, 0), f.devAlloc(t, d.shared, 0)
+	ds := make([]DeviceStep, n)
+	for r := range n {
+		ds[r] = DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: lat,
+			Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
+			Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: hidden}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tmp, job := shortTempDir(t), newJobID()
+	// The stalled rank stays open until the others are done (the goroutine
+	// ranks share one context; see TestGPUUpProjectionDeadPeer).
+	var replayed sync.WaitGroup
+	replayed.Add(n - 1)
+	var timeouts atomic.Int32
+	errs := runRanks(t, n, func(r int) map[string]string { return torchrunEnv(tmp, job, r, n) }, []JoinOption{WithTimeout(30 * time.Second)},
+		func(r int, g *Group) (err error) {
+			if r != stalled {
+				defer replayed.Done()
+			}
+			up, err := f.newUp(ctx, g, hidden, latent, maxM, deadline)
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, up.Close()) }()
+			// A graph of one step per slot (ranks sharing a device get more
+			// slots than two).
+			gr, err := up.Capture(ctx, slices.Repeat([]DeviceStep{ds[r]}, up.eng.(*cudaEngine).layout.Slots))
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, gr.Close()) }()
+			if err := g.Barrier(ctx); err != nil {
+				return err
+			}
+			if r == stalled {
+				replayed.Wait()
+				if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("rank(s) [%d]", stalled)) {
+					return fmt.Errorf("the stalled rank's replay after the others gave up: %v, want the job's failure naming it", err)
+				}
+				return nil
+			}
+			t0 := time.Now()
+			err = gr.Replay(ctx, replays)
+			took := time.Since(t0)
+			t.Logf("rank %d: %d replays of %d steps ended after %v: %v", r, replays, gr.Steps(), took.Round(time.Millisecond), err)
+			var te *mailbox.TimeoutError
+			switch {
+			case errors.As(err, &te):
+				timeouts.Add(1)
+				if !slices.Equal(te.Missing, []int{stalled}) {
+					return fmt.Errorf("the timeout names ranks %v missing, want only the stalled rank %d", te.Missing, stalled)
+				}
+			case errors.Is(err, ErrAborted):
+				if !strings.Contains(err.Error(), fmt.Sprintf("rank(s) [%d]", stalled)) {
+					return fmt.Errorf("the job's failure does not name the stalled rank: %v", err)
+				}
+			default:
+				return fmt.Errorf("replays with a stalled peer gave %v, want a *mailbox.TimeoutError or the job's failure", err)
+			}
+			if took > 3*deadline {
+				return fmt.Errorf("%d queued replays took %v with a deadline of %v: the receives behind the first timeout waited too", replays, took, deadline)
+			}
+			return nil
+		})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if timeouts.Load() == 0 {
+		t.Error("no rank saw the timeout itself")
 	}
 }
 
