@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -603,10 +604,12 @@ func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, m int, st
 		// then ended early would name the healthy ones too).
 		te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.layout.Slot(t), Missing: w.stalled, Waited: time.Since(started)}
 		e.broken = te
-		return errors.Join(te, w.jobErr, w.abortErr)
-	case w.canceled.Load():
+		return errors.Join(te, w.abortErr)
+	case w.canceled.Load() || (w.batch && ctx.Err() != nil):
 		// The cause: tprun's stop (ctx's own error) or, under an op's job
-		// watch, the job's failure.
+		// watch, the job's failure. A batch that drained just as ctx ended
+		// is not reported as done either: when the job failed, the peers'
+		// queued steps may have stored into this rank's slots (startWatch).
 		e.broken = fmt.Errorf("step %d canceled: %w", t, context.Cause(ctx))
 		return errors.Join(fmt.Errorf("step %d: %w", t, context.Cause(ctx)), w.abortErr)
 	}
@@ -623,18 +626,16 @@ func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, m int, st
 	if m > 0 {
 		te.M, te.OtherM = m, e.otherRows(t, m)
 	}
-	return te
+	return errors.Join(te, w.jobErr)
 }
 
 // How a batch of replays watches its receives (startWatch): the status
 // word is looked at every stallPoll; once it says a receive timed out,
 // the missing ranks are read stallSettle later (the timed-out threads
-// write them after word 0), the job is failed, and the queued receives
-// are ended stallEcho later at the latest (see startWatch).
+// write them after word 0).
 const (
 	stallPoll   = time.Millisecond
 	stallSettle = 5 * time.Millisecond
-	stallEcho   = time.Second
 )
 
 // waitWatch is what a wait's watcher goroutine found; read its fields
@@ -643,11 +644,13 @@ type waitWatch struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	canceled atomic.Bool // ctx ended first; the receives were aborted
-	// stalled: the ranks a timed-out receive of a batch named, after the
-	// watcher failed the job (jobErr: that call's error) and aborted the
-	// queued receives.
-	stalled          []int
-	jobErr, abortErr error
+	// stalled: the ranks a timed-out receive of a batch named, once the
+	// watcher has failed the job for them; jobErr: why failing it failed,
+	// when the job's failure never came back (the receives then waited).
+	stalled  []int
+	jobErr   error
+	abortErr error
+	batch    bool
 }
 
 // end stops the watcher (the stream has drained) and waits for it.
@@ -664,23 +667,39 @@ func (w *waitWatch) end() {
 // its own deadline when a peer stalls without dying (the job watch sees
 // nothing then): up to 32 × Steps() deadlines. So when the op can fail its
 // job (failJob: its exchanger is a Group), the watcher of a batch also
-// polls the status word. Once a receive has timed out it fails the job,
-// naming the missing ranks, and then aborts the queued receives, so the
-// batch ends about one deadline after it stalled. The order matters: the
-// steps queued behind a receive that ends early still run, and their
-// kernels store this rank's later slices into the peers' slots at once,
-// where a peer that is late but alive could take them for earlier steps'
-// slices. The job's failure reaches the peers first (the watcher waits
-// until it has come back to this rank, stallEcho at most), and a peer
-// whose wait ends after it returns that failure instead of its block.
+// polls the status word. Once a receive has timed out (and not because
+// this rank aborted it), it fails the job, naming the missing ranks; when
+// that failure has come back to this rank through ctx (the job watch), it
+// aborts the queued receives, so the batch ends about one deadline after
+// the stall. If the failure never comes back, the receives wait as
+// before.
+//
+// The order narrows a hazard, it does not close it: the steps queued
+// behind a receive that ends early still run, and their kernels store
+// this rank's later slices into the peers' slots at once, where a peer
+// that is late but alive could take them for earlier steps' slices. The
+// job's failure is on its way to every peer before that, and a peer's
+// batch that ends after the failure reached its process returns the
+// failure instead of its block. A peer whose process did not run in the
+// meantime (stopped, or starved of CPU) can still take them. (Without
+// this watch the same stores were made, a deadline per step later, and
+// nobody was told.)
 func (e *cudaEngine) startWatch(ctx context.Context, t uint64, batch bool) *waitWatch {
-	w := &waitWatch{stop: make(chan struct{})}
+	w := &waitWatch{stop: make(chan struct{}), batch: batch}
 	done := ctx.Done()
 	poll := batch && e.failJob != nil
 	if done == nil && !poll {
 		return w
 	}
 	w.wg.Go(func() {
+		cancel := func() {
+			w.canceled.Store(true)
+			w.abortErr = e.keepAborting(w.stop)
+		}
+		// selfAborted: the receive ended because this rank aborted it
+		// (Close, whose abort word also ends it "as the deadline would"),
+		// not because a peer stalled.
+		selfAborted := func() bool { return e.closing.Load() || e.abortWord().Load() != 0 }
 		var tick <-chan time.Time
 		if poll {
 			tk := time.NewTicker(stallPoll)
@@ -690,46 +709,83 @@ func (e *cudaEngine) startWatch(ctx context.Context, t uint64, batch bool) *wait
 		for {
 			select {
 			case <-done:
-				w.canceled.Store(true)
-				w.abortErr = e.keepAborting(w.stop)
+				cancel()
 				return
 			case <-w.stop:
 				return
 			case <-tick:
-				if e.statusWord(0) == 0 {
-					continue
-				}
 			}
+			if e.statusWord(0) == 0 {
+				continue
+			}
+			if selfAborted() {
+				return // Close's abort runs; wait reports ErrClosed
+			}
+			settle := time.NewTimer(stallSettle)
 			select {
-			case <-time.After(stallSettle):
+			case <-done:
+				settle.Stop()
+				cancel()
+				return
 			case <-w.stop:
+				settle.Stop()
 				return // the batch ended; wait reads the status
+			case <-settle.C:
+			}
+			if selfAborted() {
+				return
 			}
 			var words [kernel.ReceiveStatusWords]uint32
 			for i := range words {
 				words[i] = e.statusWord(i)
 			}
-			_, w.stalled = kernel.DecodeReceiveStatus(words)
-			if w.stalled == nil {
-				w.stalled = []int{} // a timeout that named nobody: still one
-			}
-			w.jobErr = e.failJob(fmt.Sprintf("graph replays from step %d: the slices of rank(s) %v did not arrive within %v; the steps queued behind that receive are stopped",
-				t, w.stalled, e.deadline))
-			if w.jobErr != nil {
-				w.jobErr = fmt.Errorf("failing the job after the timeout: %w", w.jobErr)
-			}
-			echo := time.NewTimer(stallEcho)
+			_, stalled := kernel.DecodeReceiveStatus(words)
+			// The abort goes out on its own goroutine: a hub that does not
+			// read would otherwise hold the wait. It ends when the write
+			// does, or when the group closes the connection.
+			sent := make(chan error, 1)
+			go func() { sent <- e.failJob(stallReason(t, stalled, e.deadline)) }()
 			select {
 			case <-done:
-			case <-echo.C:
+				// The job's failure came back: the peers have been sent it.
+				w.stalled = stalled
+				if w.stalled == nil {
+					w.stalled = []int{}
+				}
+				w.abortErr = e.keepAborting(w.stop)
 			case <-w.stop:
+				// The receives waited out their deadlines after all.
+				select {
+				case err := <-sent:
+					if err != nil {
+						w.jobErr = fmt.Errorf("failing the job after the timeout: %w", err)
+					}
+				default:
+				}
 			}
-			echo.Stop()
-			w.abortErr = e.keepAborting(w.stop)
 			return
 		}
 	})
 	return w
+}
+
+// stallReason is the job's failure when a replay batch's receive timed out:
+// what the peers and the launcher read.
+func stallReason(t uint64, missing []int, deadline time.Duration) string {
+	who := "some rank"
+	switch len(missing) {
+	case 0:
+	case 1:
+		who = fmt.Sprintf("rank %d", missing[0])
+	default:
+		rs := make([]string, len(missing))
+		for i, r := range missing {
+			rs[i] = strconv.Itoa(r)
+		}
+		who = "ranks " + strings.Join(rs, ", ")
+	}
+	return fmt.Sprintf("no slice from %s within the %v deadline, in the graph replays from step %d; the job ends rather than each queued step waiting out the deadline too",
+		who, deadline, t)
 }
 
 // statusWord reads word i of the host-mapped status page, which kernels
@@ -1116,18 +1172,22 @@ func (g *StepGraph) Steps() int { return g.steps }
 //
 // A peer that stalls without dying (the job watch sees nothing) would
 // make each queued step's receive wait out its own deadline: up to
-// 32 × Steps() deadlines. On an op made from a Group, the first receive
-// that times out fails the job instead, naming the missing ranks, and the
-// receives queued behind it then end at once: the batch ends about one
-// deadline after the stall, with the *mailbox.TimeoutError on this rank
-// and the job's failure (ErrAborted, naming this rank and the missing
-// ones) on the others, the stalled rank's next call included. The job is
-// failed before the queued receives are cut short, because the steps
-// behind a receive that ends early still run, and their kernels store
-// this rank's later slices into the peers' slots at once, where a peer
-// that is late but alive could take them for the slices of earlier steps.
-// An op made from another mailbox.Exchanger keeps waiting out every
-// deadline.
+// 32 × Steps() deadlines. On an op made from a Group, once a receive of
+// the batch has timed out, the rank fails the job (naming the missing
+// ranks), and when that failure has come back to it, ends the receives
+// queued behind: the batch ends about one deadline after the stall, with
+// the *mailbox.TimeoutError on this rank and the job's failure
+// (ErrAborted, naming this rank and the missing ones) on the others, the
+// stalled rank's next call included. A single timeout thus ends the job,
+// as NCCL's watchdog does; WithDeadline sets how long a receive waits.
+// The job fails first because the steps behind a receive that ends early
+// still run, and their kernels store this rank's later slices into the
+// peers' slots at once, where a peer that is late but alive could take
+// them for earlier steps' slices; a peer whose batch ends after the
+// failure reached its process returns the failure, not its block, but a
+// peer process that did not run in between (stopped, starved of CPU) is
+// not protected. An op made from another mailbox.Exchanger keeps waiting
+// out every deadline.
 //
 // Cancelling ctx aborts the wait (within about 200 µs) and breaks the op,
 // as with StepDevice; so does Close. The steps already queued then run on

@@ -594,11 +594,15 @@ func (k *fakeKernels) receive(a receiveLaunch) error {
 			}
 			k.skipped.Add(1)
 		}
-		deadline := time.Now().Add(a.timeout)
+		start := time.Now()
+		deadline := start.Add(a.timeout)
 		// As the kernel: the deadline, or the host's abort word when the
-		// launch is abortable, ends the wait.
+		// launch is abortable, ends the wait; the kernel first looks at
+		// the word 200 µs after it started.
 		waiting := func() bool {
-			return time.Now().Before(deadline) && !(a.abortable && atomic.LoadUint32(&status[kernel.ReceiveAbortWord]) != 0)
+			now := time.Now()
+			return now.Before(deadline) && !(a.abortable && now.Sub(start) >= 200*time.Microsecond &&
+				atomic.LoadUint32(&status[kernel.ReceiveAbortWord]) != 0)
 		}
 		for i := range in {
 			if a.skip && (2*i%a.hidden)/a.shard == a.skipRank {
@@ -1095,7 +1099,7 @@ func TestCUDAEngineFakeStalledPeerReplay(t *testing.T) {
 			}
 			if r == stalled {
 				replayed.Wait()
-				if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("rank(s) [%d]", stalled)) {
+				if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
 					return fmt.Errorf("the stalled rank's replay after the others gave up: %v, want the job's failure naming it", err)
 				}
 				return nil
@@ -1112,14 +1116,17 @@ func TestCUDAEngineFakeStalledPeerReplay(t *testing.T) {
 					return fmt.Errorf("the timeout names ranks %v missing, want only the stalled rank %d", te.Missing, stalled)
 				}
 			case errors.Is(err, ErrAborted):
-				if !strings.Contains(err.Error(), fmt.Sprintf("rank(s) [%d]", stalled)) {
+				if !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
 					return fmt.Errorf("the job's failure does not name the stalled rank: %v", err)
 				}
 			default:
 				return fmt.Errorf("replays with a stalled peer gave %v, want a *mailbox.TimeoutError or the job's failure", err)
 			}
-			if took > 3*deadline {
+			switch {
+			case took > 3*deadline:
 				return fmt.Errorf("%d queued replays took %v with a deadline of %v: the receives behind the first timeout waited too", replays, took, deadline)
+			case took < deadline:
+				return fmt.Errorf("%d queued replays ended after %v, before the deadline of %v", replays, took, deadline)
 			}
 			return nil
 		})
@@ -1128,6 +1135,66 @@ func TestCUDAEngineFakeStalledPeerReplay(t *testing.T) {
 	}
 	if timeouts.Load() == 0 {
 		t.Error("no rank saw the timeout itself")
+	}
+	checkNoLeaks(t, gpu)
+}
+
+// TestCUDAEngineFakeCloseDuringReplayKeepsJob: Close during a batch of
+// replays that waits for a peer (real Groups) ends the batch with
+// mailbox.ErrClosed and leaves the job alone: the receives that Close's
+// abort ends report a timeout in the status words, which the batch's watch
+// must not take for a stalled peer (it would fail the job, naming the
+// peer).
+func TestCUDAEngineFakeCloseDuringReplayKeepsJob(t *testing.T) {
+	const hidden, latent = 32, 8
+	const bound, deadline = 2 * time.Second, 20 * time.Second
+	rng := kernel.NewRand(uint64(time.Now().UnixNano()))
+	in := randomInputs(rng, 1, hidden, latent, 2, 1)
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tmp, job := shortTempDir(t), newJobID()
+	errs := runRanks(t, 2, func(r int) map[string]string { return torchrunEnv(tmp, job, r, 2) }, []JoinOption{WithTimeout(10 * time.Second)},
+		func(r int, g *Group) error {
+			up, err := newFakeUp(ctx, g, gpu, hidden, latent, 1, 0, deadline)
+			if err != nil {
+				return err
+			}
+			if r == 1 {
+				if err := up.Close(); err != nil { // never steps
+					return err
+				}
+				return g.Barrier(ctx)
+			}
+			st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, hidden)), In: DeviceInputs{M: 1,
+				Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
+			gr, err := up.Capture(ctx, []DeviceStep{st, st, st, st, st, st})
+			if err != nil {
+				return errors.Join(err, up.Close())
+			}
+			done := make(chan error, 1)
+			go func() { done <- gr.Replay(ctx, 1000) }()
+			time.Sleep(50 * time.Millisecond)
+			start := time.Now()
+			if err := up.Close(); err != nil {
+				return fmt.Errorf("Close: %w", err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, mailbox.ErrClosed) {
+					return fmt.Errorf("replay during Close gave %v, want mailbox.ErrClosed", err)
+				}
+			case <-time.After(bound):
+				return fmt.Errorf("the replay has not returned %v after Close", bound)
+			}
+			t.Logf("closed in %v", time.Since(start).Round(time.Millisecond))
+			if err := g.Barrier(ctx); err != nil {
+				return fmt.Errorf("the job after Close during a replay: %w", err)
+			}
+			return nil
+		})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	checkNoLeaks(t, gpu)
 }
@@ -1982,7 +2049,7 @@ func TestGPUUpProjectionStalledPeerReplay(t *testing.T) {
 			}
 			if r == stalled {
 				replayed.Wait()
-				if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("rank(s) [%d]", stalled)) {
+				if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
 					return fmt.Errorf("the stalled rank's replay after the others gave up: %v, want the job's failure naming it", err)
 				}
 				return nil
@@ -1999,14 +2066,17 @@ func TestGPUUpProjectionStalledPeerReplay(t *testing.T) {
 					return fmt.Errorf("the timeout names ranks %v missing, want only the stalled rank %d", te.Missing, stalled)
 				}
 			case errors.Is(err, ErrAborted):
-				if !strings.Contains(err.Error(), fmt.Sprintf("rank(s) [%d]", stalled)) {
+				if !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
 					return fmt.Errorf("the job's failure does not name the stalled rank: %v", err)
 				}
 			default:
 				return fmt.Errorf("replays with a stalled peer gave %v, want a *mailbox.TimeoutError or the job's failure", err)
 			}
-			if took > 3*deadline {
+			switch {
+			case took > 3*deadline:
 				return fmt.Errorf("%d queued replays took %v with a deadline of %v: the receives behind the first timeout waited too", replays, took, deadline)
+			case took < deadline:
+				return fmt.Errorf("%d queued replays ended after %v, before the deadline of %v", replays, took, deadline)
 			}
 			return nil
 		})
