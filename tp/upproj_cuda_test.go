@@ -1063,7 +1063,15 @@ func TestCUDAEngineFakeDeadPeer(t *testing.T) {
 // receive timed out fails the job (real Groups, rank 0 hosting the hub)
 // and its error names the stalled rank; every other rank's call, the
 // stalled one's included, fails with the job's failure.
+//
+// In the second case rank 1 waits 20 times longer, so only rank 0 times
+// out; rank 1's batch then ends with the job's failure, which rank 0 sent.
 func TestCUDAEngineFakeStalledPeerReplay(t *testing.T) {
+	t.Run("every rank times out", func(t *testing.T) { testStalledPeerReplay(t, false) })
+	t.Run("one rank times out", func(t *testing.T) { testStalledPeerReplay(t, true) })
+}
+
+func testStalledPeerReplay(t *testing.T, patient bool) {
 	const n, hidden, latent, maxM, stalled, replays = 3, 48, 16, 2, 2, 4
 	const deadline = 150 * time.Millisecond
 	seed := uint64(time.Now().UnixNano())
@@ -1082,7 +1090,11 @@ func TestCUDAEngineFakeStalledPeerReplay(t *testing.T) {
 			if r != stalled {
 				defer replayed.Done()
 			}
-			up, err := newFakeUp(ctx, g, gpu, hidden, latent, maxM, 2, deadline)
+			wait := deadline
+			if patient && r == 1 {
+				wait = 20 * deadline
+			}
+			up, err := newFakeUp(ctx, g, gpu, hidden, latent, maxM, 2, wait)
 			if err != nil {
 				return err
 			}
@@ -1111,6 +1123,9 @@ func TestCUDAEngineFakeStalledPeerReplay(t *testing.T) {
 			var te *mailbox.TimeoutError
 			switch {
 			case errors.As(err, &te):
+				if patient && r == 1 {
+					return fmt.Errorf("the patient rank timed out itself (%v): the job's failure did not end its batch", err)
+				}
 				timeouts.Add(1)
 				if !slices.Equal(te.Missing, []int{stalled}) {
 					return fmt.Errorf("the timeout names ranks %v missing, want only the stalled rank %d", te.Missing, stalled)
