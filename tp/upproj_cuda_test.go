@@ -1111,39 +1111,20 @@ func testStalledPeerReplay(t *testing.T, patient bool) {
 			}
 			if r == stalled {
 				replayed.Wait()
-				if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
-					return fmt.Errorf("the stalled rank's replay after the others gave up: %v, want the job's failure naming it", err)
-				}
-				return nil
+				return stalledRankReplay(ctx, gr, stalled)
 			}
 			t0 := time.Now()
 			err = gr.Replay(ctx, replays)
 			took := time.Since(t0)
 			t.Logf("rank %d: %d replays ended after %v: %v", r, replays, took.Round(time.Millisecond), err)
-			var te *mailbox.TimeoutError
-			switch {
-			case errors.As(err, &te):
+			timedOut, err := checkStalledReplay(err, took, stalled, replays, deadline)
+			if timedOut {
 				if patient && r == 1 {
 					return fmt.Errorf("the patient rank timed out itself (%v): the job's failure did not end its batch", err)
 				}
 				timeouts.Add(1)
-				if !slices.Equal(te.Missing, []int{stalled}) {
-					return fmt.Errorf("the timeout names ranks %v missing, want only the stalled rank %d", te.Missing, stalled)
-				}
-			case errors.Is(err, ErrAborted):
-				if !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
-					return fmt.Errorf("the job's failure does not name the stalled rank: %v", err)
-				}
-			default:
-				return fmt.Errorf("replays with a stalled peer gave %v, want a *mailbox.TimeoutError or the job's failure", err)
 			}
-			switch {
-			case took > 3*deadline:
-				return fmt.Errorf("%d queued replays took %v with a deadline of %v: the receives behind the first timeout waited too", replays, took, deadline)
-			case took < deadline:
-				return fmt.Errorf("%d queued replays ended after %v, before the deadline of %v", replays, took, deadline)
-			}
-			return nil
+			return err
 		})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -1152,6 +1133,44 @@ func testStalledPeerReplay(t *testing.T, patient bool) {
 		t.Error("no rank saw the timeout itself")
 	}
 	checkNoLeaks(t, gpu)
+}
+
+// checkStalledReplay checks what a batch of replays gave on a rank whose
+// peer stalled: the rank's own timeout naming only the stalled rank, or
+// the job's failure that another rank sent, naming it too; and that the
+// batch ended after one deadline and well before a second. timedOut: the
+// rank timed out itself.
+func checkStalledReplay(err error, took time.Duration, stalled, replays int, deadline time.Duration) (timedOut bool, _ error) {
+	var te *mailbox.TimeoutError
+	switch {
+	case errors.As(err, &te):
+		timedOut = true
+		if !slices.Equal(te.Missing, []int{stalled}) {
+			return true, fmt.Errorf("the timeout names ranks %v missing, want only the stalled rank %d", te.Missing, stalled)
+		}
+	case errors.Is(err, ErrAborted):
+		if !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
+			return false, fmt.Errorf("the job's failure does not name the stalled rank: %v", err)
+		}
+	default:
+		return false, fmt.Errorf("replays with a stalled peer gave %v, want a *mailbox.TimeoutError or the job's failure", err)
+	}
+	switch {
+	case took > 3*deadline:
+		return timedOut, fmt.Errorf("%d queued replays took %v with a deadline of %v: the receives behind the first timeout waited too", replays, took, deadline)
+	case took < deadline:
+		return timedOut, fmt.Errorf("%d queued replays ended after %v, before the deadline of %v", replays, took, deadline)
+	}
+	return timedOut, nil
+}
+
+// stalledRankReplay is the stalled rank's replay once the others gave up:
+// it must fail with the job's failure, which names it.
+func stalledRankReplay(ctx context.Context, gr *StepGraph, stalled int) error {
+	if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
+		return fmt.Errorf("the stalled rank's replay after the others gave up: %v, want the job's failure naming it", err)
+	}
+	return nil
 }
 
 // TestCUDAEngineFakeCloseDuringReplayKeepsJob: Close during a batch of
@@ -2064,36 +2083,17 @@ func TestGPUUpProjectionStalledPeerReplay(t *testing.T) {
 			}
 			if r == stalled {
 				replayed.Wait()
-				if err := gr.Replay(ctx, 1); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
-					return fmt.Errorf("the stalled rank's replay after the others gave up: %v, want the job's failure naming it", err)
-				}
-				return nil
+				return stalledRankReplay(ctx, gr, stalled)
 			}
 			t0 := time.Now()
 			err = gr.Replay(ctx, replays)
 			took := time.Since(t0)
 			t.Logf("rank %d: %d replays of %d steps ended after %v: %v", r, replays, gr.Steps(), took.Round(time.Millisecond), err)
-			var te *mailbox.TimeoutError
-			switch {
-			case errors.As(err, &te):
+			timedOut, err := checkStalledReplay(err, took, stalled, replays, deadline)
+			if timedOut {
 				timeouts.Add(1)
-				if !slices.Equal(te.Missing, []int{stalled}) {
-					return fmt.Errorf("the timeout names ranks %v missing, want only the stalled rank %d", te.Missing, stalled)
-				}
-			case errors.Is(err, ErrAborted):
-				if !strings.Contains(err.Error(), fmt.Sprintf("no slice from rank %d within", stalled)) {
-					return fmt.Errorf("the job's failure does not name the stalled rank: %v", err)
-				}
-			default:
-				return fmt.Errorf("replays with a stalled peer gave %v, want a *mailbox.TimeoutError or the job's failure", err)
 			}
-			switch {
-			case took > 3*deadline:
-				return fmt.Errorf("%d queued replays took %v with a deadline of %v: the receives behind the first timeout waited too", replays, took, deadline)
-			case took < deadline:
-				return fmt.Errorf("%d queued replays ended after %v, before the deadline of %v", replays, took, deadline)
-			}
-			return nil
+			return err
 		})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
