@@ -8,7 +8,7 @@ tar xzf .dev/bin-final.tgz
 cd tp
 timeout 120 ../bin/tp.test -test.run 'StalledPeer|CloseDuringReplayKeepsJob' -test.count 3 -test.v 2>&1 | grep -E '^(---|ok|FAIL|PASS)|replays of'
 el "stalled tests"
-timeout 300 ../bin/tp.test -test.count 1 > $O/tp-all.txt 2>&1; echo "tp.test rc $?"
+timeout 300 ../bin/tp.test -test.count 1 -test.v > $O/tp-all.txt 2>&1; echo "tp.test rc $?"
 grep -cE '^\s*--- PASS' $O/tp-all.txt; grep -E '^\s*--- (FAIL|SKIP)' $O/tp-all.txt | head
 tail -3 $O/tp-all.txt
 el done
