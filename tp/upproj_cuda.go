@@ -235,8 +235,10 @@ type cudaEngine struct {
 	graphs                              map[*StepGraph]struct{}
 	closing, inflight                   atomic.Bool
 	// failJob fails the job for every rank (the exchanger's abortJob; nil
-	// when it has none): see startWatch.
+	// when it has none), and job ends once the job has failed (the
+	// exchanger's jobContext): see startWatch. Both or neither.
 	failJob func(reason string) error
+	job     context.Context
 }
 
 var _ upEngine = (*cudaEngine)(nil)
@@ -252,8 +254,10 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
 		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice}
-	if a, ok := ex.(jobAborter); ok {
-		e.failJob = a.abortJob
+	a, ok1 := ex.(jobAborter)
+	w, ok2 := ex.(jobWatcher)
+	if ok1 && ok2 {
+		e.failJob, e.job = a.abortJob, w.jobContext()
 	}
 	if e.deadline == 0 {
 		e.deadline = mailbox.DefaultDeadline
@@ -610,6 +614,8 @@ func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, m int, st
 		// watch, the job's failure. A batch that drained just as ctx ended
 		// is not reported as done either: when the job failed, the peers'
 		// queued steps may have stored into this rank's slots (startWatch).
+		// Only a batch: every rank makes the same calls, and single steps
+		// queue nothing that could run ahead.
 		e.broken = fmt.Errorf("step %d canceled: %w", t, context.Cause(ctx))
 		return errors.Join(fmt.Errorf("step %d: %w", t, context.Cause(ctx)), w.abortErr)
 	}
@@ -669,21 +675,22 @@ func (w *waitWatch) end() {
 // job (failJob: its exchanger is a Group), the watcher of a batch also
 // polls the status word. Once a receive has timed out (and not because
 // this rank aborted it), it fails the job, naming the missing ranks; when
-// that failure has come back to this rank through ctx (the job watch), it
-// aborts the queued receives, so the batch ends about one deadline after
-// the stall. If the failure never comes back, the receives wait as
-// before.
+// that failure has come back to this rank (e.job), it aborts the queued
+// receives, so the batch ends about one deadline after the stall. If the
+// failure never comes back, the receives wait as before; if ctx ends
+// first, the caller gets its cancellation, as without the watch.
 //
 // The order narrows a hazard, it does not close it: the steps queued
 // behind a receive that ends early still run, and their kernels store
 // this rank's later slices into the peers' slots at once, where a peer
 // that is late but alive could take them for earlier steps' slices. The
 // job's failure is on its way to every peer before that, and a peer's
-// batch that ends after the failure reached its process returns the
-// failure instead of its block. A peer whose process did not run in the
-// meantime (stopped, or starved of CPU) can still take them. (Without
-// this watch the same stores were made, a deadline per step later, and
-// nobody was told.)
+// batch that ends after the failure reached its op's job watch (the
+// hub's frame, then two goroutine hops) returns the failure instead of
+// its block (wait). A peer whose process did not run in the meantime
+// (stopped, or starved of CPU) can still take them. (Without this watch
+// the same stores were made, a deadline per step later, and nobody was
+// told.)
 func (e *cudaEngine) startWatch(ctx context.Context, t uint64, batch bool) *waitWatch {
 	w := &waitWatch{stop: make(chan struct{}), batch: batch}
 	done := ctx.Done()
@@ -745,14 +752,27 @@ func (e *cudaEngine) startWatch(ctx context.Context, t uint64, batch bool) *wait
 			// does, or when the group closes the connection.
 			sent := make(chan error, 1)
 			go func() { sent <- e.failJob(stallReason(t, stalled, e.deadline)) }()
-			select {
-			case <-done:
-				// The job's failure came back: the peers have been sent it.
+			// failed: the job's failure came back, so the peers have been
+			// sent it; the queued receives may end now.
+			failed := func() {
 				w.stalled = stalled
 				if w.stalled == nil {
 					w.stalled = []int{}
 				}
 				w.abortErr = e.keepAborting(w.stop)
+			}
+			select {
+			case <-e.job.Done():
+				failed()
+			case <-done:
+				// ctx also ends when the job fails, and this case may win
+				// that race: the job decides. Otherwise the caller gave up
+				// first, and gets its own cancellation.
+				if e.job.Err() != nil {
+					failed()
+				} else {
+					cancel()
+				}
 			case <-w.stop:
 				// The receives waited out their deadlines after all.
 				select {

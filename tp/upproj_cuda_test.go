@@ -1135,6 +1135,99 @@ func testStalledPeerReplay(t *testing.T, patient bool) {
 	checkNoLeaks(t, gpu)
 }
 
+// TestCUDAEngineFakeStalledPeerJobLate: the order of the stall handling,
+// with a fake job whose failure reaches the ranks late or never. The
+// queued receives are ended only once the failure has come back: with a
+// delay, the batch takes at least the deadline plus the delay; with none
+// coming back, every queued receive waits out its deadline, as before the
+// watch; and a caller that gives up while the watch waits for the failure
+// gets its own cancellation, not the timeout.
+func TestCUDAEngineFakeStalledPeerJobLate(t *testing.T) {
+	const n, hidden, latent, maxM, stalled, replays = 3, 48, 16, 2, 2, 4
+	const deadline = 150 * time.Millisecond
+	for _, tc := range []struct {
+		desc     string
+		delay    time.Duration // the job's failure reaches the ranks this late; < 0 never
+		cancelAt time.Duration // the callers give up this long after they start (0: never)
+		min, max time.Duration
+	}{
+		{"failure 250ms late", 250 * time.Millisecond, 0, deadline + 250*time.Millisecond, 3*deadline + 250*time.Millisecond},
+		{"failure never comes", -1, 0, 2 * replays * deadline * 9 / 10, 2*replays*deadline + 2*deadline},
+		{"caller gives up first", -1, 2 * deadline, 2 * deadline, 3 * deadline},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			seed := uint64(time.Now().UnixNano())
+			d := newUpSteps(t, seed, hidden, latent, []int{maxM})[0]
+			shard := hidden / n
+			gpu := newFakeGPU()
+			job := newFakeJob(tc.delay)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var replayed sync.WaitGroup
+			replayed.Add(n - 1)
+			hub := newUpHub(n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for r := range n {
+				wg.Go(func() {
+					errs[r] = func() (err error) {
+						if r != stalled {
+							defer replayed.Done()
+						}
+						up, err := newFakeUp(ctx, jobRank{hub.rank(r), job}, gpu, hidden, latent, maxM, 2, deadline)
+						if err != nil {
+							return err
+						}
+						defer func() { err = errors.Join(err, up.Close()) }()
+						if r == stalled {
+							replayed.Wait()
+							return nil
+						}
+						st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
+							Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
+							Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}}
+						gr, err := up.Capture(ctx, []DeviceStep{st, st})
+						if err != nil {
+							return err
+						}
+						rctx := ctx
+						if tc.cancelAt > 0 {
+							var rcancel context.CancelFunc
+							rctx, rcancel = context.WithTimeout(ctx, tc.cancelAt)
+							defer rcancel()
+						}
+						t0 := time.Now()
+						err = gr.Replay(rctx, replays)
+						took := time.Since(t0)
+						t.Logf("rank %d: %d replays ended after %v: %v", r, replays, took.Round(time.Millisecond), err)
+						var te *mailbox.TimeoutError
+						switch {
+						case tc.cancelAt > 0:
+							if !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) {
+								return fmt.Errorf("a caller that gave up while the job's failure was awaited got %v, want its own context's error", err)
+							}
+						case !errors.As(err, &te) || !slices.Equal(te.Missing, []int{stalled}):
+							return fmt.Errorf("got %v, want a *mailbox.TimeoutError naming only rank %d", err, stalled)
+						}
+						if took < tc.min || took > tc.max {
+							return fmt.Errorf("%d queued replays took %v, want %v to %v", replays, took, tc.min, tc.max)
+						}
+						return nil
+					}()
+				})
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			if rs := job.reasons(); len(rs) == 0 || !strings.Contains(rs[0], fmt.Sprintf("no slice from rank %d within", stalled)) {
+				t.Errorf("the ranks aborted the job with %q, want a reason naming rank %d", rs, stalled)
+			}
+			checkNoLeaks(t, gpu)
+		})
+	}
+}
+
 // checkStalledReplay checks what a batch of replays gave on a rank whose
 // peer stalled: the rank's own timeout naming only the stalled rank, or
 // the job's failure that another rank sent, naming it too; and that the

@@ -1,6 +1,12 @@
 package tp
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
 	"github.com/tprun/tprun/internal/exchangetest"
 	"github.com/tprun/tprun/mailbox"
 )
@@ -20,4 +26,51 @@ func (h upHub) rank(r int) *exchangetest.Rank { return h.Rank(r) }
 // goroutine, and returns the errors, index = rank.
 func onUpRanks(size int, fn func(r int, ex mailbox.Exchanger) error) []error {
 	return exchangetest.Run(size, func(r int, ex *exchangetest.Rank) error { return fn(r, ex) })
+}
+
+// fakeJob is the job of goroutine ranks for tests that decide when a
+// failure reaches them: the ranks' abortJob records the reason and fails
+// the job after delay, or never when delay is negative.
+type fakeJob struct {
+	ctx    context.Context
+	fail   context.CancelCauseFunc
+	delay  time.Duration
+	mu     sync.Mutex
+	aborts []string
+}
+
+func newFakeJob(delay time.Duration) *fakeJob {
+	ctx, fail := context.WithCancelCause(context.Background())
+	return &fakeJob{ctx: ctx, fail: fail, delay: delay}
+}
+
+// reasons is what the ranks aborted with so far.
+func (j *fakeJob) reasons() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.aborts)
+}
+
+// exRank is exchangetest.Rank under a name that, embedded, does not hide
+// its Rank method.
+type exRank = exchangetest.Rank
+
+// jobRank is a rank of a fake group that watches and can fail a fakeJob,
+// as a Group does its job (jobWatcher, jobAborter).
+type jobRank struct {
+	*exRank
+	job *fakeJob
+}
+
+func (r jobRank) jobContext() context.Context { return r.job.ctx }
+
+func (r jobRank) abortJob(reason string) error {
+	j := r.job
+	j.mu.Lock()
+	j.aborts = append(j.aborts, reason)
+	j.mu.Unlock()
+	if j.delay >= 0 {
+		time.AfterFunc(j.delay, func() { j.fail(fmt.Errorf("fake job: rank %d aborted: %s", r.Rank(), reason)) })
+	}
+	return nil
 }
