@@ -1514,6 +1514,23 @@ func TestCUDAEngineFakeAbortSharedContext(t *testing.T) {
 	}
 }
 
+// TestStallReason: what the peers and the launcher read when a replay
+// batch's receive timed out, for one missing rank, several, and none named.
+func TestStallReason(t *testing.T) {
+	for _, tc := range []struct {
+		missing []int
+		want    string
+	}{
+		{[]int{2}, "no slice from rank 2 within the 10s deadline, in the graph replays from step 42;"},
+		{[]int{1, 3, 7}, "no slice from ranks 1, 3, 7 within the 10s deadline, in the graph replays from step 42;"},
+		{nil, "no slice from some rank within the 10s deadline, in the graph replays from step 42;"},
+	} {
+		if got := stallReason(42, tc.missing, 10*time.Second); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("stallReason(42, %v, 10s) = %q, want it to begin %q", tc.missing, got, tc.want)
+		}
+	}
+}
+
 // TestFakeDriverOrdering pins the fake's model of CUDA's ordering between
 // streams of one context, which TestCUDAEngineFakeAbort relies on: work
 // on a non-blocking stream waits for nothing queued elsewhere; a memset
