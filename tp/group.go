@@ -118,7 +118,7 @@ func (g *Group) BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, e
 // Abort fails the job for every rank with an error naming this rank.
 func (g *Group) Abort(reason string) error { return g.c.Abort(reason) }
 
-// abortJob is Abort for the ops made from the group (jobAborter).
+// abortJob is Abort for the ops made from the group (jobWatcher).
 func (g *Group) abortJob(reason string) error { return g.Abort(reason) }
 
 // Close leaves the job. Call it after this rank's last collective; a peer

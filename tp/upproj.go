@@ -184,14 +184,10 @@ func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, 
 	return u, nil
 }
 
-// jobWatcher is an exchanger that knows when its job has failed (a Group).
+// jobWatcher is an exchanger that knows when its job has failed, and can
+// fail it for every rank, naming this one (a Group).
 type jobWatcher interface {
 	jobContext() context.Context
-}
-
-// jobAborter is an exchanger that can fail its job for every rank, naming
-// this one (a Group).
-type jobAborter interface {
 	abortJob(reason string) error
 }
 

@@ -234,9 +234,9 @@ type cudaEngine struct {
 	broken                              error // set by a failed wait; later steps fail
 	graphs                              map[*StepGraph]struct{}
 	closing, inflight                   atomic.Bool
-	// failJob fails the job for every rank (the exchanger's abortJob; nil
-	// when it has none), and job ends once the job has failed (the
-	// exchanger's jobContext): see startWatch. Both or neither.
+	// failJob fails the job for every rank, and job ends once it has
+	// failed (the exchanger's jobWatcher methods; both nil when it is no
+	// jobWatcher): see startWatch.
 	failJob func(reason string) error
 	job     context.Context
 }
@@ -254,10 +254,8 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
 		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice}
-	a, ok1 := ex.(jobAborter)
-	w, ok2 := ex.(jobWatcher)
-	if ok1 && ok2 {
-		e.failJob, e.job = a.abortJob, w.jobContext()
+	if w, ok := ex.(jobWatcher); ok {
+		e.failJob, e.job = w.abortJob, w.jobContext()
 	}
 	if e.deadline == 0 {
 		e.deadline = mailbox.DefaultDeadline

@@ -1077,7 +1077,6 @@ func testStalledPeerReplay(t *testing.T, patient bool) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	d := newUpSteps(t, seed, hidden, latent, []int{maxM})[0]
-	shard := hidden / n
 	gpu := newFakeGPU()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -1099,9 +1098,7 @@ func testStalledPeerReplay(t *testing.T, patient bool) {
 				return err
 			}
 			defer func() { err = errors.Join(err, up.Close()) }()
-			st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
-				Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
-				Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}}
+			st := fakeRankStep(t, gpu, d, r, n, maxM)
 			gr, err := up.Capture(ctx, []DeviceStep{st, st})
 			if err != nil {
 				return err
@@ -1158,7 +1155,6 @@ func TestCUDAEngineFakeStalledPeerJobLate(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			seed := uint64(time.Now().UnixNano())
 			d := newUpSteps(t, seed, hidden, latent, []int{maxM})[0]
-			shard := hidden / n
 			gpu := newFakeGPU()
 			job := newFakeJob(tc.delay)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -1183,9 +1179,7 @@ func TestCUDAEngineFakeStalledPeerJobLate(t *testing.T) {
 							replayed.Wait()
 							return nil
 						}
-						st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
-							Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
-							Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}}
+						st := fakeRankStep(t, gpu, d, r, n, maxM)
 						gr, err := up.Capture(ctx, []DeviceStep{st, st})
 						if err != nil {
 							return err
@@ -1226,6 +1220,18 @@ func TestCUDAEngineFakeStalledPeerJobLate(t *testing.T) {
 			checkNoLeaks(t, gpu)
 		})
 	}
+}
+
+// fakeRankStep is rank r's step of d on the fake GPU, for a group of n
+// ranks: its slice of the weight and of `shared`, the latent, and an
+// output block for up to maxM rows.
+func fakeRankStep(t *testing.T, gpu *fakeGPU, d upStepData, r, n, maxM int) DeviceStep {
+	latent := len(d.latent) / d.m
+	hidden := len(d.weight) / latent
+	shard := hidden / n
+	return DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
+		Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
+		Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}}
 }
 
 // checkStalledReplay checks what a batch of replays gave on a rank whose

@@ -56,7 +56,7 @@ func (j *fakeJob) reasons() []string {
 type exRank = exchangetest.Rank
 
 // jobRank is a rank of a fake group that watches and can fail a fakeJob,
-// as a Group does its job (jobWatcher, jobAborter).
+// as a Group does its job (jobWatcher).
 type jobRank struct {
 	*exRank
 	job *fakeJob
