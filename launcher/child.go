@@ -141,6 +141,9 @@ type child struct {
 	exited  bool
 	stopped bool // tprun sent it SIGTERM while it still ran
 	killed  bool // tprun sent it SIGKILL while it still ran
+	// paused: how its process was held when tprun began to stop the job
+	// ("" when it ran; RankResult.Paused).
+	paused string
 	// afterHub: the hub already blamed another rank when this one was
 	// reaped (RankResult.AfterHubFailure).
 	afterHub  bool
@@ -331,6 +334,39 @@ func (c *child) failedOnItsOwn() bool {
 		return !c.killed
 	}
 	return true
+}
+
+// procPaused says how /proc shows process pid held, or "" when it is not:
+// stopped by a signal (state T: SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) or by
+// a tracer (state t: a debugger). A paused rank sends nothing, so its peers
+// wait for it until their deadlines; it is often the cause of a job that
+// timed out or failed.
+func procPaused(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	return statPaused(b)
+}
+
+// statPaused is procPaused's reading of one /proc/PID/stat line (the state
+// is the first field after the last ')', as in statExiting).
+func statPaused(stat []byte) string {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) == 0 {
+		return ""
+	}
+	switch f[0] {
+	case "T":
+		return "stopped by a signal: SIGSTOP or SIGTSTP"
+	case "t":
+		return "stopped by a tracer: a debugger"
+	}
+	return ""
 }
 
 // groupAlive reports whether the rank's process group still has a member

@@ -7,10 +7,12 @@
 // line with the rank, and stops the whole job when the first rank fails, when
 // tprun is signalled, when its stdout or stderr is closed (EPIPE), or when
 // the job runs out of time: SIGTERM to each
-// rank's process group, a grace period, then SIGKILL. Run returns only after
+// rank's process group (with SIGCONT, so that a stopped rank acts on it), a
+// grace period, then SIGKILL. Run returns only after
 // every rank it started has been reaped and the hub directory is gone, and
 // writes a short report naming the first failing rank, how it ended and its
-// last stderr lines. A write that fails otherwise (a full disk, /dev/full, a
+// last stderr lines, and the ranks whose processes were stopped (SIGSTOP, a
+// debugger) when the job was stopped. A write that fails otherwise (a full disk, /dev/full, a
 // log file) does not stop the job: tprun says so on stderr, writes nothing
 // more to that destination, the report names it, and a job whose ranks all
 // succeeded exits ExitOutputLost.

@@ -75,6 +75,17 @@ func helperMain(args []string) int {
 	return 99
 }
 
+// pausedRank reports whether rank's pid file is in dir and /proc shows that
+// process stopped.
+func pausedRank(dir string, rank int) bool {
+	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("pid-%d", rank)))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(string(b))
+	return err == nil && procPaused(pid) != ""
+}
+
 // helperOutput writes: a long line of n bytes on stdout, interleaved short
 // lines on stdout and stderr from two goroutines, and an unterminated last
 // line on each stream.
@@ -111,6 +122,9 @@ func helperOutput(rank int, args []string) int {
 //	HELPER_FAIL_RANK      the rank that fails (none when unset)
 //	HELPER_FAIL_CODE      its exit code, or "kill" to SIGKILL itself
 //	HELPER_SLEEP          how long the other ranks live (default 30s)
+//	HELPER_PAUSE_RANK     a rank that writes its pid to pid-R in
+//	                      HELPER_SYNC_DIR, then stops itself (SIGSTOP); the
+//	                      failing rank waits until /proc shows it stopped
 func helperJob(rank int) int {
 	if os.Getenv("HELPER_IGNORE_TERM") == "1" {
 		signal.Ignore(syscall.SIGTERM)
@@ -125,9 +139,20 @@ func helperJob(rank int) int {
 			return 98
 		}
 	}
+	pauseRank, perr := strconv.Atoi(os.Getenv("HELPER_PAUSE_RANK"))
+	if perr == nil && rank == pauseRank {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("pid-%d", rank)), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 98
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
 	failRank, err := strconv.Atoi(os.Getenv("HELPER_FAIL_RANK"))
 	if err == nil && rank == failRank {
 		for dir != "" && !allReady(dir, n) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		for perr == nil && !pausedRank(dir, pauseRank) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		for i := 0; i < 25; i++ {

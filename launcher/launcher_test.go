@@ -426,6 +426,69 @@ func TestRunStops(t *testing.T) {
 	}
 }
 
+// TestRunPausedRank: a rank stopped by SIGSTOP when another fails ends by
+// tprun's SIGTERM at once (tprun sends SIGCONT with it), not by SIGKILL
+// after the grace period, and the report names it as paused.
+func TestRunPausedRank(t *testing.T) {
+	const n, paused, failing = 3, 1, 2
+	syncDir := t.TempDir()
+	var stderr lockedBuffer
+	start := time.Now()
+	res, err := Run(context.Background(), Config{
+		WorldSize: n, Command: helperCommand("job"),
+		Env: helperEnviron("HELPER_SYNC_DIR="+syncDir, "HELPER_PAUSE_RANK="+strconv.Itoa(paused),
+			"HELPER_FAIL_RANK="+strconv.Itoa(failing), "HELPER_FAIL_CODE=3"),
+		// Far longer than the test may take: only SIGCONT ends it in time.
+		Grace:  time.Minute,
+		Stdout: io.Discard, Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("Run took %s: the paused rank waited out the grace period", d)
+	}
+	if res.FirstFailed != failing || res.ExitStatus != 3 {
+		t.Fatalf("first %d status %d, want %d 3\n%s", res.FirstFailed, res.ExitStatus, failing, stderr.String())
+	}
+	p := res.Ranks[paused]
+	if !p.Stopped || p.Killed || p.Status.String() != "killed by signal SIGTERM" {
+		t.Errorf("paused rank: %s stopped %v killed %v; want killed by SIGTERM, stopped, not killed", p.Status, p.Stopped, p.Killed)
+	}
+	const how = "stopped by a signal: SIGSTOP or SIGTSTP"
+	if p.Paused != how {
+		t.Errorf("paused rank's Paused %q, want %q", p.Paused, how)
+	}
+	for _, rr := range res.Ranks {
+		if rr.Rank != paused && rr.Paused != "" {
+			t.Errorf("rank %d: Paused %q, but it ran", rr.Rank, rr.Paused)
+		}
+	}
+	want := fmt.Sprintf("tprun: paused when tprun stopped the job (a paused rank sends nothing; its peers wait for it): rank %d (%s)\n", paused, how)
+	if !strings.Contains(res.Report(), want) {
+		t.Errorf("report lacks %q:\n%s", want, res.Report())
+	}
+}
+
+// TestStatPaused: the state letters of /proc/PID/stat, read after the last
+// ')' of the command name.
+func TestStatPaused(t *testing.T) {
+	for _, tc := range []struct{ stat, want string }{
+		{"12 (rank) S 1 12 12 0 -1 4194560 0", ""},
+		{"12 (rank) R 1 12 12 0 -1 4194560 0", ""},
+		{"12 (rank) T 1 12 12 0 -1 4194560 0", "stopped by a signal: SIGSTOP or SIGTSTP"},
+		{"12 (rank) t 1 12 12 0 -1 4194560 0", "stopped by a tracer: a debugger"},
+		{"12 (a) T (b) S 1 12 12 0 -1 4194560 0", ""},
+		{"12 (a) S (b) T 1 12 12 0 -1 4194560 0", "stopped by a signal: SIGSTOP or SIGTSTP"},
+		{"12 (rank)", ""},
+		{"garbage", ""},
+	} {
+		if got := statPaused([]byte(tc.stat)); got != tc.want {
+			t.Errorf("statPaused(%q) = %q, want %q", tc.stat, got, tc.want)
+		}
+	}
+}
+
 // TestRunClosedSignals: a Signals channel the caller closes is no signal;
 // the ranks run to their end.
 func TestRunClosedSignals(t *testing.T) {

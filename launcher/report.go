@@ -11,7 +11,8 @@ import (
 // Report is the text tprun prints on stderr when the job did not end with
 // every rank succeeding or lost output: the first failing rank, how it
 // ended and its last stderr lines; else why tprun stopped the job; then the
-// other ranks that failed before tprun could stop them, the ranks tprun
+// ranks whose processes were stopped (by a signal or a tracer) at that
+// moment, the other ranks that failed before tprun could stop them, the ranks tprun
 // stopped, the ranks that exited 0 before the first failure, the output
 // that could not be written, and the exit status. It is empty for a clean
 // run.
@@ -34,9 +35,12 @@ func (r *Result) Report() string {
 	} else if r.StopReason != "" {
 		fmt.Fprintf(&b, "tprun: job stopped: %s\n", r.StopReason)
 	}
-	var also, stopped, early []rankNote
+	var also, stopped, early, paused []rankNote
 	after := map[int][]rankNote{} // by the rank the hub blamed
 	for _, rr := range r.Ranks {
+		if rr.Paused != "" {
+			paused = append(paused, rankNote{rr.Rank, rr.Paused})
+		}
 		if r.FirstFailed >= 0 && rr.Rank != r.FirstFailed && !rr.Stopped && !rr.Status.Failed() &&
 			rr.Ended.Before(r.Ranks[r.FirstFailed].Ended) {
 			// Succeeded, but before the first failure: a rank that left
@@ -63,6 +67,11 @@ func (r *Result) Report() string {
 			// often caused by the first one (a peer it waited for died).
 			also = append(also, rankNote{rr.Rank, rr.Status.String()})
 		}
+	}
+	if len(paused) > 0 {
+		// Said early: a rank that could not run is the likeliest cause of
+		// the peers' failures (a receive that timed out waiting for it).
+		fmt.Fprintf(&b, "tprun: paused when tprun stopped the job (a paused rank sends nothing; its peers wait for it): %s\n", joinRanks(paused))
 	}
 	for _, blamed := range slices.Sorted(maps.Keys(after)) {
 		fmt.Fprintf(&b, "tprun: failed once the hub had ended the job for rank %d: %s\n", blamed, joinRanks(after[blamed]))

@@ -72,7 +72,13 @@ type RankResult struct {
 	Ended     time.Time // when tprun saw its process end
 	Stopped   bool      // tprun sent its process group SIGTERM while it ran
 	Killed    bool      // tprun sent its process group SIGKILL while it ran
-	Tail      []string  // its last stderr lines, oldest first
+	// Paused: how its process was held when tprun began to stop the job,
+	// as /proc showed it ("stopped by a signal: SIGSTOP or SIGTSTP",
+	// "stopped by a tracer: a debugger"); "" when it ran. tprun sends
+	// SIGCONT with its SIGTERM, so a rank stopped by a signal still ends
+	// gracefully.
+	Paused string
+	Tail   []string // its last stderr lines, oldest first
 	// AfterHubFailure: when it ended, the hub had already ended the job
 	// for the failure of rank HubBlamed (and so failed the calls it waited
 	// in). HubBlamed means nothing without it.
@@ -452,7 +458,15 @@ func (j *job) stop(reason string, status int) bool {
 			// by tprun: how it ended is its own. Its group still gets the
 			// signal, for whatever it left behind.
 			c.stopped = c.running()
+			if c.stopped {
+				c.paused = procPaused(c.pid)
+			}
 			c.signalGroup(syscall.SIGTERM)
+			// A stopped process (SIGSTOP, ^Z) acts on SIGTERM only once
+			// it runs again: without SIGCONT it would hold the job for
+			// the whole grace period, then die by SIGKILL without
+			// cleaning up. systemd does the same.
+			c.signalGroup(syscall.SIGCONT)
 		}
 	}
 	return true
@@ -497,7 +511,7 @@ func (j *job) result() *Result {
 		res.Ranks = append(res.Ranks, RankResult{
 			Rank: c.rank, PID: c.pid, Status: c.status,
 			Duration: c.ended.Sub(c.started), Ended: c.ended,
-			Stopped: c.stopped, Killed: c.killed,
+			Stopped: c.stopped, Killed: c.killed, Paused: c.paused,
 			Tail:            c.tail.get(),
 			AfterHubFailure: c.afterHub,
 			HubBlamed:       c.hubBlamed,

@@ -414,6 +414,87 @@ func TestDefaultJobStopped(t *testing.T) {
 	assertEmptyDir(t, tmp)
 }
 
+// TestDefaultJobPausedRank: a rank process stopped by SIGSTOP during the
+// default job's steps makes its peers' receives time out naming it; tprun
+// then ends the job at once (SIGCONT with its SIGTERM, so the paused rank
+// ends gracefully, long before the grace period), names it as paused, and
+// leaves no process behind.
+func TestDefaultJobPausedRank(t *testing.T) {
+	const paused = 2
+	tmp := shortTempDir(t)
+	cmd, sc, stderr := startTprun(t, tmp, "--tp", "4", "--hidden", "1024", "--latent", "512", "--iters", "100000000",
+		"--m", "1", "--deadline", "1s", "--grace", "1m")
+	for sc.Scan() && !strings.Contains(sc.Text(), "#  M  hidden") {
+	}
+	ranks := rankPIDs(t, cmd.Process.Pid, 4)
+	time.Sleep(100 * time.Millisecond) // some steps
+	start := time.Now()
+	if err := syscall.Kill(ranks[paused], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	cmd.Wait()
+	elapsed := time.Since(start)
+	if got := cmd.ProcessState.ExitCode(); got != 1 {
+		t.Errorf("exit status %d, want 1; stderr:\n%s", got, stderr.String())
+	}
+	// The deadline, then the stop: well under the minute of grace.
+	if elapsed > 15*time.Second {
+		t.Errorf("the job ended %s after the SIGSTOP", elapsed)
+	}
+	msg := stderr.String()
+	for _, want := range []string{
+		fmt.Sprintf("no slice from rank %d after 1", paused),
+		fmt.Sprintf("[rank %d] stopped by SIGTERM at M=1, step ", paused),
+		fmt.Sprintf("tprun: paused when tprun stopped the job (a paused rank sends nothing; its peers wait for it): rank %d (stopped by a signal: SIGSTOP or SIGTSTP)\n", paused),
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, msg)
+		}
+	}
+	proctest.WaitGone(t, "rank", ranks, 2*time.Second)
+	assertEmptyDir(t, tmp)
+}
+
+// rankPIDs returns the pids of tprun's n rank processes, by rank, from the
+// children of tprun's threads and their TPRUN_RANK.
+func rankPIDs(t *testing.T, tprunPID, n int) []int {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", tprunPID))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("tprun's threads: %v %v", tasks, err)
+	}
+	pids := make([]int, n)
+	found := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if err != nil {
+				continue
+			}
+			for _, kv := range strings.Split(string(env), "\x00") {
+				var r int
+				if _, err := fmt.Sscanf(kv, "TPRUN_RANK=%d", &r); err == nil && r >= 0 && r < n && pids[r] == 0 {
+					pids[r] = pid
+					found++
+				}
+			}
+		}
+	}
+	if found != n {
+		t.Fatalf("found rank pids %v, want %d ranks", pids, n)
+	}
+	return pids
+}
+
 // TestLeftoversKilled: what a rank's command leaves running in the
 // background is killed when the rank ends, after a success too, and tprun
 // says so without changing the exit status.
