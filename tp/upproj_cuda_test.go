@@ -2408,6 +2408,95 @@ func TestGPUUpProjectionCloseDuringFusedStep(t *testing.T) {
 	}
 }
 
+// TestGPUUpProjectionCloseDuringReplayKeepsJob is
+// TestCUDAEngineFakeCloseDuringReplayKeepsJob on GPUs: two goroutine ranks
+// with real Groups; rank 0 replays a graph whose receives wait for rank 1,
+// which never steps, and closes its op during the batch. The batch must end
+// with mailbox.ErrClosed well before the one-minute deadline, and the job
+// must stay healthy (a barrier of both ranks after it): the receives that
+// Close's abort word ends report missing slices in the status words, which
+// the batch's stall watch must not take for a stalled peer. On one device
+// the receive is a kernel of its own; on two (when there are two) it runs
+// in the skinny kernel's grid.
+func TestGPUUpProjectionCloseDuringReplayKeepsJob(t *testing.T) {
+	const hidden, latent = 256, 64
+	const bound, deadline = 2 * time.Second, time.Minute
+	f0 := openTestGPU(t)
+	d := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, []int{1})[0]
+	for _, tc := range []struct {
+		desc  string
+		fused bool
+	}{
+		{"one device", false},
+		{"two devices", true},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			fs := []gpuFixture{f0, f0}
+			if tc.fused {
+				fs[1] = openSecondGPU(t, f0)
+			}
+			st := DeviceStep{Out: fs[0].devAlloc(t, nil, hidden), In: DeviceInputs{M: 1, Latent: fs[0].devAlloc(t, d.latent, 0),
+				Weight: fs[0].devAlloc(t, d.weight[:hidden/2*latent], 0), Shared: fs[0].devAlloc(t, d.shared, 0), SharedStride: hidden}}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			tmp, job := shortTempDir(t), newJobID()
+			rank0Done := make(chan struct{})
+			errs := runRanks(t, 2, func(r int) map[string]string { return torchrunEnv(tmp, job, r, 2) }, []JoinOption{WithTimeout(30 * time.Second)},
+				func(r int, g *Group) error {
+					unbind, err := fs[r].bind()
+					if err != nil {
+						return err
+					}
+					defer unbind()
+					up, err := fs[r].newUp(ctx, g, hidden, latent, 1, deadline)
+					if err != nil {
+						return err
+					}
+					if r == 1 {
+						// Open until rank 0 has closed (the goroutine ranks
+						// of one device share a context: see
+						// TestGPUUpProjectionCloseDuringWait).
+						if err := closeAfter(ctx, rank0Done, up); err != nil {
+							return err
+						}
+						return g.Barrier(ctx)
+					}
+					closed := false
+					defer func() {
+						if !closed {
+							close(rank0Done)
+						}
+					}()
+					e, err := up.cudaEngine("test")
+					if err != nil {
+						return errors.Join(err, up.Close())
+					}
+					if e.fused != tc.fused {
+						return errors.Join(fmt.Errorf("fused receive %v, want %v (chain %v)", e.fused, tc.fused, e.chain), up.Close())
+					}
+					gr, err := up.Capture(ctx, slices.Repeat([]DeviceStep{st}, 2*e.layout.Slots))
+					if err != nil {
+						return errors.Join(err, up.Close())
+					}
+					took, err := closeDuringStep(up, func(done chan<- error) { go func() { done <- gr.Replay(ctx, 1000) }() }, bound)
+					closed = true
+					close(rank0Done)
+					if err != nil {
+						return fmt.Errorf("%w (deadline %v)", err, deadline)
+					}
+					t.Logf("Close during %d replays of %d steps took %v", 1000, gr.Steps(), took.Round(time.Millisecond))
+					if err := g.Barrier(ctx); err != nil {
+						return fmt.Errorf("the job after Close during a replay: %w", err)
+					}
+					return nil
+				})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestGPUUpProjectionCycles(t *testing.T) {
 	const hidden, latent, maxCycles, minCycles = 7168, 3584, 1000, 200
 	budget := 90 * time.Second
