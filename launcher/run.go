@@ -462,7 +462,7 @@ func (j *job) stop(reason string, status int) bool {
 				c.paused = procPaused(c.pid)
 			}
 			c.signalGroup(syscall.SIGTERM)
-			// A stopped process (SIGSTOP, ^Z) acts on SIGTERM only once
+			// A stopped process (SIGSTOP, SIGTSTP) acts on SIGTERM only once
 			// it runs again: without SIGCONT it would hold the job for
 			// the whole grace period, then die by SIGKILL without
 			// cleaning up. systemd does the same.
