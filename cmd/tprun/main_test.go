@@ -459,33 +459,37 @@ func TestDefaultJobPausedRank(t *testing.T) {
 	assertEmptyDir(t, tmp)
 }
 
-// rankPIDs returns the pids of tprun's n rank processes, by rank, from the
-// children of tprun's threads and their TPRUN_RANK.
+// rankPIDs returns the pids of tprun's n rank processes, by rank: the
+// processes whose parent is tprun (/proc/PID/stat), by their TPRUN_RANK.
 func rankPIDs(t *testing.T, tprunPID, n int) []int {
 	t.Helper()
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", tprunPID))
-	if err != nil || len(tasks) == 0 {
-		t.Fatalf("tprun's threads: %v %v", tasks, err)
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
 	}
 	pids := make([]int, n)
 	found := 0
-	for _, task := range tasks {
-		b, err := os.ReadFile(task)
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue // gone
+		}
+		// The parent is the second field after the command's last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if i < 0 || len(f) < 2 || f[1] != strconv.Itoa(tprunPID) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		if err != nil {
 			continue
 		}
-		for _, f := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(f)
-			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			if err != nil {
-				continue
-			}
-			for _, kv := range strings.Split(string(env), "\x00") {
-				var r int
-				if _, err := fmt.Sscanf(kv, "TPRUN_RANK=%d", &r); err == nil && r >= 0 && r < n && pids[r] == 0 {
-					pids[r] = pid
-					found++
-				}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			var r int
+			if _, err := fmt.Sscanf(kv, "TPRUN_RANK=%d", &r); err == nil && r >= 0 && r < n && pids[r] == 0 {
+				pids[r] = pid
+				found++
 			}
 		}
 	}
