@@ -336,37 +336,96 @@ func (c *child) failedOnItsOwn() bool {
 	return true
 }
 
-// procPaused says how /proc shows process pid held, or "" when it is not:
-// stopped by a signal (state T: SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) or by
-// a tracer (state t: a debugger). A paused rank sends nothing, so its peers
-// wait for it until their deadlines; it is often the cause of a job that
-// timed out or failed.
-func procPaused(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	return statPaused(b)
+// Suspended processes (RankResult.Paused): state T is a stop signal
+// (SIGSTOP, SIGTSTP, or SIGTTIN/SIGTTOU: terminal I/O from the background,
+// such as a password prompt on /dev/tty); state t a ptrace stop (a
+// debugger, or a profiler or strace for a moment). A suspended rank sends
+// nothing, so its peers wait for it until their deadlines: it is often the
+// cause of a job that timed out or failed.
+const (
+	pausedBySignal = "state T: stopped by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU"
+	pausedByTracer = "state t: stopped by a tracer (ptrace: a debugger or profiler)"
+)
+
+// procStat is what pausedGroups reads of one /proc/PID/stat line.
+type procStat struct {
+	pid, pgrp int
+	comm      string
+	paused    string // pausedBySignal, pausedByTracer or ""
 }
 
-// statPaused is procPaused's reading of one /proc/PID/stat line (the state
-// is the first field after the last ')', as in statExiting).
-func statPaused(stat []byte) string {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return ""
+// parseStat reads a /proc/PID/stat line: the command name is in
+// parentheses and may itself hold spaces and parentheses, so the fields
+// are counted after the last ')': state, ppid, pgrp.
+func parseStat(stat []byte) (procStat, bool) {
+	open, i := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || i < open {
+		return procStat{}, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(stat[:open])))
+	if err != nil {
+		return procStat{}, false
 	}
 	f := strings.Fields(string(stat[i+1:]))
-	if len(f) == 0 {
-		return ""
+	if len(f) < 3 {
+		return procStat{}, false
 	}
+	pgrp, err := strconv.Atoi(f[2])
+	if err != nil {
+		return procStat{}, false
+	}
+	ps := procStat{pid: pid, pgrp: pgrp, comm: string(stat[open+1 : i])}
 	switch f[0] {
 	case "T":
-		return "stopped by a signal: SIGSTOP or SIGTSTP"
+		ps.paused = pausedBySignal
 	case "t":
-		return "stopped by a tracer: a debugger"
+		ps.paused = pausedByTracer
 	}
-	return ""
+	return ps, true
+}
+
+// pausedGroups scans /proc once and says, for each of the process groups
+// pgids (a rank's group id is its pid), how a suspended member is held:
+// the group leader (the rank's own process) first, else the lowest pid,
+// which is then named ("pid 123 (python) of its process group: ..."), since
+// a rank's command may be a wrapper around the process that does the work.
+// Groups with no suspended member, or when /proc cannot be read, are not
+// in the map.
+func pausedGroups(pgids []int) map[int]string {
+	want := map[int]bool{}
+	for _, g := range pgids {
+		want[g] = true
+	}
+	found := map[int]procStat{}
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	for _, e := range dir {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone
+		}
+		ps, ok := parseStat(b)
+		if !ok || ps.paused == "" || !want[ps.pgrp] {
+			continue
+		}
+		if old, seen := found[ps.pgrp]; !seen || (old.pid != ps.pgrp && (ps.pid == ps.pgrp || ps.pid < old.pid)) {
+			found[ps.pgrp] = ps
+		}
+	}
+	out := make(map[int]string, len(found))
+	for g, ps := range found {
+		if ps.pid == g {
+			out[g] = ps.paused
+		} else {
+			out[g] = fmt.Sprintf("pid %d (%s) of its process group: %s", ps.pid, ps.comm, ps.paused)
+		}
+	}
+	return out
 }
 
 // groupAlive reports whether the rank's process group still has a member

@@ -11,8 +11,8 @@
 // grace period, then SIGKILL. Run returns only after
 // every rank it started has been reaped and the hub directory is gone, and
 // writes a short report naming the first failing rank, how it ended and its
-// last stderr lines, and the ranks whose processes were stopped (SIGSTOP, a
-// debugger) when the job was stopped. A write that fails otherwise (a full disk, /dev/full, a
+// last stderr lines, and the ranks with a suspended process (SIGSTOP, a
+// debugger) in their process group when the job was stopped. A write that fails otherwise (a full disk, /dev/full, a
 // log file) does not stop the job: tprun says so on stderr, writes nothing
 // more to that destination, the report names it, and a job whose ranks all
 // succeeded exits ExitOutputLost.

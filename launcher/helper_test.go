@@ -82,8 +82,15 @@ func pausedRank(dir string, rank int) bool {
 	if err != nil {
 		return false
 	}
-	pid, err := strconv.Atoi(string(b))
-	return err == nil && procPaused(pid) != ""
+	if _, err := strconv.Atoi(string(b)); err != nil {
+		return false
+	}
+	st, err := os.ReadFile("/proc/" + string(b) + "/stat")
+	if err != nil {
+		return false
+	}
+	ps, ok := parseStat(st)
+	return ok && ps.paused != ""
 }
 
 // helperOutput writes: a long line of n bytes on stdout, interleaved short

@@ -455,7 +455,7 @@ func TestRunPausedRank(t *testing.T) {
 	if !p.Stopped || p.Killed || p.Status.String() != "killed by signal SIGTERM" {
 		t.Errorf("paused rank: %s stopped %v killed %v; want killed by SIGTERM, stopped, not killed", p.Status, p.Stopped, p.Killed)
 	}
-	const how = "stopped by a signal: SIGSTOP or SIGTSTP"
+	const how = pausedBySignal
 	if p.Paused != how {
 		t.Errorf("paused rank's Paused %q, want %q", p.Paused, how)
 	}
@@ -464,27 +464,67 @@ func TestRunPausedRank(t *testing.T) {
 			t.Errorf("rank %d: Paused %q, but it ran", rr.Rank, rr.Paused)
 		}
 	}
-	want := fmt.Sprintf("tprun: paused when tprun stopped the job (a paused rank sends nothing; its peers wait for it): rank %d (%s)\n", paused, how)
+	want := fmt.Sprintf("tprun: suspended when tprun stopped the job (a suspended rank sends nothing; its peers wait for it): rank %d (%s)\n", paused, how)
 	if !strings.Contains(res.Report(), want) {
 		t.Errorf("report lacks %q:\n%s", want, res.Report())
 	}
 }
 
-// TestStatPaused: the state letters of /proc/PID/stat, read after the last
-// ')' of the command name.
-func TestStatPaused(t *testing.T) {
-	for _, tc := range []struct{ stat, want string }{
-		{"12 (rank) S 1 12 12 0 -1 4194560 0", ""},
-		{"12 (rank) R 1 12 12 0 -1 4194560 0", ""},
-		{"12 (rank) T 1 12 12 0 -1 4194560 0", "stopped by a signal: SIGSTOP or SIGTSTP"},
-		{"12 (rank) t 1 12 12 0 -1 4194560 0", "stopped by a tracer: a debugger"},
-		{"12 (a) T (b) S 1 12 12 0 -1 4194560 0", ""},
-		{"12 (a) S (b) T 1 12 12 0 -1 4194560 0", "stopped by a signal: SIGSTOP or SIGTSTP"},
-		{"12 (rank)", ""},
-		{"garbage", ""},
+// TestRunPausedGroupMember: a rank whose command is a wrapper (a shell)
+// around the suspended process is reported too, naming that process.
+func TestRunPausedGroupMember(t *testing.T) {
+	dir := t.TempDir()
+	script := `case "$TPRUN_RANK" in
+1) sleep 30 & kill -STOP $!; echo $! > "$D/pid"; wait ;;
+2) until [ -s "$D/pid" ] && grep -q ') T ' "/proc/$(cat "$D/pid")/stat"; do sleep 0.01; done; exit 3 ;;
+*) exec sleep 30 ;;
+esac`
+	var stderr lockedBuffer
+	start := time.Now()
+	res, err := Run(context.Background(), Config{
+		WorldSize: 3, Command: []string{"sh", "-c", script}, Env: append(os.Environ(), "D="+dir),
+		Grace: time.Minute, Stdout: io.Discard, Stderr: &stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("Run took %s", d)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its name is sh or sleep: the stop may come before the fork's exec.
+	pre, post := fmt.Sprintf("pid %s (", strings.TrimSpace(string(b))), ") of its process group: "+pausedBySignal
+	p := res.Ranks[1].Paused
+	if res.FirstFailed != 2 || !strings.HasPrefix(p, pre) || !strings.HasSuffix(p, post) || res.Ranks[0].Paused != "" || res.Ranks[1].Killed {
+		t.Errorf("first %d; rank 1 Paused %q killed %v, rank 0 Paused %q; want first 2, %q...%q, not killed, \"\"\n%s",
+			res.FirstFailed, p, res.Ranks[1].Killed, res.Ranks[0].Paused, pre, post, stderr.String())
+	}
+}
+
+// TestParseStat: /proc/PID/stat lines, the command name holding spaces
+// and parentheses.
+func TestParseStat(t *testing.T) {
+	for _, tc := range []struct {
+		stat string
+		want procStat
+		ok   bool
+	}{
+		{"12 (rank) S 1 12 12 0 -1 4194560 0", procStat{pid: 12, pgrp: 12, comm: "rank"}, true},
+		{"13 (rank) R 12 12 12 0", procStat{pid: 13, pgrp: 12, comm: "rank"}, true},
+		{"12 (rank) T 1 12 12 0 -1", procStat{pid: 12, pgrp: 12, comm: "rank", paused: pausedBySignal}, true},
+		{"14 (py) t 12 7 7 0 -1", procStat{pid: 14, pgrp: 7, comm: "py", paused: pausedByTracer}, true},
+		{"12 (a) T (b) S 1 9 9 0", procStat{pid: 12, pgrp: 9, comm: "a) T (b"}, true},
+		{"12 (a) S (b) T 1 9 9 0", procStat{pid: 12, pgrp: 9, comm: "a) S (b", paused: pausedBySignal}, true},
+		{"12 (rank) T 1", procStat{}, false},
+		{"x (rank) T 1 2 3", procStat{}, false},
+		{"garbage", procStat{}, false},
 	} {
-		if got := statPaused([]byte(tc.stat)); got != tc.want {
-			t.Errorf("statPaused(%q) = %q, want %q", tc.stat, got, tc.want)
+		got, ok := parseStat([]byte(tc.stat))
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseStat(%q) = %+v, %v; want %+v, %v", tc.stat, got, ok, tc.want, tc.ok)
 		}
 	}
 }

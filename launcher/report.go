@@ -11,7 +11,7 @@ import (
 // Report is the text tprun prints on stderr when the job did not end with
 // every rank succeeding or lost output: the first failing rank, how it
 // ended and its last stderr lines; else why tprun stopped the job; then the
-// ranks whose processes were stopped (by a signal or a tracer) at that
+// ranks with a suspended process (a stop signal or a tracer) at that
 // moment, the other ranks that failed before tprun could stop them, the ranks tprun
 // stopped, the ranks that exited 0 before the first failure, the output
 // that could not be written, and the exit status. It is empty for a clean
@@ -71,7 +71,7 @@ func (r *Result) Report() string {
 	if len(paused) > 0 {
 		// Said early: a rank that could not run is the likeliest cause of
 		// the peers' failures (a receive that timed out waiting for it).
-		fmt.Fprintf(&b, "tprun: paused when tprun stopped the job (a paused rank sends nothing; its peers wait for it): %s\n", joinRanks(paused))
+		fmt.Fprintf(&b, "tprun: suspended when tprun stopped the job (a suspended rank sends nothing; its peers wait for it): %s\n", joinRanks(paused))
 	}
 	for _, blamed := range slices.Sorted(maps.Keys(after)) {
 		fmt.Fprintf(&b, "tprun: failed once the hub had ended the job for rank %d: %s\n", blamed, joinRanks(after[blamed]))

@@ -72,11 +72,12 @@ type RankResult struct {
 	Ended     time.Time // when tprun saw its process end
 	Stopped   bool      // tprun sent its process group SIGTERM while it ran
 	Killed    bool      // tprun sent its process group SIGKILL while it ran
-	// Paused: how its process was held when tprun began to stop the job,
-	// as /proc showed it ("stopped by a signal: SIGSTOP or SIGTSTP",
-	// "stopped by a tracer: a debugger"); "" when it ran. tprun sends
-	// SIGCONT with its SIGTERM, so a rank stopped by a signal still ends
-	// gracefully.
+	// Paused: how its process, or another of its process group, was
+	// suspended when tprun began to stop the job, as /proc showed it
+	// ("state T: stopped by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU", "state
+	// t: stopped by a tracer (...)", or "pid N (comm) of its process group:
+	// state T: ..."); "" when none was. tprun sends SIGCONT with its
+	// SIGTERM, so a rank suspended by a stop signal still ends gracefully.
 	Paused string
 	Tail   []string // its last stderr lines, oldest first
 	// AfterHubFailure: when it ended, the hub had already ended the job
@@ -452,6 +453,15 @@ func (j *job) stop(reason string, status int) bool {
 	}
 	j.stopping.Store(true)
 	j.stopReason, j.stopStatus = reason, status
+	// Which ranks' process groups hold a suspended process, read before
+	// any signal: one scan of /proc for the whole job.
+	var groups []int
+	for _, c := range j.children {
+		if !c.exited {
+			groups = append(groups, c.pid)
+		}
+	}
+	paused := pausedGroups(groups)
 	for _, c := range j.children {
 		if !c.exited {
 			// A rank that already ended (not yet reaped) is not stopped
@@ -459,7 +469,7 @@ func (j *job) stop(reason string, status int) bool {
 			// signal, for whatever it left behind.
 			c.stopped = c.running()
 			if c.stopped {
-				c.paused = procPaused(c.pid)
+				c.paused = paused[c.pid]
 			}
 			c.signalGroup(syscall.SIGTERM)
 			// A stopped process (SIGSTOP, SIGTSTP) acts on SIGTERM only once

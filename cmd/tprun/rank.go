@@ -63,7 +63,9 @@ func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, m
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var got atomic.Value // the signal that cancelled ctx
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
 		select {
 		case s := <-sigc:
 			got.Store(s)
@@ -74,6 +76,18 @@ func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, m
 	err := main(ctx)
 	if err == nil {
 		return 0
+	}
+	// A signal that came as main returned counts too: a rank resumed from
+	// SIGSTOP by the launcher's SIGCONT finds its SIGTERM and the job's
+	// failure ready at once, and main may see the failure first.
+	cancel()
+	<-watched
+	if got.Load() == nil {
+		select {
+		case s := <-sigc:
+			got.Store(s)
+		default:
+		}
 	}
 	// Stopped, not failed, when the signal came: the step ended with this
 	// rank's cancellation, or with the job's failure in the hub that the
