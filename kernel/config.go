@@ -32,8 +32,9 @@ const (
 // LaunchConfig is everything a launcher needs besides the parameter block:
 // cuModuleGetFunction(Function), then cuLaunchKernelEx with grid (GridX,1,1),
 // block (BlockX,1,1), SharedBytes of dynamic shared memory, the cluster
-// dimension attribute (Cluster,1,1) and the programmatic stream
-// serialization attribute, and SkinnyParams.TileRows = TileRows. When
+// dimension attribute (Cluster,1,1), the programmatic stream serialization
+// attribute, the cluster scheduling policy and shared memory carveout
+// attributes when set, and SkinnyParams.TileRows = TileRows. When
 // SharedBytes > DefaultSharedLimit, raise the function's
 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to at least SharedBytes
 // once after loading.
@@ -62,10 +63,23 @@ type LaunchConfig struct {
 	// never what they compute. Load balancing took 0.2-0.37 µs off shard
 	// 3584's 32/4/g/4/4/pf48.8l/p (bench/NOTES-kernel.md, 2026-11-30s).
 	ClusterPolicy int
+	// Carveout is the launch's preferred shared memory carveout
+	// (CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT): the percent
+	// (1..100) of the SM's unified L1/shared memory it would like as
+	// shared memory; 0 leaves it to the driver. A measured hint like the
+	// two above: how the SM's memory is split, never what is computed. At
+	// shard 896 on the H200, 65 % took 0.03-0.05 µs off M 1-6 and 80 %
+	// 0.1-0.2 µs off M 7-8, while other configs and shapes lose with
+	// either (bench/NOTES-kernel.md, 2026-11-30aj).
+	Carveout int
 }
 
 // MaxClusterPolicy is the largest ClusterPolicy (CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING).
 const MaxClusterPolicy = 2
+
+// MaxCarveout is the largest Carveout: all of the unified memory that can
+// be shared memory.
+const MaxCarveout = 100
 
 // L2 prefetch plan fields (skinny.h, TPRUN_PF_*): helpers in bits 0-15,
 // sixteenths (0..16) in bits 16-23, "own" in bit 24, the LSU form in bit 25.
@@ -211,9 +225,13 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if err := validPolicy(c.ClusterPolicy, c.Cluster); err != nil {
 		return err
 	}
+	if c.Carveout < 0 || c.Carveout > MaxCarveout {
+		return fmt.Errorf("kernel: shared memory carveout %d%% outside 0..%d (0: the driver's choice)", c.Carveout, MaxCarveout)
+	}
 	want := makeConfig(m, shard, latent, v, c.Warps, c.Cluster)
 	want.L2Prefetch = c.L2Prefetch
 	want.ClusterPolicy = c.ClusterPolicy
+	want.Carveout = c.Carveout
 	if c != want {
 		return fmt.Errorf("kernel: launch config %+v inconsistent, want %+v", c, want)
 	}
@@ -245,6 +263,7 @@ type tableEntry struct {
 	warps, cluster   int
 	prefetch         int // LaunchConfig.L2Prefetch
 	policy           int // LaunchConfig.ClusterPolicy
+	carveout         int // LaunchConfig.Carveout
 }
 
 // ConfigTableEnv names a config table file (config_table.tsv format) that
@@ -356,14 +375,15 @@ func parseTable(name, text string) ([]tableEntry, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		// latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one [cluster_policy]]] median_us]:
-		// 13 fields; 12 (no cluster_policy column), 11 (no one column), 10
-		// (no packed column) or 8-9 (no l2_prefetch) in older tables.
+		// latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one [cluster_policy [carveout]]]] median_us]:
+		// 14 fields; 13 (no carveout column), 12 (no cluster_policy), 11
+		// (no one column), 10 (no packed column) or 8-9 (no l2_prefetch) in
+		// older tables.
 		f := strings.Fields(line)
-		if len(f) < 8 || len(f) > 13 {
-			return nil, fmt.Errorf("kernel: %s line %d: %d fields, want 8 to 13", name, i+1, len(f))
+		if len(f) < 8 || len(f) > 14 {
+			return nil, fmt.Errorf("kernel: %s line %d: %d fields, want 8 to 14", name, i+1, len(f))
 		}
-		prefetch, packed, one, policy := 0, false, false, 0
+		prefetch, packed, one, policy, carveout := 0, false, false, 0, 0
 		if len(f) >= 10 {
 			x, err := strconv.Atoi(f[8])
 			if err != nil || !validPrefetch(x) {
@@ -392,12 +412,19 @@ func parseTable(name, text string) ([]tableEntry, error) {
 				return nil, err
 			}
 		}
-		if len(f) == 13 {
+		if len(f) >= 13 {
 			x, err := strconv.Atoi(f[11])
 			if err != nil || x < 0 || x > MaxClusterPolicy {
 				return nil, fmt.Errorf("kernel: %s line %d: cluster_policy %q is not 0..%d", name, i+1, f[11], MaxClusterPolicy)
 			}
 			policy = x
+		}
+		if len(f) == 14 {
+			x, err := strconv.Atoi(f[12])
+			if err != nil || x < 0 || x > MaxCarveout {
+				return nil, fmt.Errorf("kernel: %s line %d: carveout %q is not 0..%d", name, i+1, f[12], MaxCarveout)
+			}
+			carveout = x
 		}
 		var n [8]int
 		for j := range n {
@@ -415,7 +442,7 @@ func parseTable(name, text string) ([]tableEntry, error) {
 		if policy != 0 && n[7] < 2 {
 			return nil, fmt.Errorf("kernel: %s line %d: cluster_policy %d needs a cluster of 2 or more, not %d", name, i+1, policy, n[7])
 		}
-		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7], prefetch: prefetch, policy: policy})
+		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7], prefetch: prefetch, policy: policy, carveout: carveout})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("kernel: %s has no entries", name)
@@ -444,9 +471,9 @@ var fallbackConfig = tableEntry{v: variants[1], warps: 16, cluster: 1}
 // measured best for that shape (LaunchConfig.Packed; PreferPacked). Shapes
 // measured by the sweep (config_table.tsv, see bench/NOTES-kernel.md) get
 // their measured best; any other shape gets the entry, warps, cluster, L2
-// prefetch plan and cluster scheduling policy of the measured shape nearest
-// in log(shard) + log(latent) (one shape for every m, so one layout; the two
-// hints were measured for that shape, not this one), with a staged entry
+// prefetch plan, cluster scheduling policy and carveout of the measured shape
+// nearest in log(shard) + log(latent) (one shape for every m, so one layout;
+// the hints were measured for that shape, not this one), with a staged entry
 // swapped for its unstaged twin
 // when its shared memory would exceed MaxStagedShared. The result always
 // satisfies Validate for a shape that Shape.Validate accepts; m is clamped
@@ -530,6 +557,7 @@ func configFrom(best tableEntry, v variant, m, shard, latent int) LaunchConfig {
 	c := makeConfig(m, shard, latent, v, best.warps, best.cluster)
 	c.L2Prefetch = best.prefetch
 	c.ClusterPolicy = best.policy
+	c.Carveout = best.carveout
 	return c
 }
 

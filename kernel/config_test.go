@@ -81,6 +81,7 @@ func TestConfigTableParses(t *testing.T) {
 		want := makeConfig(e.m, e.shard, e.latent, e.v, e.warps, e.cluster)
 		want.L2Prefetch = e.prefetch
 		want.ClusterPolicy = e.policy
+		want.Carveout = e.carveout
 		if got != want {
 			t.Errorf("measured shape latent %d shard %d m %d: ConfigFor %+v, table %+v", e.latent, e.shard, e.m, got, want)
 		}
@@ -214,7 +215,10 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"stage 3 row-major (no such entry point)", "3584 896 1 16 8 3 16 1 0 0 0 2.4\n"},
 		{"stage 3 with 32 rows (no such entry point)", "3584 896 1 32 4 3 8 1 0 1 0 2.4\n"},
 		{"stage 3 one-instance (no such entry point)", "3584 896 1 16 8 3 16 1 0 1 1 2.4\n"},
-		{"14 fields", "3584 896 1 32 4 0 8 4 0 1 0 2 2.5 7\n"},
+		{"15 fields", "3584 896 1 32 4 0 8 4 0 1 0 2 80 2.5 7\n"},
+		{"carveout 101", "3584 896 1 32 4 0 8 4 0 1 0 2 101 2.5\n"},
+		{"carveout -1", "3584 896 1 32 4 0 8 4 0 1 0 2 -1 2.5\n"},
+		{"carveout not a number", "3584 896 1 32 4 0 8 4 0 1 0 2 max 2.5\n"},
 		{"cluster policy 3", "3584 896 1 32 4 0 8 4 0 1 0 3 2.5\n"},
 		{"cluster policy -1", "3584 896 1 32 4 0 8 4 0 1 0 -1 2.5\n"},
 		{"cluster policy not a number", "3584 896 1 32 4 0 8 4 0 1 0 lb 2.5\n"},
@@ -257,8 +261,16 @@ func TestParseConfigTableRejects(t *testing.T) {
 	if err != nil || len(e) != 2 || e[0].policy != 2 || e[1].policy != 0 || e[0].prefetch != 34078768 || e[0].cluster != 4 {
 		t.Errorf("valid lines with the cluster_policy column: %+v, %v", e, err)
 	}
-	if c := configFrom(e[0], e[0].v, 1, 3584, 3584); c.ClusterPolicy != 2 || c.Validate(1, 3584, 3584) != nil {
+	if c := configFrom(e[0], e[0].v, 1, 3584, 3584); c.ClusterPolicy != 2 || c.Carveout != 0 || c.Validate(1, 3584, 3584) != nil {
 		t.Errorf("config from a load-balancing entry: %+v, %v", c, c.Validate(1, 3584, 3584))
+	}
+	e, err = parseTable("config_table.tsv", "3584\t896\t8\t32\t4\t0\t16\t2\t0\t1\t0\t0\t80\t2.35\n3584\t896\t7\t32\t4\t0\t16\t2\t0\t1\t0\t2\t0\t2.5\n")
+	if err != nil || len(e) != 2 || e[0].carveout != 80 || e[0].policy != 0 || e[1].carveout != 0 || e[1].policy != 2 {
+		t.Errorf("valid lines with the carveout column: %+v, %v", e, err)
+	} else if c := configFrom(e[0], e[0].v, 8, 896, 3584); c.Carveout != 80 || c.Validate(8, 896, 3584) != nil {
+		t.Errorf("config from an entry with a carveout: %+v, %v", c, c.Validate(8, 896, 3584))
+	} else if c.Carveout = 101; c.Validate(8, 896, 3584) == nil {
+		t.Error("Validate accepted a carveout of 101 %")
 	}
 	plan := 32 | 8<<16 | 1<<24
 	e, err = parseTable("config_table.tsv", fmt.Sprintf("# c\n3584\t3584\t2\t16\t8\t0\t8\t1\t%d\t6.9\n", plan))

@@ -223,6 +223,9 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 		ClusterDim:                [3]uint32{uint32(c.Cluster), 1, 1},
 		ClusterPolicy:             cuda.ClusterSchedulingPolicy(c.ClusterPolicy),
 	}
+	if c.Carveout > 0 {
+		cfg.SharedCarveout = cuda.Carveout(c.Carveout)
+	}
 	if err := k.drv.LaunchKernelEx(cfg, f, b[:]); err != nil {
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d, %s, %d warps, cluster %d): %w", s, a.Rank, c.Function, c.Warps, c.Cluster, err)
 	}

@@ -502,6 +502,9 @@ func TestLaunchSkinnyConfig(t *testing.T) {
 						SharedMem: uint32(c.SharedBytes), Stream: stream, ProgrammaticSerialization: pdl,
 						ClusterDim: [3]uint32{uint32(c.Cluster), 1, 1}, ClusterPolicy: cuda.ClusterSchedulingPolicy(c.ClusterPolicy),
 					}
+					if c.Carveout > 0 {
+						want.SharedCarveout = cuda.Carveout(c.Carveout)
+					}
 					if l.cfg != want {
 						t.Errorf("launch config %+v, want %+v (from %+v)", l.cfg, want, c)
 					}

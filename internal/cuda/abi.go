@@ -77,6 +77,7 @@ static const tp_abi_entry tp_abi[] = {
     TP_OFF(CUlaunchAttributeValue, clusterDim.z),
     TP_OFF(CUlaunchAttributeValue, clusterSchedulingPolicyPreference),
     TP_OFF(CUlaunchAttributeValue, programmaticStreamSerializationAllowed),
+    TP_OFF(CUlaunchAttributeValue, sharedMemCarveout),
 
     TP_SZ(CUlaunchAttribute),
     TP_OFF(CUlaunchAttribute, id),
@@ -170,6 +171,7 @@ static const tp_abi_entry tp_abi[] = {
     TP_EN(CU_CLUSTER_SCHEDULING_POLICY_SPREAD),
     TP_EN(CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING),
     TP_EN(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
+    TP_EN(CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT),
 };
 
 static int tp_abi_count(void) { return (int)(sizeof(tp_abi) / sizeof(tp_abi[0])); }

@@ -80,6 +80,7 @@ func cudaHABI() map[string]int64 {
 		"offsetof:CUlaunchAttributeValue.clusterDim.z":                           8,
 		"offsetof:CUlaunchAttributeValue.clusterSchedulingPolicyPreference":      0,
 		"offsetof:CUlaunchAttributeValue.programmaticStreamSerializationAllowed": 0,
+		"offsetof:CUlaunchAttributeValue.sharedMemCarveout":                      0,
 
 		// id, char pad[8 - sizeof(id)], value.
 		"sizeof:CUlaunchAttribute":         72,
@@ -168,6 +169,7 @@ func TestABIEnumsAgree(t *testing.T) {
 		"enum:CU_CLUSTER_SCHEDULING_POLICY_SPREAD":                      1,
 		"enum:CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING":              2,
 		"enum:CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION":    6,
+		"enum:CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT":     14,
 		"enum:CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED":                  132,
 		"enum:CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED":         128,
 		"enum:CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED":  102,

@@ -193,7 +193,8 @@ typedef enum CUlaunchAttributeID_enum {
     CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
     CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
-    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 14
 } CUlaunchAttributeID;
 
 typedef enum CUclusterSchedulingPolicy_enum {
@@ -213,6 +214,7 @@ typedef union CUlaunchAttributeValue_union {
     } clusterDim;
     CUclusterSchedulingPolicy clusterSchedulingPolicyPreference;
     int programmaticStreamSerializationAllowed;
+    unsigned int sharedMemCarveout;
 } CUlaunchAttributeValue;
 
 typedef struct CUlaunchAttribute_st {

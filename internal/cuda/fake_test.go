@@ -322,6 +322,21 @@ func TestFakeModulesAndLaunch(t *testing.T) {
 			wantBlock: [3]uint32{128, 1, 1},
 			wantAttrs: [][4]uint32{{6, 1, 0, 0}, {4, 4, 1, 1}, {5, 2, 0, 0}},
 		},
+		{
+			desc: "cluster, policy and a shared memory carveout of 80 %",
+			cfg: LaunchConfig{Grid: [3]uint32{16, 1, 1}, Block: [3]uint32{128, 1, 1}, ProgrammaticSerialization: true,
+				ClusterDim: [3]uint32{2, 1, 1}, ClusterPolicy: ClusterPolicySpread, SharedCarveout: Carveout(80)},
+			wantGrid:  [3]uint32{16, 1, 1},
+			wantBlock: [3]uint32{128, 1, 1},
+			wantAttrs: [][4]uint32{{6, 1, 0, 0}, {4, 2, 1, 1}, {5, 1, 0, 0}, {14, 80, 0, 0}},
+		},
+		{
+			desc:      "a carveout of 0 % (the most L1) alone",
+			cfg:       LaunchConfig{Grid: [3]uint32{3, 1, 1}, Block: [3]uint32{32, 1, 1}, SharedCarveout: Carveout(0)},
+			wantGrid:  [3]uint32{3, 1, 1},
+			wantBlock: [3]uint32{32, 1, 1},
+			wantAttrs: [][4]uint32{{14, 0, 0, 0}},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -386,6 +401,10 @@ func TestFakeModulesAndLaunch(t *testing.T) {
 	wantErr(t, err, ErrInvalidValue, "cluster scheduling policy 3")
 	err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}, ClusterPolicy: ClusterPolicySpread}, f, []byte{1})
 	wantErr(t, err, ErrInvalidValue, "without a cluster dimension")
+	for _, c := range []int{-1, 102} {
+		err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}, SharedCarveout: c}, f, []byte{1})
+		wantErr(t, err, ErrInvalidValue, "shared memory carveout")
+	}
 	err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}}, f, []byte{1}, nil)
 	wantErr(t, err, ErrInvalidValue, "parameter 1 is empty")
 	err = d.LaunchKernelEx(LaunchConfig{}, f, make([][]byte, MaxKernelParams+1)...)

@@ -129,6 +129,10 @@ func (d *Driver) LaunchKernelEx(cfg LaunchConfig, f Function, params ...[]byte) 
 		return fmt.Errorf("cuda: cuLaunchKernelEx: cluster scheduling policy %d without a cluster dimension: %w", cfg.ClusterPolicy, ErrInvalidValue)
 	}
 	l.clusterPolicy = C.int(cfg.ClusterPolicy)
+	if cfg.SharedCarveout < 0 || cfg.SharedCarveout > 101 {
+		return fmt.Errorf("cuda: cuLaunchKernelEx: shared memory carveout %d is not 0 (unset) or 1..101 (Carveout(0..100)): %w", cfg.SharedCarveout, ErrInvalidValue)
+	}
+	l.carveout = C.int(cfg.SharedCarveout - 1)
 	l.sharedMem = C.uint(cfg.SharedMem)
 	if cfg.ProgrammaticSerialization {
 		l.programmatic = 1
@@ -163,8 +167,8 @@ func (d *Driver) LaunchKernelEx(cfg LaunchConfig, f Function, params ...[]byte) 
 		}
 	}
 	if r := C.tp_cuLaunchKernelEx(p, &l, C.uintptr_t(f), blob, (*C.uint32_t)(mem), C.uint(n)); r != C.CUDA_SUCCESS {
-		return d.errorf(r, "cuLaunchKernelEx(func=%#x, grid=%v, block=%v, smem=%d, stream=%#x, pdl=%t, cluster=%v, policy=%d, params=%d)",
-			uintptr(f), cfg.Grid, cfg.Block, cfg.SharedMem, uintptr(cfg.Stream), cfg.ProgrammaticSerialization, cfg.ClusterDim, cfg.ClusterPolicy, n)
+		return d.errorf(r, "cuLaunchKernelEx(func=%#x, grid=%v, block=%v, smem=%d, stream=%#x, pdl=%t, cluster=%v, policy=%d, carveout=%d, params=%d)",
+			uintptr(f), cfg.Grid, cfg.Block, cfg.SharedMem, uintptr(cfg.Stream), cfg.ProgrammaticSerialization, cfg.ClusterDim, cfg.ClusterPolicy, cfg.SharedCarveout-1, n)
 	}
 	return nil
 }

@@ -198,6 +198,7 @@ typedef struct tp_launch {
     int programmatic;        /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
     unsigned int cluster[3]; /* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION when x != 0 */
     int clusterPolicy;       /* CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE when != 0 */
+    int carveout;            /* CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (percent) when >= 0 */
     uintptr_t stream;
 } tp_launch;
 
@@ -207,7 +208,7 @@ typedef struct tp_launch {
  * starts in it. */
 static inline CUresult tp_cuLaunchKernelEx(void *fn, const tp_launch *l, uintptr_t f,
                                            void *blob, const uint32_t *offsets, unsigned int n) {
-    CUlaunchAttribute attrs[3];
+    CUlaunchAttribute attrs[4];
     unsigned int na = 0;
     void *kp[TP_MAX_KERNEL_PARAMS];
     CUlaunchConfig cfg;
@@ -235,6 +236,11 @@ static inline CUresult tp_cuLaunchKernelEx(void *fn, const tp_launch *l, uintptr
     if (l->clusterPolicy != 0) {
         attrs[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
         attrs[na].value.clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)l->clusterPolicy;
+        na++;
+    }
+    if (l->carveout >= 0) {
+        attrs[na].id = CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+        attrs[na].value.sharedMemCarveout = (unsigned int)l->carveout;
         na++;
     }
     cfg.gridDimX = l->grid[0];

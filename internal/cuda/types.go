@@ -215,7 +215,18 @@ type LaunchConfig struct {
 	// unless it is ClusterPolicyDefault: how the driver places a cluster
 	// launch's clusters on the GPU. A launch without ClusterDim may not set it.
 	ClusterPolicy ClusterSchedulingPolicy
+	// SharedCarveout sets CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+	// to SharedCarveout-1 percent when it is 1..101: the part of the SM's
+	// unified L1/shared memory this launch would like as shared memory, a
+	// hint (0 %: the most L1, 100 %: the most shared memory). 0 leaves the
+	// attribute unset, so the function's own preference (by default, the
+	// driver's choice) applies.
+	SharedCarveout int
 }
+
+// Carveout is the LaunchConfig.SharedCarveout that asks for pct percent
+// (0..100) of the unified L1/shared memory as shared memory.
+func Carveout(pct int) int { return pct + 1 }
 
 // ClusterSchedulingPolicy is CUclusterSchedulingPolicy.
 type ClusterSchedulingPolicy int32

@@ -1,14 +1,15 @@
 """The skinny kernel's launch configs as the harness writes them
 (harness.cu, Cfg::str and parse_cfg), for the Python scripts:
 
-    rows/depth/stage/warps/cluster[/pfH.S[o][l]][/p][/one][/sp|/lb]
+    rows/depth/stage/warps/cluster[/pfH.S[o][l]][/p][/one][/sp|/lb][/coN]
 
 stage g (latent from L2), s (staged), c (slab) or l (whole lines); pf: the
 L2 prefetch plan (skinny.h: helpers H, sixteenths S, o own tile, l LSU
 form); p packed weight; one the one-instance form; sp / lb the spread /
-load-balancing cluster scheduling policy. A table row (kernel/config_table.tsv,
-a sweep's TSV) has these as columns: tile_rows, depth, stage, warps,
-cluster, l2_prefetch, packed, one, cluster_policy.
+load-balancing cluster scheduling policy; co the preferred shared memory
+carveout, N percent. A table row (kernel/config_table.tsv, a sweep's TSV) has
+these as columns: tile_rows, depth, stage, warps, cluster, l2_prefetch,
+packed, one, cluster_policy, carveout.
 """
 import re
 
@@ -30,6 +31,9 @@ def name(row):
     for k, v in POLICIES.items():
         if v == policy:
             s += "/" + k
+    co = int(row.get("carveout", "0"))
+    if co:
+        s += f"/co{co}"
     return s
 
 
@@ -37,9 +41,9 @@ def parse(s):
     """The table columns of a config string (ints); ValueError says what is wrong."""
     f = s.split("/")
     if len(f) < 5 or len(f[2]) != 1 or f[2] not in STAGES or not all(x.isdigit() for x in (f[0], f[1], f[3], f[4])):
-        raise ValueError("not rows/depth/stage/warps/cluster[/pf...][/p][/one][/sp|/lb]")
+        raise ValueError("not rows/depth/stage/warps/cluster[/pf...][/p][/one][/sp|/lb][/coN]")
     c = dict(tile_rows=int(f[0]), depth=int(f[1]), stage=STAGES.index(f[2]), warps=int(f[3]), cluster=int(f[4]),
-             l2_prefetch=0, packed=0, one=0, cluster_policy=0)
+             l2_prefetch=0, packed=0, one=0, cluster_policy=0, carveout=0)
     if not 1 <= c["warps"] <= 16 or not 1 <= c["cluster"] <= 8:
         raise ValueError("warps must be 1..16 and cluster 1..8")
     for x in f[5:]:
@@ -51,6 +55,10 @@ def parse(s):
             c["cluster_policy"] = POLICIES[x]
         elif x == "one":  # the one-instance form ("_d8p1": 16/8/g/.../p/one only)
             c["one"] = 1
+        elif re.fullmatch(r"co\d+", x):
+            if not 1 <= int(x[2:]) <= 100:
+                raise ValueError("a carveout must be 1..100 percent")
+            c["carveout"] = int(x[2:])
         else:
             m = re.fullmatch(r"pf(\d+)\.(\d+)(o?)(l?)", x)
             if not m:

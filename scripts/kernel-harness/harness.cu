@@ -150,6 +150,7 @@ struct Cfg {
   int packed = 0;  // packed weight layout (skinny.h, TPRUN_SKINNY_PACKED): the "p" entry points
   int one = 0;     // "_d8p1": the "_d8p" tile code compiled once for every cluster size (skinny.cu)
   int policy = 0;  // cluster scheduling policy preference (CUclusterSchedulingPolicy; 2: load balancing)
+  int carveout = 0;  // kernel.LaunchConfig.Carveout: preferred shared memory carveout, percent (0: the driver's)
   int variant() const {
     if (one) return 9;  // valid only with 16 rows, depth 8, stage 0, packed (exists())
     if (stage == 3) return 10;  // "_d8pl": valid only with 16 rows, depth 8, packed
@@ -167,14 +168,16 @@ struct Cfg {
                     TPRUN_PF_OWN(pf) ? "o" : "", TPRUN_PF_LSU(pf) ? "l" : "");
     if (packed) n += snprintf(b + n, sizeof b - n, "/p");
     if (one) n += snprintf(b + n, sizeof b - n, "/one");
-    if (policy == 1) snprintf(b + n, sizeof b - n, "/sp");
-    if (policy == 2) snprintf(b + n, sizeof b - n, "/lb");
+    if (policy == 1) n += snprintf(b + n, sizeof b - n, "/sp");
+    if (policy == 2) n += snprintf(b + n, sizeof b - n, "/lb");
+    if (carveout) snprintf(b + n, sizeof b - n, "/co%d", carveout);
     return b;
   }
   // Whether an entry point has this geometry (variant() maps the others
   // onto one that traps or is not what was asked for).
   bool exists() const {
     if (policy < 0 || policy > 2 || (policy != 0 && cluster < 2)) return false;  // a policy needs clusters
+    if (carveout < 0 || carveout > 100) return false;
     if (one) return packed == 1 && tile_rows == 16 && depth == 8 && stage == 0;
     if (stage == 3) return packed == 1 && tile_rows == 16 && depth == 8;  // "_d8pl"
     if (packed)  // "_d8p", "_s8p", "_t32p"
@@ -188,7 +191,8 @@ struct Cfg {
 };
 
 // Reads a config as Cfg::str() writes it: rows/depth/{g,s,c}/warps/cluster,
-// then optionally /pfH.S[o][l], /p, /one and /sp or /lb. False when it is not one.
+// then optionally /pfH.S[o][l], /p, /one, /sp or /lb, and /coN (a carveout
+// of N percent). False when it is not one.
 bool parse_cfg(const std::string& str, Cfg* out) {
   std::vector<std::string> f;
   std::stringstream q(str);
@@ -210,6 +214,9 @@ bool parse_cfg(const std::string& str, Cfg* out) {
       c.policy = 1;
     } else if (f[i] == "lb") {
       c.policy = 2;
+    } else if (f[i].rfind("co", 0) == 0) {
+      int n = 0;
+      if (sscanf(f[i].c_str(), "co%d%n", &c.carveout, &n) != 1 || f[i][n] != 0) return false;
     } else if (f[i].rfind("pf", 0) == 0) {
       int h = 0, s16 = 0, n = 0;
       if (sscanf(f[i].c_str(), "pf%d.%d%n", &h, &s16, &n) != 2) return false;
@@ -302,7 +309,7 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   p.tile_rows = c.tile_rows;
   p.l2_prefetch = c.pf;
   p.flags = c.packed ? TPRUN_SKINNY_PACKED : 0;
-  CUlaunchAttribute at[3];
+  CUlaunchAttribute at[4];
   memset(at, 0, sizeof at);
   int na = 0;
   at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -318,6 +325,16 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   if (pdl) {
     at[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     at[na].value.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  if (c.carveout > 0) {  // kernel.LaunchConfig.Carveout
+    // CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (14), whose value
+    // is CUlaunchAttributeValue.sharedMemCarveout at offset 0: spelled out so
+    // that older cuda.h headers (12.4 here) compile it too;
+    // internal/cuda's ABI test pins both against the real cuda.h.
+    at[na].id = (CUlaunchAttributeID)14;
+    const unsigned co = (unsigned)c.carveout;
+    memcpy(&at[na].value, &co, sizeof co);
     ++na;
   }
   CUlaunchConfig lc;
@@ -590,6 +607,9 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
           // And half of the cluster launches with a cluster scheduling policy
           // (spread or load balancing): placement, which must not change it either.
           if (cc.cluster > 1 && rng.below(2) == 0) cc.policy = 1 + (int)rng.below(2);
+          // And a third with a shared memory carveout: how the SM's memory is
+          // split, which must not change it either.
+          if (rng.below(3) == 0) cc.carveout = 1 + (int)rng.below(100);
           ran = cc.str();
           CUresult r = launch_skinny(k, M, p, cc, s, false);
           if (r == CUDA_SUCCESS) r = cuStreamSynchronize(s);
@@ -1196,11 +1216,14 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
     fprintf(stderr, "cannot write %s\n", outpath);
     return 1;
   }
-  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tcluster_policy\tus\n");
+  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tcluster_policy\tcarveout\tus\n");
   auto row = [&](const Shape& sh, int M, const Cfg& c, double us) {
-    fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, c.tile_rows,
-            c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, c.policy, us);
+    fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, c.tile_rows,
+            c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, c.policy, c.carveout, us);
   };
+  // Carveouts tried on the fastest configs of each layout (HARNESS_CARVEOUTS;
+  // 2026-11-30aj: 65 and 80 % took 0.03-0.2 µs off shard 896).
+  const std::vector<int> carveouts = env_ints("HARNESS_CARVEOUTS", {65, 80});
   const int L = 1 << 25, O = 1 << 24;
   // 48.8l: the step sweep's pick at shard 3584 (bench/NOTES-kernel.md, 2026-11-30m).
   const int lsu_plans[] = {L | O,      L | 20 | (8 << 16), L | 40 | (8 << 16), L | 48 | (8 << 16),
@@ -1269,13 +1292,25 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
         planned.insert(planned.end(), timed[pk].begin(), timed[pk].end());
         std::stable_sort(planned.begin(), planned.end(), by_time);
         int tried = 0;
+        std::vector<std::pair<double, Cfg>> policied;
         for (size_t i = 0; i < planned.size() && tried < 4; ++i) {
           Cfg cfg = planned[i].second;
           if (cfg.cluster < 2) continue;
           cfg.policy = 2;
-          row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
+          const double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
+          row(sh, M, cfg, us);
+          if (us > 0) policied.push_back({us, cfg});
           ++tried;
         }
+        // The shared memory carveouts on the six fastest of all of them.
+        planned.insert(planned.end(), policied.begin(), policied.end());
+        std::stable_sort(planned.begin(), planned.end(), by_time);
+        for (size_t i = 0; i < planned.size() && i < 6; ++i)
+          for (int co : carveouts) {
+            Cfg cfg = planned[i].second;
+            cfg.carveout = co;
+            row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
+          }
       }
       fflush(f);
       auto best = [&](int pk) { return timed[pk].empty() ? std::make_pair(1e30, Cfg{}) : timed[pk].front(); };
@@ -1472,13 +1507,14 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   char line[256];
   while (fgets(line, sizeof line, tf)) {
     if (line[0] == '#') continue;
-    // latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one [cluster_policy]]] median_us]:
-    // 13 fields; 12 (no cluster_policy column), 11 (no one column), 10 (no
-    // packed column) or 8-9 (no l2_prefetch) in older tables.
+    // latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one [cluster_policy [carveout]]]] median_us]:
+    // 14 fields; 13 (no carveout column), 12 (no cluster_policy column), 11
+    // (no one column), 10 (no packed column) or 8-9 (no l2_prefetch) in
+    // older tables.
     std::vector<std::string> f;
     for (char* t = strtok(line, " \t\n"); t; t = strtok(nullptr, " \t\n")) f.push_back(t);
     if (f.empty()) continue;
-    if (f.size() < 8 || f.size() > 13) {
+    if (f.size() < 8 || f.size() > 14) {
       fprintf(stderr, "table %s: a line of %zu fields\n", tablepath, f.size());
       return 1;
     }
@@ -1487,7 +1523,8 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
     Cfg cfg{v[3], v[4], v[5], v[6], v[7], f.size() >= 10 ? atoi(f[8].c_str()) : 0};
     cfg.packed = f.size() >= 11 ? atoi(f[9].c_str()) : 0;
     cfg.one = f.size() >= 12 ? atoi(f[10].c_str()) : 0;
-    cfg.policy = f.size() == 13 ? atoi(f[11].c_str()) : 0;
+    cfg.policy = f.size() >= 13 ? atoi(f[11].c_str()) : 0;
+    cfg.carveout = f.size() == 14 ? atoi(f[12].c_str()) : 0;
     if (!cfg.exists() || (cfg.packed != 0 && cfg.packed != 1) || (cfg.one != 0 && cfg.one != 1)) {
       fprintf(stderr, "table %s: no entry point for %s\n", tablepath, cfg.str().c_str());
       return 1;
@@ -1499,7 +1536,7 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
   fprintf(f, "# copy bandwidth (read+write) %.1f GB/s\n", bw0 / 1e9);
-  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tcluster_policy\tours_us\tnopdl_us\tfloor_us\n");
+  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tcluster_policy\tcarveout\tours_us\tnopdl_us\tfloor_us\n");
   for (const Shape& sh : bench_shapes()) {
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
@@ -1514,9 +1551,9 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
       double us2 = time_skinny(k, pool, acts, M, sh.hidden, c, s, 25);
       double nopdl = time_skinny(k, pool, acts, M, sh.hidden, c, s, 15, false);
       double floor_us = pool.weight_bytes() / bw0 * 1e6;
-      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden,
+      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden,
               sh.shard, M, c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, c.policy,
-              std::min(us, us2), nopdl, floor_us);
+              c.carveout, std::min(us, us2), nopdl, floor_us);
       printf("bench latent %d shard %d M %d cfg %s: %.2f us (repeat %.2f, no PDL %.2f), floor %.2f, ratio %.2f\n",
              sh.latent, sh.shard, M, c.str().c_str(), us, us2, nopdl, floor_us, us / floor_us);
       fflush(stdout);

@@ -254,6 +254,8 @@ API CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **pa
             hdr[11 + 4 * i] = a->value.clusterDim.z;
         } else if (a->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE) {
             hdr[9 + 4 * i] = (uint32_t)a->value.clusterSchedulingPolicyPreference;
+        } else if (a->id == CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) {
+            hdr[9 + 4 * i] = a->value.sharedMemCarveout;
         } else {
             hdr[9 + 4 * i] = (uint32_t)a->value.programmaticStreamSerializationAllowed;
         }
