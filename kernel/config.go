@@ -70,7 +70,8 @@ type LaunchConfig struct {
 	// two above: how the SM's memory is split, never what is computed. At
 	// shard 896 on the H200, 65 % took 0.03-0.05 µs off M 1-6 and 80 %
 	// 0.1-0.2 µs off M 7-8, while other configs and shapes lose with
-	// either (bench/NOTES-kernel.md, 2026-11-30aj).
+	// either (bench/NOTES-kernel.md, 2026-11-30aj), so ConfigFor sets it
+	// only for a shape the table measured.
 	Carveout int
 }
 
@@ -471,9 +472,10 @@ var fallbackConfig = tableEntry{v: variants[1], warps: 16, cluster: 1}
 // measured best for that shape (LaunchConfig.Packed; PreferPacked). Shapes
 // measured by the sweep (config_table.tsv, see bench/NOTES-kernel.md) get
 // their measured best; any other shape gets the entry, warps, cluster, L2
-// prefetch plan, cluster scheduling policy and carveout of the measured shape
-// nearest in log(shard) + log(latent) (one shape for every m, so one layout;
-// the hints were measured for that shape, not this one), with a staged entry
+// prefetch plan and cluster scheduling policy of the measured shape nearest
+// in log(shard) + log(latent) (one shape for every m, so one layout; the two
+// hints were measured for that shape, not this one) and the driver's
+// carveout (Carveout 0: the measured ones cost other shapes), with a staged entry
 // swapped for its unstaged twin
 // when its shared memory would exceed MaxStagedShared. The result always
 // satisfies Validate for a shape that Shape.Validate accepts; m is clamped
@@ -546,6 +548,11 @@ func nearestIn(entries []tableEntry, m, shard, latent int) tableEntry {
 				dist, best = d, e
 			}
 		}
+	}
+	if best.shard != shard || best.latent != latent {
+		// The carveout was measured for that shape alone, and it cost other
+		// shapes (0.1-0.9 µs at shards 3584 and 7168): not extrapolated.
+		best.carveout = 0
 	}
 	return best
 }

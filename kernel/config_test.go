@@ -265,6 +265,17 @@ func TestParseConfigTableRejects(t *testing.T) {
 		t.Errorf("config from a load-balancing entry: %+v, %v", c, c.Validate(1, 3584, 3584))
 	}
 	e, err = parseTable("config_table.tsv", "3584\t896\t8\t32\t4\t0\t16\t2\t0\t1\t0\t0\t80\t2.35\n3584\t896\t7\t32\t4\t0\t16\t2\t0\t1\t0\t2\t0\t2.5\n")
+	if err == nil {
+		// A carveout belongs to the shape it was measured on.
+		if b := nearestIn(e, 8, 896, 3584); b.carveout != 80 {
+			t.Errorf("measured shape: carveout %d, want 80", b.carveout)
+		}
+		for _, sh := range [][2]int{{768, 3584}, {1024, 3584}, {896, 4096}} {
+			if b := nearestIn(e, 8, sh[0], sh[1]); b.carveout != 0 || b.warps != 16 || b.cluster != 2 {
+				t.Errorf("shard %d latent %d (nearest: 896, 3584): %+v, want that entry without its carveout", sh[0], sh[1], b)
+			}
+		}
+	}
 	if err != nil || len(e) != 2 || e[0].carveout != 80 || e[0].policy != 0 || e[1].carveout != 0 || e[1].policy != 2 {
 		t.Errorf("valid lines with the carveout column: %+v, %v", e, err)
 	} else if c := configFrom(e[0], e[0].v, 8, 896, 3584); c.Carveout != 80 || c.Validate(8, 896, 3584) != nil {

@@ -401,7 +401,7 @@ func TestFakeModulesAndLaunch(t *testing.T) {
 	wantErr(t, err, ErrInvalidValue, "cluster scheduling policy 3")
 	err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}, ClusterPolicy: ClusterPolicySpread}, f, []byte{1})
 	wantErr(t, err, ErrInvalidValue, "without a cluster dimension")
-	for _, c := range []int{-1, 102} {
+	for _, c := range []int{-1, 102, Carveout(-1), Carveout(101)} {
 		err = d.LaunchKernelEx(LaunchConfig{Grid: [3]uint32{1}, Block: [3]uint32{1}, SharedCarveout: c}, f, []byte{1})
 		wantErr(t, err, ErrInvalidValue, "shared memory carveout")
 	}

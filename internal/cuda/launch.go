@@ -167,8 +167,12 @@ func (d *Driver) LaunchKernelEx(cfg LaunchConfig, f Function, params ...[]byte) 
 		}
 	}
 	if r := C.tp_cuLaunchKernelEx(p, &l, C.uintptr_t(f), blob, (*C.uint32_t)(mem), C.uint(n)); r != C.CUDA_SUCCESS {
-		return d.errorf(r, "cuLaunchKernelEx(func=%#x, grid=%v, block=%v, smem=%d, stream=%#x, pdl=%t, cluster=%v, policy=%d, carveout=%d, params=%d)",
-			uintptr(f), cfg.Grid, cfg.Block, cfg.SharedMem, uintptr(cfg.Stream), cfg.ProgrammaticSerialization, cfg.ClusterDim, cfg.ClusterPolicy, cfg.SharedCarveout-1, n)
+		carveout := "unset"
+		if cfg.SharedCarveout > 0 {
+			carveout = fmt.Sprintf("%d%%", cfg.SharedCarveout-1)
+		}
+		return d.errorf(r, "cuLaunchKernelEx(func=%#x, grid=%v, block=%v, smem=%d, stream=%#x, pdl=%t, cluster=%v, policy=%d, carveout=%s, params=%d)",
+			uintptr(f), cfg.Grid, cfg.Block, cfg.SharedMem, uintptr(cfg.Stream), cfg.ProgrammaticSerialization, cfg.ClusterDim, cfg.ClusterPolicy, carveout, n)
 	}
 	return nil
 }

@@ -225,8 +225,14 @@ type LaunchConfig struct {
 }
 
 // Carveout is the LaunchConfig.SharedCarveout that asks for pct percent
-// (0..100) of the unified L1/shared memory as shared memory.
-func Carveout(pct int) int { return pct + 1 }
+// (0..100) of the unified L1/shared memory as shared memory; for any other
+// pct it is a value LaunchKernelEx rejects.
+func Carveout(pct int) int {
+	if pct < 0 || pct > 100 {
+		return -1
+	}
+	return pct + 1
+}
 
 // ClusterSchedulingPolicy is CUclusterSchedulingPolicy.
 type ClusterSchedulingPolicy int32

@@ -1200,8 +1200,10 @@ std::vector<int> env_ints(const char* name, std::vector<int> def) {
 }
 
 // Every launch config at the benchmark shapes, row-major and packed
-// entry points; then, for the best config of each layout, a few L2
-// prefetch plans in the LSU form (skinny.h, TPRUN_PF_LSU).
+// entry points; then, for the best configs of each layout, a few L2
+// prefetch plans in the LSU form (skinny.h, TPRUN_PF_LSU), the
+// load-balancing cluster policy, and the shared memory carveouts of
+// HARNESS_CARVEOUTS (percent, default 65,80) on the six fastest of all.
 // HARNESS_SHARDS (latent-3584 shards only), HARNESS_LATENTS (only the
 // shapes of these latent sizes), HARNESS_WARPS and
 // HARNESS_CLUSTERS narrow or widen it (defaults: every benchmark shape,
@@ -1307,6 +1309,7 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
         std::stable_sort(planned.begin(), planned.end(), by_time);
         for (size_t i = 0; i < planned.size() && i < 6; ++i)
           for (int co : carveouts) {
+            if (co < 1 || co > 100) continue;  // 0 is the default, timed above
             Cfg cfg = planned[i].second;
             cfg.carveout = co;
             row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
