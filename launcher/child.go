@@ -392,6 +392,9 @@ func parseStat(stat []byte) (procStat, bool) {
 // Groups with no suspended member, or when /proc cannot be read, are not
 // in the map.
 func pausedGroups(pgids []int) map[int]string {
+	if len(pgids) == 0 {
+		return nil
+	}
 	want := map[int]bool{}
 	for _, g := range pgids {
 		want[g] = true

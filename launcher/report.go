@@ -12,10 +12,10 @@ import (
 // every rank succeeding or lost output: the first failing rank, how it
 // ended and its last stderr lines; else why tprun stopped the job; then the
 // ranks with a suspended process (a stop signal or a tracer) at that
-// moment, the other ranks that failed before tprun could stop them, the ranks tprun
-// stopped, the ranks that exited 0 before the first failure, the output
-// that could not be written, and the exit status. It is empty for a clean
-// run.
+// moment, the other ranks that failed before tprun could stop them, the
+// ranks tprun stopped, the ranks that exited 0 before the first failure,
+// the output that could not be written, and the exit status. It is empty
+// for a clean run.
 func (r *Result) Report() string {
 	if r.ExitStatus == 0 && r.StopReason == "" && len(r.OutputLost) == 0 {
 		return ""
