@@ -1184,13 +1184,16 @@ func TestCUDAEngineFakeStalledPeerJobLate(t *testing.T) {
 						if err != nil {
 							return err
 						}
+						// t0 before the caller's deadline is set: the replay
+						// may end at that deadline, which a later t0 would put
+						// under tc.min (298ms of 300, once, on CI).
+						t0 := time.Now()
 						rctx := ctx
 						if tc.cancelAt > 0 {
 							var rcancel context.CancelFunc
 							rctx, rcancel = context.WithTimeout(ctx, tc.cancelAt)
 							defer rcancel()
 						}
-						t0 := time.Now()
 						err = gr.Replay(rctx, replays)
 						took := time.Since(t0)
 						t.Logf("rank %d: %d replays ended after %v: %v", r, replays, took.Round(time.Millisecond), err)
