@@ -68,10 +68,10 @@ type LaunchConfig struct {
 	// (1..100) of the SM's unified L1/shared memory it would like as
 	// shared memory; 0 leaves it to the driver. A measured hint like the
 	// two above: how the SM's memory is split, never what is computed. At
-	// shard 896 on the H200, 65 % took 0.03-0.05 µs off M 1-6 and 80 %
-	// 0.1-0.2 µs off M 7-8, while other configs and shapes lose with
-	// either (bench/NOTES-kernel.md, 2026-11-30aj), so ConfigFor sets it
-	// only for a shape the table measured.
+	// shard 896 on the H200, 65 % took 0.03-0.06 µs off M 1-6 and 80 %
+	// 0.1-0.2 µs off M 7-8, while shards 3584 and 7168 gained nothing
+	// and lost with other values (bench/NOTES-kernel.md, 2026-11-30aj), so
+	// ConfigFor sets it only for a shape the table measured.
 	Carveout int
 }
 
@@ -475,7 +475,7 @@ var fallbackConfig = tableEntry{v: variants[1], warps: 16, cluster: 1}
 // prefetch plan and cluster scheduling policy of the measured shape nearest
 // in log(shard) + log(latent) (one shape for every m, so one layout; the two
 // hints were measured for that shape, not this one) and the driver's
-// carveout (Carveout 0: the measured ones cost other shapes), with a staged entry
+// carveout (Carveout 0: a carveout is measured per shape), with a staged entry
 // swapped for its unstaged twin
 // when its shared memory would exceed MaxStagedShared. The result always
 // satisfies Validate for a shape that Shape.Validate accepts; m is clamped
@@ -550,8 +550,8 @@ func nearestIn(entries []tableEntry, m, shard, latent int) tableEntry {
 		}
 	}
 	if best.shard != shard || best.latent != latent {
-		// The carveout was measured for that shape alone, and it cost other
-		// shapes (0.1-0.9 µs at shards 3584 and 7168): not extrapolated.
+		// The carveout was measured for that shape alone; at shards 3584
+		// and 7168 no value helped and most cost 0.1-2 µs: not extrapolated.
 		best.carveout = 0
 	}
 	return best
