@@ -141,9 +141,9 @@ type child struct {
 	exited  bool
 	stopped bool // tprun sent it SIGTERM while it still ran
 	killed  bool // tprun sent it SIGKILL while it still ran
-	// paused: how its process was held when tprun began to stop the job
-	// ("" when it ran; RankResult.Paused).
-	paused string
+	// suspended: how a process of its group was held when tprun began to
+	// stop the job ("" when none was; RankResult.Suspended).
+	suspended string
 	// afterHub: the hub already blamed another rank when this one was
 	// reaped (RankResult.AfterHubFailure).
 	afterHub  bool
@@ -336,22 +336,22 @@ func (c *child) failedOnItsOwn() bool {
 	return true
 }
 
-// Suspended processes (RankResult.Paused): state T is a stop signal
+// Suspended processes (RankResult.Suspended): state T is a stop signal
 // (SIGSTOP, SIGTSTP, or SIGTTIN/SIGTTOU: terminal I/O from the background,
 // such as a password prompt on /dev/tty); state t a ptrace stop (a
 // debugger, or a profiler or strace for a moment). A suspended rank sends
 // nothing, so its peers wait for it until their deadlines: it is often the
 // cause of a job that timed out or failed.
 const (
-	pausedBySignal = "state T: stopped by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU"
-	pausedByTracer = "state t: stopped by a tracer (ptrace: a debugger or profiler)"
+	suspendedBySignal = "state T: stopped by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU"
+	suspendedByTracer = "state t: stopped by a tracer (ptrace: a debugger or profiler)"
 )
 
-// procStat is what pausedGroups reads of one /proc/PID/stat line.
+// procStat is what suspendedGroups reads of one /proc/PID/stat line.
 type procStat struct {
 	pid, pgrp int
 	comm      string
-	paused    string // pausedBySignal, pausedByTracer or ""
+	suspended string // suspendedBySignal, suspendedByTracer or ""
 }
 
 // parseStat reads a /proc/PID/stat line: the command name is in
@@ -377,21 +377,21 @@ func parseStat(stat []byte) (procStat, bool) {
 	ps := procStat{pid: pid, pgrp: pgrp, comm: string(stat[open+1 : i])}
 	switch f[0] {
 	case "T":
-		ps.paused = pausedBySignal
+		ps.suspended = suspendedBySignal
 	case "t":
-		ps.paused = pausedByTracer
+		ps.suspended = suspendedByTracer
 	}
 	return ps, true
 }
 
-// pausedGroups scans /proc once and says, for each of the process groups
+// suspendedGroups scans /proc once and says, for each of the process groups
 // pgids (a rank's group id is its pid), how a suspended member is held:
 // the group leader (the rank's own process) first, else the lowest pid,
 // which is then named ("pid 123 (python) of its process group: ..."), since
 // a rank's command may be a wrapper around the process that does the work.
 // Groups with no suspended member, or when /proc cannot be read, are not
 // in the map.
-func pausedGroups(pgids []int) map[int]string {
+func suspendedGroups(pgids []int) map[int]string {
 	if len(pgids) == 0 {
 		return nil
 	}
@@ -413,7 +413,7 @@ func pausedGroups(pgids []int) map[int]string {
 			continue // gone
 		}
 		ps, ok := parseStat(b)
-		if !ok || ps.paused == "" || !want[ps.pgrp] {
+		if !ok || ps.suspended == "" || !want[ps.pgrp] {
 			continue
 		}
 		if old, seen := found[ps.pgrp]; !seen || (old.pid != ps.pgrp && (ps.pid == ps.pgrp || ps.pid < old.pid)) {
@@ -423,9 +423,9 @@ func pausedGroups(pgids []int) map[int]string {
 	out := make(map[int]string, len(found))
 	for g, ps := range found {
 		if ps.pid == g {
-			out[g] = ps.paused
+			out[g] = ps.suspended
 		} else {
-			out[g] = fmt.Sprintf("pid %d (%s) of its process group: %s", ps.pid, ps.comm, ps.paused)
+			out[g] = fmt.Sprintf("pid %d (%s) of its process group: %s", ps.pid, ps.comm, ps.suspended)
 		}
 	}
 	return out

@@ -90,7 +90,7 @@ func pausedRank(dir string, rank int) bool {
 		return false
 	}
 	ps, ok := parseStat(st)
-	return ok && ps.paused != ""
+	return ok && ps.suspended != ""
 }
 
 // helperOutput writes: a long line of n bytes on stdout, interleaved short

@@ -455,13 +455,13 @@ func TestRunPausedRank(t *testing.T) {
 	if !p.Stopped || p.Killed || p.Status.String() != "killed by signal SIGTERM" {
 		t.Errorf("paused rank: %s stopped %v killed %v; want killed by SIGTERM, stopped, not killed", p.Status, p.Stopped, p.Killed)
 	}
-	const how = pausedBySignal
-	if p.Paused != how {
-		t.Errorf("paused rank's Paused %q, want %q", p.Paused, how)
+	const how = suspendedBySignal
+	if p.Suspended != how {
+		t.Errorf("paused rank's Suspended %q, want %q", p.Suspended, how)
 	}
 	for _, rr := range res.Ranks {
-		if rr.Rank != paused && rr.Paused != "" {
-			t.Errorf("rank %d: Paused %q, but it ran", rr.Rank, rr.Paused)
+		if rr.Rank != paused && rr.Suspended != "" {
+			t.Errorf("rank %d: Suspended %q, but it ran", rr.Rank, rr.Suspended)
 		}
 	}
 	want := fmt.Sprintf("tprun: suspended when tprun stopped the job (a suspended rank sends nothing; its peers wait for it): rank %d (%s)\n", paused, how)
@@ -496,11 +496,11 @@ esac`
 		t.Fatal(err)
 	}
 	// Its name is sh or sleep: the stop may come before the fork's exec.
-	pre, post := fmt.Sprintf("pid %s (", strings.TrimSpace(string(b))), ") of its process group: "+pausedBySignal
-	p := res.Ranks[1].Paused
-	if res.FirstFailed != 2 || !strings.HasPrefix(p, pre) || !strings.HasSuffix(p, post) || res.Ranks[0].Paused != "" || res.Ranks[1].Killed {
-		t.Errorf("first %d; rank 1 Paused %q killed %v, rank 0 Paused %q; want first 2, %q...%q, not killed, \"\"\n%s",
-			res.FirstFailed, p, res.Ranks[1].Killed, res.Ranks[0].Paused, pre, post, stderr.String())
+	pre, post := fmt.Sprintf("pid %s (", strings.TrimSpace(string(b))), ") of its process group: "+suspendedBySignal
+	p := res.Ranks[1].Suspended
+	if res.FirstFailed != 2 || !strings.HasPrefix(p, pre) || !strings.HasSuffix(p, post) || res.Ranks[0].Suspended != "" || res.Ranks[1].Killed {
+		t.Errorf("first %d; rank 1 Suspended %q killed %v, rank 0 Suspended %q; want first 2, %q...%q, not killed, \"\"\n%s",
+			res.FirstFailed, p, res.Ranks[1].Killed, res.Ranks[0].Suspended, pre, post, stderr.String())
 	}
 }
 
@@ -514,10 +514,10 @@ func TestParseStat(t *testing.T) {
 	}{
 		{"12 (rank) S 1 12 12 0 -1 4194560 0", procStat{pid: 12, pgrp: 12, comm: "rank"}, true},
 		{"13 (rank) R 12 12 12 0", procStat{pid: 13, pgrp: 12, comm: "rank"}, true},
-		{"12 (rank) T 1 12 12 0 -1", procStat{pid: 12, pgrp: 12, comm: "rank", paused: pausedBySignal}, true},
-		{"14 (py) t 12 7 7 0 -1", procStat{pid: 14, pgrp: 7, comm: "py", paused: pausedByTracer}, true},
+		{"12 (rank) T 1 12 12 0 -1", procStat{pid: 12, pgrp: 12, comm: "rank", suspended: suspendedBySignal}, true},
+		{"14 (py) t 12 7 7 0 -1", procStat{pid: 14, pgrp: 7, comm: "py", suspended: suspendedByTracer}, true},
 		{"12 (a) T (b) S 1 9 9 0", procStat{pid: 12, pgrp: 9, comm: "a) T (b"}, true},
-		{"12 (a) S (b) T 1 9 9 0", procStat{pid: 12, pgrp: 9, comm: "a) S (b", paused: pausedBySignal}, true},
+		{"12 (a) S (b) T 1 9 9 0", procStat{pid: 12, pgrp: 9, comm: "a) S (b", suspended: suspendedBySignal}, true},
 		{"12 (rank) T 1", procStat{}, false},
 		{"x (rank) T 1 2 3", procStat{}, false},
 		{"garbage", procStat{}, false},

@@ -35,11 +35,11 @@ func (r *Result) Report() string {
 	} else if r.StopReason != "" {
 		fmt.Fprintf(&b, "tprun: job stopped: %s\n", r.StopReason)
 	}
-	var also, stopped, early, paused []rankNote
+	var also, stopped, early, suspended []rankNote
 	after := map[int][]rankNote{} // by the rank the hub blamed
 	for _, rr := range r.Ranks {
-		if rr.Paused != "" {
-			paused = append(paused, rankNote{rr.Rank, rr.Paused})
+		if rr.Suspended != "" {
+			suspended = append(suspended, rankNote{rr.Rank, rr.Suspended})
 		}
 		if r.FirstFailed >= 0 && rr.Rank != r.FirstFailed && !rr.Stopped && !rr.Status.Failed() &&
 			rr.Ended.Before(r.Ranks[r.FirstFailed].Ended) {
@@ -68,10 +68,10 @@ func (r *Result) Report() string {
 			also = append(also, rankNote{rr.Rank, rr.Status.String()})
 		}
 	}
-	if len(paused) > 0 {
+	if len(suspended) > 0 {
 		// Said early: a rank that could not run is the likeliest cause of
 		// the peers' failures (a receive that timed out waiting for it).
-		fmt.Fprintf(&b, "tprun: suspended when tprun stopped the job (a suspended rank sends nothing; its peers wait for it): %s\n", joinRanks(paused))
+		fmt.Fprintf(&b, "tprun: suspended when tprun stopped the job (a suspended rank sends nothing; its peers wait for it): %s\n", joinRanks(suspended))
 	}
 	for _, blamed := range slices.Sorted(maps.Keys(after)) {
 		fmt.Fprintf(&b, "tprun: failed once the hub had ended the job for rank %d: %s\n", blamed, joinRanks(after[blamed]))

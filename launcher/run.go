@@ -72,14 +72,14 @@ type RankResult struct {
 	Ended     time.Time // when tprun saw its process end
 	Stopped   bool      // tprun sent its process group SIGTERM while it ran
 	Killed    bool      // tprun sent its process group SIGKILL while it ran
-	// Paused: how its process, or another of its process group, was
+	// Suspended: how its process, or another of its process group, was
 	// suspended when tprun began to stop the job, as /proc showed it
 	// ("state T: stopped by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU", "state
 	// t: stopped by a tracer (...)", or "pid N (comm) of its process group:
 	// state T: ..."); "" when none was. tprun sends SIGCONT with its
 	// SIGTERM, so a rank suspended by a stop signal still ends gracefully.
-	Paused string
-	Tail   []string // its last stderr lines, oldest first
+	Suspended string
+	Tail      []string // its last stderr lines, oldest first
 	// AfterHubFailure: when it ended, the hub had already ended the job
 	// for the failure of rank HubBlamed (and so failed the calls it waited
 	// in). HubBlamed means nothing without it.
@@ -461,7 +461,7 @@ func (j *job) stop(reason string, status int) bool {
 			groups = append(groups, c.pid)
 		}
 	}
-	paused := pausedGroups(groups)
+	suspended := suspendedGroups(groups)
 	for _, c := range j.children {
 		if !c.exited {
 			// A rank that already ended (not yet reaped) is not stopped
@@ -469,7 +469,7 @@ func (j *job) stop(reason string, status int) bool {
 			// signal, for whatever it left behind.
 			c.stopped = c.running()
 			if c.stopped {
-				c.paused = paused[c.pid]
+				c.suspended = suspended[c.pid]
 			}
 			c.signalGroup(syscall.SIGTERM)
 			// A stopped process (SIGSTOP, SIGTSTP) acts on SIGTERM only once
@@ -521,7 +521,7 @@ func (j *job) result() *Result {
 		res.Ranks = append(res.Ranks, RankResult{
 			Rank: c.rank, PID: c.pid, Status: c.status,
 			Duration: c.ended.Sub(c.started), Ended: c.ended,
-			Stopped: c.stopped, Killed: c.killed, Paused: c.paused,
+			Stopped: c.stopped, Killed: c.killed, Suspended: c.suspended,
 			Tail:            c.tail.get(),
 			AfterHubFailure: c.afterHub,
 			HubBlamed:       c.hubBlamed,
