@@ -296,16 +296,24 @@ func procExiting(pid int) (exiting, known bool) {
 // set when a task starts to exit, before it closes its files.
 const pfExiting = 0x4
 
+// statFields is the fields of a /proc/PID/stat line after the command
+// name (state, ppid, pgrp, ...): the name is in parentheses and may itself
+// hold spaces and parentheses, so they start after the last ')'. Nil when
+// the line has none.
+func statFields(stat []byte) []string {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(stat[i+1:]))
+}
+
 // statExiting reports whether a /proc/PID/stat line shows a task that is
 // exiting or has exited: state Z or X, or PF_EXITING in its flags (the
 // ninth field; the command name in parentheses may hold spaces and
 // parentheses, so the fields are counted after the last ')').
 func statExiting(stat []byte) bool {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(string(stat[i+1:]))
+	f := statFields(stat)
 	if len(f) < 7 {
 		return false
 	}
@@ -366,7 +374,7 @@ func parseStat(stat []byte) (procStat, bool) {
 	if err != nil {
 		return procStat{}, false
 	}
-	f := strings.Fields(string(stat[i+1:]))
+	f := statFields(stat)
 	if len(f) < 3 {
 		return procStat{}, false
 	}
