@@ -215,6 +215,10 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"stage 3 row-major (no such entry point)", "3584 896 1 16 8 3 16 1 0 0 0 2.4\n"},
 		{"stage 3 with 32 rows (no such entry point)", "3584 896 1 32 4 3 8 1 0 1 0 2.4\n"},
 		{"stage 3 one-instance (no such entry point)", "3584 896 1 16 8 3 16 1 0 1 1 2.4\n"},
+		{"stage 4 row-major (no such entry point)", "3584 896 5 32 4 4 16 2 0 0 0 0 80 2.4\n"},
+		{"stage 4 with 16 rows (no such entry point)", "3584 896 5 16 8 4 16 1 0 1 0 0 80 2.4\n"},
+		{"stage 4 one-instance (no such entry point)", "3584 896 5 32 4 4 16 2 0 1 1 0 80 2.4\n"},
+		{"stage 5", "3584 896 5 32 4 5 16 2 0 1 0 0 80 2.4\n"},
 		{"15 fields", "3584 896 1 32 4 0 8 4 0 1 0 2 80 2.5 7\n"},
 		{"carveout 101", "3584 896 1 32 4 0 8 4 0 1 0 2 101 2.5\n"},
 		{"carveout -1", "3584 896 1 32 4 0 8 4 0 1 0 2 -1 2.5\n"},
@@ -256,6 +260,13 @@ func TestParseConfigTableRejects(t *testing.T) {
 	} else if c := configFrom(e[0], e[0].v, 3, 896, 3584); c.Function != "tprun_skinny_m3_d8pl" || c.Stage != 3 ||
 		c.SharedBytes != SkinnySharedBytes(3, 3584, 16, 16, 1, 0) || c.Validate(3, 896, 3584) != nil {
 		t.Errorf("line-wise entry's config: %+v, %v", c, c.Validate(3, 896, 3584))
+	}
+	e, err = parseTable("config_table.tsv", "3584\t896\t5\t32\t4\t4\t16\t2\t0\t1\t0\t0\t80\t2.39\n")
+	if err != nil || len(e) != 1 || e[0].v.suffix != "_t32pw" || e[0].v.stage != 4 || !e[0].v.packed || e[0].carveout != 80 {
+		t.Errorf("valid line of the wide entry: %+v, %v", e, err)
+	} else if c := configFrom(e[0], e[0].v, 5, 896, 3584); c.Function != "tprun_skinny_m5_t32pw" || c.Stage != 4 ||
+		c.TileRows != 32 || c.Carveout != 80 || c.SharedBytes != SkinnySharedBytes(5, 3584, 32, 16, 2, 0) || c.Validate(5, 896, 3584) != nil {
+		t.Errorf("wide entry's config: %+v, %v", c, c.Validate(5, 896, 3584))
 	}
 	e, err = parseTable("config_table.tsv", "3584\t3584\t1\t32\t4\t0\t4\t4\t34078768\t1\t0\t2\t6.0\n3584\t3584\t2\t32\t4\t0\t4\t4\t0\t1\t0\t0\t6.1\n")
 	if err != nil || len(e) != 2 || e[0].policy != 2 || e[1].policy != 0 || e[0].prefetch != 34078768 || e[0].cluster != 4 {

@@ -142,6 +142,7 @@ func TestTwin(t *testing.T) {
 		{"", "_d8p", ""}, {"_d8", "_d8p", "_d8"}, {"_t32", "_t32p", "_t32"}, {"_s8", "_s8p", "_s8"},
 		{"_s32", "_t32p", "_s32"}, {"_c", "_d8p", "_c"}, {"_d8p", "_d8p", "_d8"}, {"_t32p", "_t32p", "_t32"},
 		{"_s8p", "_s8p", "_s8"}, {"_d8p1", "_d8p1", "_d8"}, {"_d8pl", "_d8pl", "_d8"},
+		{"_t32pw", "_t32pw", "_t32"},
 	} {
 		var v variant
 		for _, x := range variants {

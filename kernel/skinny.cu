@@ -348,18 +348,25 @@ __device__ __forceinline__ void griddep_wait() {
   if (nsm != 0) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-// The latent rows an entry point computes: M, except that M = 1 runs the
-// M = 2 code with a row count ptxas cannot fold. The M = 1 instance of the
-// register ring spilled and ran 0.3-0.4 µs slower than M = 2 at shard 3584;
-// the M = 2 code with row 1 never loaded, summed as zeros and never stored
-// does not (bench/NOTES-kernel.md, 2026-11-30b).
-template <int M>
+// The tile code an entry point of M runs: the code of CODE >= M rows, with
+// rows M..CODE-1 never loaded, summed as zeros and never stored. M = 1 runs
+// the M = 2 code: the M = 1 instance of the register ring spilled and ran
+// 0.3-0.4 µs slower than M = 2 at shard 3584 (bench/NOTES-kernel.md,
+// 2026-11-30b). The "_t32pw" entry points run the M = 8 code at every M:
+// at shard 896 with an 80 % carveout, M 2-6 time 0.19-0.25 µs faster in it
+// than in their own (2026-11-30ak). The MMA is m16n8k16 with the latent as
+// the 8-wide operand, so the extra rows cost no MMA, only a different
+// schedule from ptxas.
+// latent_rows: the row count, M; when CODE > M, through a move ptxas cannot
+// fold, so that the M rows are a run-time bound of the CODE-row code.
+template <int M, int CODE>
 __device__ __forceinline__ int latent_rows() {
-  if constexpr (M != 1) {
+  static_assert(M >= 1 && M <= CODE && CODE <= 8, "an entry point runs the code of at least its rows");
+  if constexpr (M == CODE) {
     return M;
   } else {
     int r;
-    asm volatile("mov.b32 %0, 1;" : "=r"(r));
+    asm volatile("mov.b32 %0, %1;" : "=r"(r) : "n"(M));
     return r;
   }
 }
@@ -1104,19 +1111,22 @@ __device__ __forceinline__ bool in_cluster() {
 //           ring's depth); M 5-8: 1 pair, which keeps them within 128
 //           registers at 512 threads (4 pairs spilled 228-260 bytes), and
 //           which is slow: at M 5-8 no sweep picks it (2026-11-30x)
+//   "_t32pw" as "_t32p" running the M = 8 tile code at every M ("wide":
+//           latent_rows); "_t32pw" of M = 8 is "_t32p" of M = 8
 // ONE: one instance of the tile code for every cluster size (kAny).
-#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB, ONE)                   \
+// CODE: the rows of the tile code it runs (latent_rows), at least MM.
+#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB, ONE, CODE)             \
   extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                        \
       tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {                 \
     extern __shared__ float4 tprun_smem[];                                                        \
     if (tprun::receive_cta<MM>(p)) return;                                                        \
     float* smem = reinterpret_cast<float*>(tprun_smem);                                           \
     if constexpr (ONE)                                                                            \
-      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, tprun::kAny>(p, smem, tprun::latent_rows<MM>()); \
+      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kAny>(p, smem, tprun::latent_rows<MM, CODE>()); \
     else if (tprun::in_cluster())                                                                 \
-      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, tprun::kCluster>(p, smem, tprun::latent_rows<MM>()); \
+      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kCluster>(p, smem, tprun::latent_rows<MM, CODE>()); \
     else                                                                                          \
-      tprun::skinny<(MM == 1 ? 2 : MM), TR, U, UB, STAGE, PACKED, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM>()); \
+      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM, CODE>()); \
   }
 // The "l" entry points (skinny_lines): line-wise latent loads, packed
 // weights, one instance per cluster shape as TPRUN_SKINNY_ENTRY.
@@ -1127,20 +1137,21 @@ __device__ __forceinline__ bool in_cluster() {
     if (tprun::receive_cta<MM>(p)) return;                                                        \
     float* smem = reinterpret_cast<float*>(tprun_smem);                                           \
     if (tprun::in_cluster())                                                                      \
-      tprun::skinny_lines<(MM == 1 ? 2 : MM), TR, U, LP, tprun::kCluster>(p, smem, tprun::latent_rows<MM>()); \
+      tprun::skinny_lines<(MM == 1 ? 2 : MM), TR, U, LP, tprun::kCluster>(p, smem, tprun::latent_rows<MM, (MM == 1 ? 2 : MM)>()); \
     else                                                                                          \
-      tprun::skinny_lines<(MM == 1 ? 2 : MM), TR, U, LP, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM>()); \
+      tprun::skinny_lines<(MM == 1 ? 2 : MM), TR, U, LP, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM, (MM == 1 ? 2 : MM)>()); \
   }
 #define TPRUN_SKINNY_M(MM)                                    \
-  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3, false)     \
-  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1, false)  \
-  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1, false) \
-  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1, false)   \
-  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1, false)  \
-  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1, false)  \
-  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1, false) \
-  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1, false)   \
-  TPRUN_SKINNY_ENTRY(MM, _d8p1, 1, 8, 4, false, true, 512, 1, true)  \
+  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3, false, (MM == 1 ? 2 : MM))     \
+  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1, false, (MM == 1 ? 2 : MM))  \
+  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1, false, (MM == 1 ? 2 : MM)) \
+  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1, false, (MM == 1 ? 2 : MM))   \
+  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1, false, (MM == 1 ? 2 : MM))  \
+  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1, false, (MM == 1 ? 2 : MM))  \
+  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1, false, (MM == 1 ? 2 : MM)) \
+  TPRUN_SKINNY_ENTRY(MM, _t32pw, 2, 4, 4, false, true, 512, 1, false, 8) \
+  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1, false, (MM == 1 ? 2 : MM))   \
+  TPRUN_SKINNY_ENTRY(MM, _d8p1, 1, 8, 4, false, true, 512, 1, true, (MM == 1 ? 2 : MM))  \
   TPRUN_SKINNY_LENTRY(MM, _d8pl, 1, 8, (MM > 4 ? 1 : 4), 512, 1)     \
   extern "C" __global__ void __launch_bounds__(512, 2)        \
       tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \

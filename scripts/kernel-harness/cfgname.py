@@ -3,7 +3,8 @@
 
     rows/depth/stage/warps/cluster[/pfH.S[o][l]][/p][/one][/sp|/lb][/coN]
 
-stage g (latent from L2), s (staged), c (slab) or l (whole lines); pf: the
+stage g (latent from L2), s (staged), c (slab), l (whole lines) or w (the
+M = 8 code at every M, "_t32pw"); pf: the
 L2 prefetch plan (skinny.h: helpers H, sixteenths S, o own tile, l LSU
 form); p packed weight; one the one-instance form; sp / lb the spread /
 load-balancing cluster scheduling policy; co the preferred shared memory
@@ -13,7 +14,7 @@ packed, one, cluster_policy, carveout.
 """
 import re
 
-STAGES = "gscl"  # stage 0..3
+STAGES = "gsclw"  # stage 0..4
 POLICIES = {"sp": 1, "lb": 2}
 
 
