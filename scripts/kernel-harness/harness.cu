@@ -1218,7 +1218,8 @@ std::vector<int> env_ints(const char* name, std::vector<int> def) {
 // entry points; then, for the best configs of each layout, a few L2
 // prefetch plans in the LSU form (skinny.h, TPRUN_PF_LSU), the
 // load-balancing cluster policy, and the shared memory carveouts of
-// HARNESS_CARVEOUTS (percent, default 65,80) on the six fastest of all.
+// HARNESS_CARVEOUTS (percent, default 65,80) on the six fastest of all and
+// on the fastest of each geometry within 10 % of the best.
 // HARNESS_SHARDS (latent-3584 shards only), HARNESS_LATENTS (only the
 // shapes of these latent sizes), HARNESS_WARPS and
 // HARNESS_CLUSTERS narrow or widen it (defaults: every benchmark shape,
@@ -1331,16 +1332,19 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
           ++tried;
         }
         // The shared memory carveouts on the six fastest of all of them,
-        // and on the fastest of each entry point family (2026-11-30ak: a
-        // carveout reorders them; "_t32pw" gains 0.2 us at 80 %, where
-        // "_t32p" of the same M loses 0.05-0.1).
+        // and on the fastest of each geometry (entry point, warps,
+        // cluster) within 10 % of the best: a carveout reorders them
+        // (2026-11-30ak, shard 896 M 5: 32/4/w/16/2/p was 16th without
+        // one and 0.1 us faster than all at 80 %).
         planned.insert(planned.end(), policied.begin(), policied.end());
         std::stable_sort(planned.begin(), planned.end(), by_time);
-        std::vector<bool> family(kNumVariants, false);
+        std::vector<std::tuple<int, int, int>> geometries;
         for (size_t i = 0; i < planned.size(); ++i) {
-          const int fam = planned[i].second.variant();
-          if (i >= 6 && family[fam]) continue;
-          family[fam] = true;
+          const Cfg& g = planned[i].second;
+          const std::tuple<int, int, int> geo{g.variant(), g.warps, g.cluster};
+          const bool seen = std::find(geometries.begin(), geometries.end(), geo) != geometries.end();
+          if (i >= 6 && (seen || planned[i].first > 1.1 * planned[0].first)) continue;
+          if (!seen) geometries.push_back(geo);
           for (int co : carveouts) {
             if (co < 1 || co > 100) continue;  // 0 is the default, timed above
             Cfg cfg = planned[i].second;
