@@ -42,7 +42,7 @@ type LaunchConfig struct {
 	Function    string // "tprun_skinny_m<M><variant>"
 	TileRows    int    // output columns per CTA: 16 or 32
 	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8 (0 for stage 2)
-	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c"); 3: latent from L2 by whole lines ("_d8pl"; it adds in another order than its row-major twin "_d8", so results may differ from it in the last bit; 4: as 0, running the M = 8 tile code at every M ("_t32pw"))
+	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c"); 3: latent from L2 by whole lines ("_d8pl"; it adds in another order than its row-major twin "_d8", so results may differ from it in the last bit); 4: as 0, running the M = 8 tile code at every M ("_t32pw"; at 16 warps without a cluster and M <= 2 it sums the warps in another order than "_t32p", so results may differ from it in the last bit)
 	Packed      bool   // the entry point reads the packed weight layout (PackWeight), not row-major
 	OneInstance bool   // the entry point's tile code is compiled once for every cluster size ("_d8p1")
 	Warps       int    // warps per CTA
@@ -69,9 +69,10 @@ type LaunchConfig struct {
 	// shared memory; 0 leaves it to the driver. A measured hint like the
 	// two above: how the SM's memory is split, never what is computed. At
 	// shard 896 on the H200, 65 % took 0.03-0.06 µs off M 1-6 and 80 %
-	// 0.1-0.2 µs off M 7-8, while shards 3584 and 7168 gained nothing
-	// and lost with other values (bench/NOTES-kernel.md, 2026-11-30aj), so
-	// ConfigFor sets it only for a shape the table measured.
+	// 0.1-0.2 µs off M 7-8 (and with "_t32pw", 0.1 µs off M 5-6), while
+	// shards 3584 and 7168 gained nothing and lost with other values
+	// (bench/NOTES-kernel.md, 2026-11-30aj and ak), so ConfigFor sets it
+	// only for a shape the table measured.
 	Carveout int
 }
 

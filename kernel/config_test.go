@@ -425,3 +425,28 @@ func TestReceiveCTAs(t *testing.T) {
 		}
 	}
 }
+
+// sumsLikeTwin: "_t32pw" adds like "_t32" except where "_t32" takes the
+// warp-per-vector epilogue (16 warps, no cluster, M <= 2).
+func TestSumsLikeTwin(t *testing.T) {
+	w, ok := findVariant(32, 4, 4, true, false)
+	if !ok {
+		t.Fatal("no _t32pw variant")
+	}
+	l, _ := findVariant(16, 8, 3, true, false)
+	p, _ := findVariant(32, 4, 0, true, false)
+	for _, tc := range []struct {
+		v              variant
+		m, warps, clus int
+		want           bool
+	}{
+		{w, 1, 16, 1, false}, {w, 2, 16, 1, false}, {w, 3, 16, 1, true}, {w, 1, 16, 2, true},
+		{w, 2, 8, 1, true}, {w, 1, 4, 1, true}, {w, 5, 16, 2, true}, {w, 8, 16, 1, true},
+		{l, 3, 16, 1, false}, {p, 1, 16, 1, true},
+	} {
+		c := makeConfig(tc.m, 896, 3584, tc.v, tc.warps, tc.clus)
+		if got := sumsLikeTwin(c, tc.m); got != tc.want {
+			t.Errorf("%s %d warps cluster %d M %d: %v, want %v", c.Function, tc.warps, tc.clus, tc.m, got, tc.want)
+		}
+	}
+}

@@ -582,10 +582,27 @@ func (x *matrix) runM(s Shape, rank int) {
 
 // sumsLikeRowMajor reports whether the packed entry point that s launches
 // adds its products in the same order as the row-major one, so that the
-// two give bit-identical results: true for all but the line-wise "_d8pl"
-// (stage 3, skinny_lines in skinny.cu).
+// two give bit-identical results (sumsLikeTwin).
 func sumsLikeRowMajor(s Shape) bool {
-	return ConfigForLayout(s.M, s.Shard(), s.Latent, true).Stage != 3
+	return sumsLikeTwin(ConfigForLayout(s.M, s.Shard(), s.Latent, true), s.M)
+}
+
+// sumsLikeTwin reports whether packed config c, run for m rows, adds in
+// the same order as its row-major twin (twin: the same geometry): true but
+// for the line-wise "_d8pl" (stage 3, skinny_lines in skinny.cu), and for
+// "_t32pw" (stage 4, the M = 8 code) where "_t32" takes the warp-per-vector
+// epilogue and the M = 8 code cannot (skinny.cu, warp_epilogue: no cluster,
+// at most max(4, warps/2) and at most warps output vectors, 4 per row of
+// the tile code at 32 rows; "_t32" of M = 1 runs the M = 2 code).
+func sumsLikeTwin(c LaunchConfig, m int) bool {
+	switch c.Stage {
+	case 3:
+		return false
+	case 4:
+		nv := 4 * max(m, 2)
+		return !(c.Cluster == 1 && nv <= max(4, c.Warps/2) && nv <= c.Warps)
+	}
+	return true
 }
 
 func firstDiff(a, b []BF16) int {

@@ -353,10 +353,14 @@ __device__ __forceinline__ void griddep_wait() {
 // the M = 2 code: the M = 1 instance of the register ring spilled and ran
 // 0.3-0.4 µs slower than M = 2 at shard 3584 (bench/NOTES-kernel.md,
 // 2026-11-30b). The "_t32pw" entry points run the M = 8 code at every M:
-// at shard 896 with an 80 % carveout, M 2-6 time 0.19-0.25 µs faster in it
-// than in their own (2026-11-30ak). The MMA is m16n8k16 with the latent as
-// the 8-wide operand, so the extra rows cost no MMA, only a different
-// schedule from ptxas.
+// at shard 896 with an 80 % carveout, M 2-6 time 0.18-0.24 µs faster in it
+// than in their own (2026-11-30ak; why is not known). The MMA is m16n8k16
+// with the latent as the 8-wide operand, so the extra rows cost no MMA;
+// the epilogue still handles CODE rows (the sums over the warps and the
+// cluster sum's stores), and decides its form from CODE: the M = 8 code
+// never takes the warp-per-vector epilogue (warp_epilogue), so at 16 warps
+// without a cluster and M <= 2 it adds the warps' partials in another
+// order than the M = 2 code (an element may round one bit apart).
 // latent_rows: the row count, M; when CODE > M, through a move ptxas cannot
 // fold, so that the M rows are a run-time bound of the CODE-row code.
 template <int M, int CODE>

@@ -15,6 +15,12 @@ packed, one, cluster_policy, carveout.
 import re
 
 STAGES = "gsclw"  # stage 0..4
+# The entry point families (kernel/config.go, variants): (tile_rows, depth,
+# stage, packed, one) of "", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p",
+# "_t32p", "_s8p", "_d8p1", "_d8pl", "_t32pw".
+ENTRIES = {(16, 4, 0, 0, 0), (16, 8, 0, 0, 0), (32, 4, 0, 0, 0), (16, 8, 1, 0, 0), (32, 4, 1, 0, 0),
+           (16, 0, 2, 0, 0), (16, 8, 0, 1, 0), (32, 4, 0, 1, 0), (16, 8, 1, 1, 0), (16, 8, 0, 1, 1),
+           (16, 8, 3, 1, 0), (32, 4, 4, 1, 0)}
 POLICIES = {"sp": 1, "lb": 2}
 
 
@@ -67,4 +73,8 @@ def parse(s):
             if not 1 <= int(m[1]) <= 0xFFFF or int(m[2]) > 16:
                 raise ValueError("prefetch helpers must be 1..65535 and sixteenths 0..16")
             c["l2_prefetch"] = int(m[1]) | int(m[2]) << 16 | (1 << 24 if m[3] else 0) | (1 << 25 if m[4] else 0)
+    key = (c["tile_rows"], c["depth"], c["stage"], c["packed"], c["one"])
+    if key not in ENTRIES:
+        raise ValueError("no entry point has rows %d, depth %d, stage %s, packed %d, one %d" %
+                         (key[0], key[1], STAGES[key[2]], key[3], key[4]))
     return c

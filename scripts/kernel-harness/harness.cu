@@ -947,11 +947,10 @@ int check_fused(const Kernels& k, Rng& rng, CUstream s, int M, int shard, int K,
   return fails;
 }
 
-// One small case of each kernel, with partial tiles, a K tail and a cluster.
 // One small case of every config in cfgs for M rows: partial tiles, a K
 // tail, buffers of exactly the sizes skinny.h names (so that compute-sanitizer
-// sees any access past them, e.g. a row >= M of the M = 1 entry points,
-// which run the M = 2 code).
+// sees any access past them, e.g. a row >= M of the entry points that run
+// the code of more rows: M = 1 the M = 2 code, "_t32pw" the M = 8 code).
 int small_m(const Kernels& k, Rng& rng, CUstream s, int M, std::initializer_list<Cfg> cfgs) {
   const int shard = 200, K = 3600, tp = 2, rank = 1, hidden = tp * shard;
   std::vector<uint16_t> lat((size_t)M * K), w((size_t)shard * K), sh((size_t)M * hidden);
