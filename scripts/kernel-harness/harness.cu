@@ -1285,7 +1285,7 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
               }
               // And running the M = 8 code ("_t32pw") below M 8, where it
               // is not "_t32p" itself (2026-11-30ak: with an 80 % carveout,
-              // 0.18-0.24 us faster at shard 896, M 2-6).
+              // 0.185-0.244 us faster at shard 896, M 2-6, 16/2).
               if (pk && base.variant() == 2 && M < 8) {
                 Cfg x = cfg;
                 x.one = 0;
