@@ -404,7 +404,7 @@ func runSkinnyMatrix(e *env, rng *rand.Rand, spec matrixSpec) {
 			x.pair(shard, K)
 		}
 	}
-	e.t.Logf("%d shapes in %v; GPU and CPU kernels at most %d bf16 ulp apart; %d shapes with a packed entry point that adds in its own order (\"_d8pl\"), checked on their own",
+	e.t.Logf("%d shapes in %v; GPU and CPU kernels at most %d bf16 ulp apart; %d shapes with a packed entry point that adds in its own order (\"_d8pl\"; \"_t32pw\" at 16 warps, no cluster, M <= 2), checked on their own",
 		len(spec.ms)*len(spec.shards)*len(spec.latents), time.Since(start).Round(time.Millisecond), x.worstULP, x.ownOrder)
 }
 
@@ -519,11 +519,13 @@ func (x *matrix) pair(shard, K int) {
 // (another destination order, with PDL) read the row-major weight, run 2 the
 // packed one. Run 1 must be bit-identical to run 0. Where the packed entry
 // point sums its fragments in the same order as its row-major twin (every
-// one but "_d8pl", sumsLikeRowMajor), so must run 2. "_d8pl" adds the
-// products of a chunk pair's even and odd chunks in separate accumulators,
-// so it may round an element differently from "_d8": its run 2 is checked
-// on its own (x.packed[s.M], against the float64 tolerance in pair), and a
-// run 3 (packed, other order, PDL) must be bit-identical to it. Run 0's
+// one but "_d8pl", and "_t32pw" at 16 warps, no cluster and M <= 2:
+// sumsLikeTwin), so must run 2. "_d8pl" adds the products of a chunk
+// pair's even and odd chunks in separate accumulators, and that "_t32pw"
+// sums the warps in another order, so they may round an element
+// differently from their twins: run 2 is then checked on its own
+// (x.packed[s.M], against the float64 tolerance in pair), and a run 3
+// (packed, other order, PDL) must be bit-identical to it. Run 0's
 // destination 0 is kept in x.outs[s.M].
 func (x *matrix) runM(s Shape, rank int) {
 	shard, hidden := s.Shard(), s.Hidden
