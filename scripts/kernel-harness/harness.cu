@@ -1264,36 +1264,26 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
                 continue;
               Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
               cfg.packed = pk;
+              // Times cfg in another form (one instance, another stage).
+              auto time_form = [&](int one, int stage) {
+                Cfg f = cfg;
+                f.one = one;
+                f.stage = stage;
+                const double us = time_skinny(k, pool, acts, M, sh.hidden, f, s, 7);
+                row(sh, M, f, us);
+                if (us > 0) timed[pk].push_back({us, f});
+              };
               // "_d8p" in both forms: two instances, and one ("_d8p1").
-              for (int one : {0, 1}) {
-                if (one && (!pk || base.variant() != 1)) continue;
-                cfg.one = one;
-                double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
-                row(sh, M, cfg, us);
-                if (us > 0) timed[pk].push_back({us, cfg});
-              }
+              time_form(0, base.stage);
+              if (pk && base.variant() == 1) time_form(1, base.stage);
               // And reading the latent by whole lines ("_d8pl"), at M <= 4
               // only: at M 5-8 it ran 0.9-1.4 us slower than the table's
               // configs (bench/NOTES-kernel.md, 2026-11-30x).
-              if (pk && base.variant() == 1 && M <= 4) {
-                Cfg l = cfg;
-                l.one = 0;
-                l.stage = 3;
-                double us = time_skinny(k, pool, acts, M, sh.hidden, l, s, 7);
-                row(sh, M, l, us);
-                if (us > 0) timed[pk].push_back({us, l});
-              }
+              if (pk && base.variant() == 1 && M <= 4) time_form(0, 3);
               // And running the M = 8 code ("_t32pw") below M 8, where it
               // is not "_t32p" itself (2026-11-30ak: with an 80 % carveout,
               // 0.185-0.244 us faster at shard 896, M 2-6, 16/2).
-              if (pk && base.variant() == 2 && M < 8) {
-                Cfg x = cfg;
-                x.one = 0;
-                x.stage = 4;
-                double us = time_skinny(k, pool, acts, M, sh.hidden, x, s, 7);
-                row(sh, M, x, us);
-                if (us > 0) timed[pk].push_back({us, x});
-              }
+              if (pk && base.variant() == 2 && M < 8) time_form(0, 4);
             }
         }
       // The plans on the three fastest configs of each layout: a plan can
