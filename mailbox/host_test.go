@@ -103,7 +103,8 @@ func TestSanitizeWord(t *testing.T) {
 	}
 	// Exhaustively over one half: no output equals the sentinel.
 	for v := range uint32(1 << 16) {
-		for _, w := range []uint32{v<<16 | 0x0000, v<<16 | 0x8000, v<<16 | 0x1234} {
+		// Low halves 0x0000, 0x8000 and 0x1234.
+		for _, w := range []uint32{v << 16, v<<16 | 0x8000, v<<16 | 0x1234} {
 			if sanitizeWord(w) == Sentinel {
 				t.Fatalf("sanitizeWord(%#08x) is the sentinel", w)
 			}

@@ -208,11 +208,13 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 	for _, m := range cfg.M {
 		rec, err := rig.run(ctx, up, m, bc.Warmup, bc.Replays)
 		if err != nil {
+			//lint:ignore ST1005 M, the row count, as the tables spell it
 			return fail(fmt.Errorf("M=%d: %w", m, err))
 		}
 		rec.bandwidth = bw
 		all, err := g.AllGather(ctx, rec.encode())
 		if err != nil {
+			//lint:ignore ST1005 M, the row count, as the tables spell it
 			return fail(fmt.Errorf("M=%d: gathering the results: %w", m, err))
 		}
 		row := benchRow{m: m}
@@ -220,6 +222,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 		for q, b := range all {
 			r, err := decodeBenchRecord(b)
 			if err != nil {
+				//lint:ignore ST1005 M, the row count, as the tables spell it
 				return fail(fmt.Errorf("M=%d: rank %d's result: %w", m, q, err))
 			}
 			row.median, row.p90 = max(row.median, r.median), max(row.p90, r.p90)

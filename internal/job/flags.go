@@ -232,9 +232,11 @@ func (m *mList) Set(s string) error {
 			return fmt.Errorf("%q is not an integer", f)
 		}
 		if n < 1 || n > maxM {
+			//lint:ignore ST1005 M, the row count, as the tables spell it
 			return fmt.Errorf("M %d is outside 1..%d", n, maxM)
 		}
 		if seen[n] {
+			//lint:ignore ST1005 M, the row count, as the tables spell it
 			return fmt.Errorf("M %d is listed twice", n)
 		}
 		seen[n] = true

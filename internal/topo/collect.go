@@ -347,7 +347,6 @@ func readFabric(h nvml.Device, nl NVLink, warn func(string, ...any)) (Fabric, bo
 	// GetGpuFabricInfoV returns a handler whose device field only the real
 	// library can fill, so mocks cannot serve it; v1 has the state and
 	// clique the verdict needs and exists on every driver that has v2+.
-	//lint:ignore SA1019 see above
 	info, ret := h.GetGpuFabricInfo()
 	switch {
 	case ret == nvml.ERROR_NOT_SUPPORTED:
