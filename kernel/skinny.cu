@@ -353,7 +353,7 @@ __device__ __forceinline__ void griddep_wait() {
 // the M = 2 code: the M = 1 instance of the register ring spilled and ran
 // 0.3-0.4 µs slower than M = 2 at shard 3584 (bench/NOTES-kernel.md,
 // 2026-11-30b). The "_t32pw" entry points run the M = 8 code at every M:
-// at shard 896 with an 80 % carveout, M 2-6 time 0.18-0.24 µs faster in it
+// at shard 896 with an 80 % carveout, M 2-6 time 0.185-0.244 µs faster in it
 // than in their own (2026-11-30ak; why is not known). The MMA is m16n8k16
 // with the latent as the 8-wide operand, so the extra rows cost no MMA;
 // the epilogue still handles CODE rows (the sums over the warps and the
@@ -1118,7 +1118,10 @@ __device__ __forceinline__ bool in_cluster() {
 //   "_t32pw" as "_t32p" running the M = 8 tile code at every M ("wide":
 //           latent_rows); "_t32pw" of M = 8 is "_t32p" of M = 8
 // ONE: one instance of the tile code for every cluster size (kAny).
-// CODE: the rows of the tile code it runs (latent_rows), at least MM.
+// CODE: the rows of the tile code it runs (latent_rows), at least MM;
+// TPRUN_CODE_ROWS(MM) for the entries that run their own M's code (M = 1
+// the M = 2 code).
+#define TPRUN_CODE_ROWS(MM) ((MM) == 1 ? 2 : (MM))
 #define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB, ONE, CODE)             \
   extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                        \
       tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {                 \
@@ -1141,21 +1144,21 @@ __device__ __forceinline__ bool in_cluster() {
     if (tprun::receive_cta<MM>(p)) return;                                                        \
     float* smem = reinterpret_cast<float*>(tprun_smem);                                           \
     if (tprun::in_cluster())                                                                      \
-      tprun::skinny_lines<(MM == 1 ? 2 : MM), TR, U, LP, tprun::kCluster>(p, smem, tprun::latent_rows<MM, (MM == 1 ? 2 : MM)>()); \
+      tprun::skinny_lines<TPRUN_CODE_ROWS(MM), TR, U, LP, tprun::kCluster>(p, smem, tprun::latent_rows<MM, TPRUN_CODE_ROWS(MM)>()); \
     else                                                                                          \
-      tprun::skinny_lines<(MM == 1 ? 2 : MM), TR, U, LP, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM, (MM == 1 ? 2 : MM)>()); \
+      tprun::skinny_lines<TPRUN_CODE_ROWS(MM), TR, U, LP, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM, TPRUN_CODE_ROWS(MM)>()); \
   }
 #define TPRUN_SKINNY_M(MM)                                    \
-  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3, false, (MM == 1 ? 2 : MM))     \
-  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1, false, (MM == 1 ? 2 : MM))  \
-  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1, false, (MM == 1 ? 2 : MM)) \
-  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1, false, (MM == 1 ? 2 : MM))   \
-  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1, false, (MM == 1 ? 2 : MM))  \
-  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1, false, (MM == 1 ? 2 : MM))  \
-  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1, false, (MM == 1 ? 2 : MM)) \
+  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3, false, TPRUN_CODE_ROWS(MM))     \
+  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1, false, TPRUN_CODE_ROWS(MM))  \
+  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1, false, TPRUN_CODE_ROWS(MM)) \
+  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1, false, TPRUN_CODE_ROWS(MM))   \
+  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1, false, TPRUN_CODE_ROWS(MM))  \
+  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1, false, TPRUN_CODE_ROWS(MM))  \
+  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1, false, TPRUN_CODE_ROWS(MM)) \
   TPRUN_SKINNY_ENTRY(MM, _t32pw, 2, 4, 4, false, true, 512, 1, false, 8) \
-  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1, false, (MM == 1 ? 2 : MM))   \
-  TPRUN_SKINNY_ENTRY(MM, _d8p1, 1, 8, 4, false, true, 512, 1, true, (MM == 1 ? 2 : MM))  \
+  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1, false, TPRUN_CODE_ROWS(MM))   \
+  TPRUN_SKINNY_ENTRY(MM, _d8p1, 1, 8, 4, false, true, 512, 1, true, TPRUN_CODE_ROWS(MM))  \
   TPRUN_SKINNY_LENTRY(MM, _d8pl, 1, 8, (MM > 4 ? 1 : 4), 512, 1)     \
   extern "C" __global__ void __launch_bounds__(512, 2)        \
       tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \
