@@ -1,6 +1,7 @@
 #!/bin/bash
 # Session 2026-12-01 "al": NOT RUN (no pair of H200s was lent when it was
-# due; exp159.sh ran on one H200 instead, then exp160.sh). Call 4: the latent load as .cg (L2 only)
+# due; exp159.sh ran on one H200 instead, and exp160.sh was prepared in its
+# place). Call 4: the latent load as .cg (L2 only)
 # was 0.01-0.07 µs faster at M 3-8 (M 7 -0.07, M 8 -0.02; 5 rounds), the
 # other operators no better (.L1::no_allocate +0.25). This call repeats cg
 # with 7 rounds and adds the weight load's operator, which 2026-11-30d
