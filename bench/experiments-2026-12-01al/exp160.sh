@@ -15,6 +15,6 @@ scripts/kernel-harness/build-exp cg .dev/aw -DTPRUN_ACT_LD_FORM=1 & P+=($!)
 scripts/kernel-harness/build-exp cgcs .dev/aw -DTPRUN_ACT_LD_FORM=1 -DTPRUN_WEIGHT_LD_FORM=3 & P+=($!)
 wait "${P[@]}"
 el builds
-OUT=$O timeout 420 scripts/step-ab --rounds 9 base=embedded cg=build/cg.fatbin cgcs=build/cgcs.fatbin
+OUT=$O timeout 420 scripts/step-ab --rounds 11 base=embedded cg=build/cg.fatbin cgcs=build/cgcs.fatbin
 el done
 rm -rf $O/step-ab
