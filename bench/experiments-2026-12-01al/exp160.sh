@@ -4,7 +4,7 @@
 # everywhere, as .cs within ±0.06; the latent load as .cg within -0.044 to
 # +0.045 of main (shard 3584, step config at 65 %: -0.004 to -0.021). So
 # only the latent's .cg is left of call 4's gain (-0.01 to -0.07 µs in the
-# step): is it real? 9 interleaved step rounds of base (embedded), cg (the
+# step): is it real? 11 interleaved step rounds of base (embedded), cg (the
 # latent as .cg) and cgcs (cg with the weights as .cs), main's bin/tprun.
 source scripts/device-call-prologue
 tar xzf .dev/bin-tprun.tgz
