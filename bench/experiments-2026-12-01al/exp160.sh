@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 2026-12-01 "al", call 7 if a pair is lent (nvidia-h200-x2). Call 5 (one H200, the
+# Session 2026-12-01 "al", call 7 (nvidia-h200-x2, once a pair was lent again). Call 5 (one H200, the
 # kernel alone, 7 rounds): the weight load as .cg is 0.14-0.31 µs slower
 # everywhere, as .cs within ±0.06; the latent load as .cg within -0.044 to
 # +0.045 of main (shard 3584, step config at 65 %: -0.004 to -0.021). So
