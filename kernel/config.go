@@ -42,7 +42,7 @@ type LaunchConfig struct {
 	Function    string // "tprun_skinny_m<M><variant>"
 	TileRows    int    // output columns per CTA: 16 or 32
 	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8 (0 for stage 2)
-	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c"); 3: latent from L2 by whole lines ("_d8pl"; it adds in another order than its row-major twin "_d8", so results may differ from it in the last bit); 4: as 0, running the M = 8 tile code at every M ("_t32pw"; at 16 warps without a cluster and M <= 2 it sums the warps in another order than "_t32p", so results may differ from it in the last bit)
+	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c"); 3: latent from L2 by whole lines ("_d8pl"; it adds in another order than its row-major twin "_d8", so results may differ from it in the last bit); 4: as 0, running the M = 8 tile code at every M ("_t32pw"; at 16 warps without a cluster and M <= 2 it sums the warps in another order than "_t32p", so results may differ from it in the last bit); 5: as 0, the latent and shared loads cached in L2 only ("_t32pn", the fused step's; bit-identical to "_t32p")
 	Packed      bool   // the entry point reads the packed weight layout (PackWeight), not row-major
 	OneInstance bool   // the entry point's tile code is compiled once for every cluster size ("_d8p1")
 	Warps       int    // warps per CTA
@@ -126,6 +126,10 @@ var variants = [...]variant{
 	// rows M..7 never loaded nor stored (skinny.cu, latent_rows), packed
 	// only. Stage 4 names the family; the latent comes from L2 as in stage 0.
 	{"_t32pw", 32, 4, 4, 16, true, false},
+	// "_t32pn": "_t32p" with the latent and shared loads cached in L2 only
+	// (skinny.cu, ld_act), packed only: the fused step's family (step
+	// table), the same sums as "_t32p". Stage 5 names it.
+	{"_t32pn", 32, 4, 5, 16, true, false},
 }
 
 func findVariant(tileRows, depth, stage int, packed, one bool) (variant, bool) {
@@ -161,7 +165,7 @@ func unstaged(v variant) variant {
 // when v's is not the one asked for: "_d8", "_t32", "_s8" and their "p"
 // forms map onto each other; the lean "" and slab "_c" entries (row-major
 // only) map to "_d8p", "_s32" to "_t32p", "_d8p1" and "_d8pl" (packed
-// only) to "_d8", and "_t32pw" (packed only) to "_t32".
+// only) to "_d8", and "_t32pw" and "_t32pn" (packed only) to "_t32".
 func twin(v variant, packed bool) variant {
 	switch {
 	case v.packed == packed:

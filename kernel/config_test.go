@@ -218,7 +218,10 @@ func TestParseConfigTableRejects(t *testing.T) {
 		{"stage 4 row-major (no such entry point)", "3584 896 5 32 4 4 16 2 0 0 0 0 80 2.4\n"},
 		{"stage 4 with 16 rows (no such entry point)", "3584 896 5 16 8 4 16 1 0 1 0 0 80 2.4\n"},
 		{"stage 4 one-instance (no such entry point)", "3584 896 5 32 4 4 16 2 0 1 1 0 80 2.4\n"},
-		{"stage 5", "3584 896 5 32 4 5 16 2 0 1 0 0 80 2.4\n"},
+		{"stage 5 row-major (no such entry point)", "3584 3584 5 32 4 5 4 4 0 0 0 0 65 7.4\n"},
+		{"stage 5 with 16 rows (no such entry point)", "3584 3584 5 16 8 5 4 4 0 1 0 0 65 7.4\n"},
+		{"stage 5 one-instance (no such entry point)", "3584 3584 5 32 4 5 4 4 0 1 1 0 65 7.4\n"},
+		{"stage 6", "3584 896 5 32 4 6 16 2 0 1 0 0 80 2.4\n"},
 		{"15 fields", "3584 896 1 32 4 0 8 4 0 1 0 2 80 2.5 7\n"},
 		{"carveout 101", "3584 896 1 32 4 0 8 4 0 1 0 2 101 2.5\n"},
 		{"carveout -1", "3584 896 1 32 4 0 8 4 0 1 0 2 -1 2.5\n"},
@@ -267,6 +270,13 @@ func TestParseConfigTableRejects(t *testing.T) {
 	} else if c := configFrom(e[0], e[0].v, 5, 896, 3584); c.Function != "tprun_skinny_m5_t32pw" || c.Stage != 4 ||
 		c.TileRows != 32 || c.Carveout != 80 || c.SharedBytes != SkinnySharedBytes(5, 3584, 32, 16, 2, 0) || c.Validate(5, 896, 3584) != nil {
 		t.Errorf("wide entry's config: %+v, %v", c, c.Validate(5, 896, 3584))
+	}
+	e, err = parseTable("step_table.tsv", "3584\t3584\t8\t32\t4\t5\t4\t4\t34078768\t1\t0\t2\t65\t7.6\n")
+	if err != nil || len(e) != 1 || e[0].v.suffix != "_t32pn" || e[0].v.stage != 5 || !e[0].v.packed || e[0].carveout != 65 {
+		t.Errorf("valid line of the step's entry: %+v, %v", e, err)
+	} else if c := configFrom(e[0], e[0].v, 8, 3584, 3584); c.Function != "tprun_skinny_m8_t32pn" || c.Stage != 5 ||
+		c.TileRows != 32 || c.Cluster != 4 || c.SharedBytes != SkinnySharedBytes(8, 3584, 32, 4, 4, 0) || c.Validate(8, 3584, 3584) != nil {
+		t.Errorf("step entry's config: %+v, %v", c, c.Validate(8, 3584, 3584))
 	}
 	e, err = parseTable("config_table.tsv", "3584\t3584\t1\t32\t4\t0\t4\t4\t34078768\t1\t0\t2\t6.0\n3584\t3584\t2\t32\t4\t0\t4\t4\t0\t1\t0\t0\t6.1\n")
 	if err != nil || len(e) != 2 || e[0].policy != 2 || e[1].policy != 0 || e[0].prefetch != 34078768 || e[0].cluster != 4 {
@@ -435,6 +445,10 @@ func TestSumsLikeTwin(t *testing.T) {
 	}
 	l, _ := findVariant(16, 8, 3, true, false)
 	p, _ := findVariant(32, 4, 0, true, false)
+	n, ok := findVariant(32, 4, 5, true, false)
+	if !ok {
+		t.Fatal("no _t32pn variant")
+	}
 	for _, tc := range []struct {
 		v              variant
 		m, warps, clus int
@@ -442,7 +456,7 @@ func TestSumsLikeTwin(t *testing.T) {
 	}{
 		{w, 1, 16, 1, false}, {w, 2, 16, 1, false}, {w, 3, 16, 1, true}, {w, 1, 16, 2, true},
 		{w, 2, 8, 1, true}, {w, 1, 4, 1, true}, {w, 5, 16, 2, true}, {w, 8, 16, 1, true},
-		{l, 3, 16, 1, false}, {p, 1, 16, 1, true},
+		{l, 3, 16, 1, false}, {p, 1, 16, 1, true}, {n, 1, 16, 1, true}, {n, 8, 4, 4, true},
 	} {
 		c := makeConfig(tc.m, 896, 3584, tc.v, tc.warps, tc.clus)
 		if got := sumsLikeTwin(c, tc.m); got != tc.want {

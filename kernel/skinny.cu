@@ -66,15 +66,30 @@ __device__ __forceinline__ uint4 ld_weight(const uint16_t* p, bool pred) {
 
 // Latent and shared: ordinary (coherent) loads, issued after
 // griddepcontrol.wait, cached in L1 so CTAs on one SM share the latent.
+// L2ONLY: `.cg`, cached in L2 only (still coherent: the latent may be
+// written by the previous grid, so `.nc` is not allowed). Only the step's
+// family "_t32pn" uses it: in the fused step it is 0.04-0.07 us faster at
+// M 5-7, but made global it cost other shapes up to 0.41 us
+// (bench/NOTES-kernel.md, 2026-12-01al).
+template <bool L2ONLY = false>
 __device__ __forceinline__ uint4 ld_act(const uint16_t* p, bool pred) {
   uint4 v;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t"
-      "setp.ne.b32 p, %5, 0;\n\t"
-      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-      "@p ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"((int)pred));
+  if constexpr (L2ONLY)
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "setp.ne.b32 p, %5, 0;\n\t"
+        "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+        "@p ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)pred));
+  else
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "setp.ne.b32 p, %5, 0;\n\t"
+        "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+        "@p ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)pred));
   return v;
 }
 
@@ -596,7 +611,7 @@ struct EpilogueSlot {
   bool eok;    // the thread has a vector to store
   uint4 shv;
 };
-template <int M, int ROWS, int CL>
+template <int M, int ROWS, int CL, bool L2ONLY = false>
 __device__ __forceinline__ EpilogueSlot epilogue_slot(const tprun_skinny_params& p, const TileSetup<M, ROWS, CL>& t, int mrows) {
   constexpr int NV = M * ROWS / 8;
   const bool wepi = CL != kCluster && warp_epilogue(NV, t.csize);
@@ -605,7 +620,7 @@ __device__ __forceinline__ EpilogueSlot epilogue_slot(const tprun_skinny_params&
   const int em = ev / (ROWS / 8);
   const int ec = (ev % (ROWS / 8)) * 8;
   const bool eok = epi && t.n0 + ec < p.shard && em < mrows;
-  const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) + (eok ? (size_t)em * (size_t)p.shared_stride + t.n0 + ec : 0),
+  const uint4 shv = ld_act<L2ONLY>(reinterpret_cast<const uint16_t*>(p.shared) + (eok ? (size_t)em * (size_t)p.shared_stride + t.n0 + ec : 0),
                            eok);
   return {em, ec, eok, shv};
 }
@@ -638,7 +653,7 @@ __device__ __forceinline__ void tile_prologue_end(const tprun_skinny_params& p, 
 // L2 through a ring of UB registers.
 // PACKED: the weight is in skinny.h's packed layout. mrows (<= M): the
 // latent rows that exist; the code computes M (latent_rows).
-template <int M, int TR, int U, int UB, bool STAGE, bool PACKED, int CL>
+template <int M, int TR, int U, int UB, bool STAGE, bool PACKED, int CL, bool L2ONLY = false>
 __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem, int mrows) {
   static_assert(U % UB == 0, "latent ring must divide the weight ring");
   Trace tr;
@@ -723,11 +738,11 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
 #pragma unroll
-    for (int u = 0; u < UB; ++u) lb[u] = ld_act(lp + 32 * u, lrow && u < nj && 32 * u < kleft);
+    for (int u = 0; u < UB; ++u) lb[u] = ld_act<L2ONLY>(lp + 32 * u, lrow && u < nj && 32 * u < kleft);
   }
   // This thread's B fragments in the staged slice: row g, chunk wc0 - cs.
   const uint16_t* bs = lat_s + (lrow ? g : 0) * lpitch + (wc0 - cs) * 32 + tig * 8;
-  const EpilogueSlot es = epilogue_slot<M, ROWS, CL>(p, t, mrows);
+  const EpilogueSlot es = epilogue_slot<M, ROWS, CL, L2ONLY>(p, t, mrows);
 
   // Two accumulator sets per tile (first and second k half of each chunk):
   // two independent MMA dependency chains.
@@ -782,7 +797,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
       }
       if constexpr (!STAGE) {
         const int jb = j + UB;
-        lb[u % UB] = ld_act(lp + 32 * (u + UB), lrow && jb < nj && 32 * jb < kleft);
+        lb[u % UB] = ld_act<L2ONLY>(lp + 32 * (u + UB), lrow && jb < nj && 32 * jb < kleft);
       }
       const int jw = j + U;
       const bool ok = jw < nj && (PACKED || 32 * jw < kleft);
@@ -1117,23 +1132,25 @@ __device__ __forceinline__ bool in_cluster() {
 //           which is slow: at M 5-8 no sweep picks it (2026-11-30x)
 //   "_t32pw" as "_t32p" running the M = 8 tile code at every M ("wide":
 //           latent_rows); "_t32pw" of M = 8 is "_t32p" of M = 8
+//   "_t32pn" as "_t32p" with the latent and shared loads cached in L2
+//           only (ld_act's L2ONLY): the fused step's family
 // ONE: one instance of the tile code for every cluster size (kAny).
 // CODE: the rows of the tile code it runs (latent_rows), at least MM;
 // TPRUN_CODE_ROWS(MM) for the entries that run their own M's code (M = 1
-// the M = 2 code).
+// the M = 2 code). L2ONLY: ld_act's form for the latent and shared loads.
 #define TPRUN_CODE_ROWS(MM) ((MM) == 1 ? 2 : (MM))
-#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB, ONE, CODE)             \
+#define TPRUN_SKINNY_ENTRY(MM, SUFFIX, TR, U, UB, STAGE, PACKED, MAXT, MINB, ONE, CODE, L2ONLY)     \
   extern "C" __global__ void __launch_bounds__(MAXT, MINB)                                        \
       tprun_skinny_m##MM##SUFFIX(const __grid_constant__ tprun_skinny_params p) {                 \
     extern __shared__ float4 tprun_smem[];                                                        \
     if (tprun::receive_cta<MM>(p)) return;                                                        \
     float* smem = reinterpret_cast<float*>(tprun_smem);                                           \
     if constexpr (ONE)                                                                            \
-      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kAny>(p, smem, tprun::latent_rows<MM, CODE>()); \
+      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kAny, L2ONLY>(p, smem, tprun::latent_rows<MM, CODE>()); \
     else if (tprun::in_cluster())                                                                 \
-      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kCluster>(p, smem, tprun::latent_rows<MM, CODE>()); \
+      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kCluster, L2ONLY>(p, smem, tprun::latent_rows<MM, CODE>()); \
     else                                                                                          \
-      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM, CODE>()); \
+      tprun::skinny<CODE, TR, U, UB, STAGE, PACKED, tprun::kNoCluster, L2ONLY>(p, smem, tprun::latent_rows<MM, CODE>()); \
   }
 // The "l" entry points (skinny_lines): line-wise latent loads, packed
 // weights, one instance per cluster shape as TPRUN_SKINNY_ENTRY.
@@ -1149,16 +1166,17 @@ __device__ __forceinline__ bool in_cluster() {
       tprun::skinny_lines<TPRUN_CODE_ROWS(MM), TR, U, LP, tprun::kNoCluster>(p, smem, tprun::latent_rows<MM, TPRUN_CODE_ROWS(MM)>()); \
   }
 #define TPRUN_SKINNY_M(MM)                                    \
-  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3, false, TPRUN_CODE_ROWS(MM))     \
-  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1, false, TPRUN_CODE_ROWS(MM))  \
-  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1, false, TPRUN_CODE_ROWS(MM)) \
-  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1, false, TPRUN_CODE_ROWS(MM))   \
-  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1, false, TPRUN_CODE_ROWS(MM))  \
-  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1, false, TPRUN_CODE_ROWS(MM))  \
-  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1, false, TPRUN_CODE_ROWS(MM)) \
-  TPRUN_SKINNY_ENTRY(MM, _t32pw, 2, 4, 4, false, true, 512, 1, false, 8) \
-  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1, false, TPRUN_CODE_ROWS(MM))   \
-  TPRUN_SKINNY_ENTRY(MM, _d8p1, 1, 8, 4, false, true, 512, 1, true, TPRUN_CODE_ROWS(MM))  \
+  TPRUN_SKINNY_ENTRY(MM, , 1, 4, 4, false, false, 256, 3, false, TPRUN_CODE_ROWS(MM), false)     \
+  TPRUN_SKINNY_ENTRY(MM, _d8, 1, 8, 4, false, false, 512, 1, false, TPRUN_CODE_ROWS(MM), false)  \
+  TPRUN_SKINNY_ENTRY(MM, _t32, 2, 4, 4, false, false, 512, 1, false, TPRUN_CODE_ROWS(MM), false) \
+  TPRUN_SKINNY_ENTRY(MM, _s8, 1, 8, 1, true, false, 512, 1, false, TPRUN_CODE_ROWS(MM), false)   \
+  TPRUN_SKINNY_ENTRY(MM, _s32, 2, 4, 1, true, false, 512, 1, false, TPRUN_CODE_ROWS(MM), false)  \
+  TPRUN_SKINNY_ENTRY(MM, _d8p, 1, 8, 4, false, true, 512, 1, false, TPRUN_CODE_ROWS(MM), false)  \
+  TPRUN_SKINNY_ENTRY(MM, _t32p, 2, 4, 4, false, true, 512, 1, false, TPRUN_CODE_ROWS(MM), false) \
+  TPRUN_SKINNY_ENTRY(MM, _t32pw, 2, 4, 4, false, true, 512, 1, false, 8, false) \
+  TPRUN_SKINNY_ENTRY(MM, _t32pn, 2, 4, 4, false, true, 512, 1, false, TPRUN_CODE_ROWS(MM), true) \
+  TPRUN_SKINNY_ENTRY(MM, _s8p, 1, 8, 1, true, true, 512, 1, false, TPRUN_CODE_ROWS(MM), false)   \
+  TPRUN_SKINNY_ENTRY(MM, _d8p1, 1, 8, 4, false, true, 512, 1, true, TPRUN_CODE_ROWS(MM), false)  \
   TPRUN_SKINNY_LENTRY(MM, _d8pl, 1, 8, (MM > 4 ? 1 : 4), 512, 1)     \
   extern "C" __global__ void __launch_bounds__(512, 2)        \
       tprun_skinny_m##MM##_c(const __grid_constant__ tprun_skinny_params p) { \

@@ -3,8 +3,9 @@
 
     rows/depth/stage/warps/cluster[/pfH.S[o][l]][/p][/one][/sp|/lb][/coN]
 
-stage g (latent from L2), s (staged), c (slab), l (whole lines) or w (the
-M = 8 code at every M, "_t32pw"); pf: the
+stage g (latent from L2), s (staged), c (slab), l (whole lines), w (the
+M = 8 code at every M, "_t32pw") or n (the latent loads cached in L2 only,
+"_t32pn", the fused step's family); pf: the
 L2 prefetch plan (skinny.h: helpers H, sixteenths S, o own tile, l LSU
 form); p packed weight; one the one-instance form; sp / lb the spread /
 load-balancing cluster scheduling policy; co the preferred shared memory
@@ -14,7 +15,7 @@ packed, one, cluster_policy, carveout.
 """
 import re
 
-STAGES = "gsclw"  # stage 0..4
+STAGES = "gsclwn"  # stage 0..5
 # The entry point families (kernel/config.go, variants): (tile_rows, depth,
 # stage, packed, one) of "", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p",
 # "_t32p", "_s8p", "_d8p1", "_d8pl", "_t32pw".

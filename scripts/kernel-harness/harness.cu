@@ -95,7 +95,7 @@ void fill_bf16(std::vector<uint16_t>& v, Rng& rng, float lo, float hi) {
 
 // ---------------------------------------------------------------- module
 
-constexpr int kNumVariants = 12;
+constexpr int kNumVariants = 13;
 
 struct Kernels {
   CUmodule mod{};
@@ -103,7 +103,7 @@ struct Kernels {
   CUfunction receive{};
 };
 
-const char* const kSuffix[kNumVariants] = {"", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p", "_t32p", "_s8p", "_d8p1", "_d8pl", "_t32pw"};
+const char* const kSuffix[kNumVariants] = {"", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p", "_t32p", "_s8p", "_d8p1", "_d8pl", "_t32pw", "_t32pn"};
 
 Kernels load(const char* path) {
   FILE* f = fopen(path, "rb");
@@ -155,6 +155,7 @@ struct Cfg {
     if (one) return 9;  // valid only with 16 rows, depth 8, stage 0, packed (exists())
     if (stage == 3) return 10;  // "_d8pl": valid only with 16 rows, depth 8, packed
     if (stage == 4) return 11;  // "_t32pw": valid only with 32 rows, depth 4, packed
+    if (stage == 5) return 12;  // "_t32pn": valid only with 32 rows, depth 4, packed
     if (packed) return stage ? 8 : tile_rows == 32 ? 7 : 6;
     if (stage == 2) return 5;
     if (stage) return tile_rows == 32 ? 4 : 3;
@@ -163,7 +164,7 @@ struct Cfg {
   CUfunction fn(const Kernels& k, int M) const { return k.skinny[M][variant()]; }
   std::string str() const {
     char b[96];
-    int n = snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 4 ? "w" : stage == 3 ? "l" : stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
+    int n = snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 5 ? "n" : stage == 4 ? "w" : stage == 3 ? "l" : stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
     if (pf)
       n += snprintf(b + n, sizeof b - n, "/pf%d.%d%s%s", TPRUN_PF_HELPERS(pf), TPRUN_PF_SIXTEENTHS(pf),
                     TPRUN_PF_OWN(pf) ? "o" : "", TPRUN_PF_LSU(pf) ? "l" : "");
@@ -182,6 +183,7 @@ struct Cfg {
     if (one) return packed == 1 && tile_rows == 16 && depth == 8 && stage == 0;
     if (stage == 3) return packed == 1 && tile_rows == 16 && depth == 8;  // "_d8pl"
     if (stage == 4) return packed == 1 && tile_rows == 32 && depth == 4;  // "_t32pw"
+    if (stage == 5) return packed == 1 && tile_rows == 32 && depth == 4;  // "_t32pn"
     if (packed)  // "_d8p", "_s8p", "_t32p"
       return (tile_rows == 16 && depth == 8 && (stage == 0 || stage == 1)) ||
              (tile_rows == 32 && depth == 4 && stage == 0);
@@ -192,7 +194,7 @@ struct Cfg {
   }
 };
 
-// Reads a config as Cfg::str() writes it: rows/depth/{g,s,c,l,w}/warps/cluster,
+// Reads a config as Cfg::str() writes it: rows/depth/{g,s,c,l,w,n}/warps/cluster,
 // then optionally /pfH.S[o][l], /p, /one, /sp or /lb, and /coN (a carveout
 // of N percent). False when it is not one.
 bool parse_cfg(const std::string& str, Cfg* out) {
@@ -207,6 +209,7 @@ bool parse_cfg(const std::string& str, Cfg* out) {
   else if (st == 'c') c.stage = 2;
   else if (st == 'l') c.stage = 3;
   else if (st == 'w') c.stage = 4;
+  else if (st == 'n') c.stage = 5;
   else return false;
   for (size_t i = 5; i < f.size(); ++i) {
     if (f[i] == "p") {
@@ -405,9 +408,11 @@ std::vector<Cfg> all_configs() {
             l.packed = 1;
             v.push_back(l);
           }
-          if (base.variant() == 2) {  // "_t32pw"
+          if (base.variant() == 2) {  // "_t32pw", "_t32pn"
             Cfg x{base.tile_rows, base.depth, 4, w, c};
             x.packed = 1;
+            v.push_back(x);
+            x.stage = 5;
             v.push_back(x);
           }
         }
@@ -989,7 +994,8 @@ int small_m(const Kernels& k, Rng& rng, CUstream s, int M, std::initializer_list
 // The small cases of every kernel, for compute-sanitizer: M = 3 over many
 // geometries (a cluster, staging, the slab, prefetch plans, packed), M = 1
 // and 2 over the warp-per-vector epilogue and the M = 1-as-M = 2 entries,
-// M = 5 and 7 over the wide ("_t32pw") entries.
+// M = 5 and 7 over the wide ("_t32pw") entries; the step's "_t32pn" in
+// clusters of 4 at M 1-3, 5 and 7.
 int small(const Kernels& k, Rng& rng, CUstream s) {
   int fails = small_m(k, rng, s, 3,
                       {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1},
@@ -998,16 +1004,16 @@ int small(const Kernels& k, Rng& rng, CUstream s) {
                        Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24), 1},
                        Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (3 << 24), 1}, Cfg{32, 4, 0, 4, 1, 2 | (8 << 16) | (2 << 24)},
                        Cfg{16, 8, 3, 4, 3, 0, 1}, Cfg{16, 8, 3, 2, 1, 0, 1}, Cfg{32, 4, 4, 4, 3, 0, 1},
-                       Cfg{32, 4, 4, 16, 2, 0, 1}});
+                       Cfg{32, 4, 4, 16, 2, 0, 1}, Cfg{32, 4, 5, 4, 4, 0, 1}, Cfg{32, 4, 5, 2, 1, 0, 1}});
   for (int M : {1, 2})
     fails += small_m(k, rng, s, M,
                      {Cfg{16, 8, 0, 4, 1}, Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{32, 4, 0, 4, 1, 0, 1}, Cfg{16, 8, 0, 16, 1, 0, 1},
                       Cfg{16, 4, 0, 2, 1}, Cfg{16, 0, 2, 4, 1}, Cfg{16, 8, 0, 2, 3, 0, 1}, Cfg{16, 8, 3, 16, 1, 0, 1},
-                      Cfg{32, 4, 4, 16, 2, 0, 1}});
+                      Cfg{32, 4, 4, 16, 2, 0, 1}, Cfg{32, 4, 5, 4, 4, 0, 1}});
   // The wide entry points ("_t32pw": the M = 8 code) where rows M..7 exist
   // in the code but not in the buffers.
   for (int M : {5, 7})
-    fails += small_m(k, rng, s, M, {Cfg{32, 4, 4, 16, 2, 0, 1}, Cfg{32, 4, 4, 4, 1, 0, 1}});
+    fails += small_m(k, rng, s, M, {Cfg{32, 4, 4, 16, 2, 0, 1}, Cfg{32, 4, 4, 4, 1, 0, 1}, Cfg{32, 4, 5, 4, 4, 0, 1}});
   fails += check_receive(k, rng, s, false);
   fails += check_receive(k, rng, s, false, TPRUN_RECEIVE_ABORTABLE);
   return fails;
