@@ -52,15 +52,19 @@ namespace tprun {
 #ifndef TPRUN_WEIGHT_LD
 #define TPRUN_WEIGHT_LD "ld.global.nc.L1::no_allocate.v4.u32"
 #endif
+// A predicated 16-byte load by the instruction OP (a string literal): zeros
+// when !pred.
+#define TPRUN_LD_V4_PRED(OP, v, p, pred)                                         \
+  asm volatile(                                                                  \
+      "{\n\t.reg .pred p;\n\t"                                                   \
+      "setp.ne.b32 p, %5, 0;\n\t"                                                \
+      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t" \
+      "@p " OP " {%0, %1, %2, %3}, [%4];\n\t}"                                   \
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                               \
+      : "l"(p), "r"((int)(pred)))
 __device__ __forceinline__ uint4 ld_weight(const uint16_t* p, bool pred) {
   uint4 v;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t"
-      "setp.ne.b32 p, %5, 0;\n\t"
-      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-      "@p " TPRUN_WEIGHT_LD " {%0, %1, %2, %3}, [%4];\n\t}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"((int)pred));
+  TPRUN_LD_V4_PRED(TPRUN_WEIGHT_LD, v, p, pred);
   return v;
 }
 
@@ -75,21 +79,9 @@ template <bool L2ONLY = false>
 __device__ __forceinline__ uint4 ld_act(const uint16_t* p, bool pred) {
   uint4 v;
   if constexpr (L2ONLY)
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "setp.ne.b32 p, %5, 0;\n\t"
-        "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-        "@p ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "r"((int)pred));
+    TPRUN_LD_V4_PRED("ld.global.cg.v4.u32", v, p, pred);
   else
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "setp.ne.b32 p, %5, 0;\n\t"
-        "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-        "@p ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "r"((int)pred));
+    TPRUN_LD_V4_PRED("ld.global.v4.u32", v, p, pred);
   return v;
 }
 

@@ -33,14 +33,14 @@
 #define TPRUN_SKINNY_PACKED 1
 
 // tprun_skinny_m<M><variant> (M = 1..8; variant "", "_d8", "_t32", "_s8",
-// "_s32", "_c", or on a packed weight "_d8p", "_t32p", "_t32pw", "_s8p",
-// "_d8p1", "_d8pl", see kernel/skinny.cu): rank `rank` of the fused up-projection
+// "_s32", "_c", or on a packed weight "_d8p", "_t32p", "_t32pw", "_t32pn",
+// "_s8p", "_d8p1", "_d8pl", see kernel/skinny.cu): rank `rank` of the fused up-projection
 //   out[m][n] = bf16(f32(bf16(sum_k latent[m][k]*weight[n][k])) + shared[m][n])
 // for m < M and n < shard, stored (negative zero as +0) at element
 // m*hidden + rank*shard + n of every dst[0..ndst).
 //
 // Launch (kernel/config.go, LaunchConfig, computes all of these):
-//   function = "tprun_skinny_m" M variant; "_t32", "_s32", "_t32p" and "_t32pw" have
+//   function = "tprun_skinny_m" M variant; "_t32", "_s32", "_t32p", "_t32pw" and "_t32pn" have
 //              tile_rows 32, the others 16 (p.tile_rows must match, and
 //              p.flags must have TPRUN_SKINNY_PACKED exactly for the "p"
 //              entry points: the kernel traps otherwise)
