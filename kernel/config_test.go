@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -463,4 +465,46 @@ func TestSumsLikeTwin(t *testing.T) {
 			t.Errorf("%s %d warps cluster %d M %d: %v, want %v", c.Function, tc.warps, tc.clus, tc.m, got, tc.want)
 		}
 	}
+}
+
+// The Python scripts of the kernel harness name configs by
+// scripts/kernel-harness/cfgname.py, whose ENTRIES and STAGES must list the
+// same entry point families as variants (the step sweep rejects a config
+// it does not know: 2026-12-01am).
+func TestCfgnameKnowsEveryVariant(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "scripts", "kernel-harness", "cfgname.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	entries := regexp.MustCompile(`(?s)\nENTRIES = \{(.*?)\}`).FindStringSubmatch(src)
+	stages := regexp.MustCompile(`\nSTAGES = "([a-z]+)"`).FindStringSubmatch(src)
+	if entries == nil || stages == nil {
+		t.Fatal("cfgname.py: no ENTRIES set or STAGES string")
+	}
+	var got []string
+	for _, m := range regexp.MustCompile(`\((\d+), (\d+), (\d+), (\d), (\d)\)`).FindAllStringSubmatch(entries[1], -1) {
+		got = append(got, strings.Join(m[1:], " "))
+	}
+	var want []string
+	maxStage := 0
+	for _, v := range variants {
+		want = append(want, fmt.Sprintf("%d %d %d %d %d", v.tileRows, v.depth, v.stage, b2i(v.packed), b2i(v.one)))
+		maxStage = max(maxStage, v.stage)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("cfgname.py ENTRIES (tile_rows depth stage packed one):\n  %v\nkernel.variants:\n  %v", got, want)
+	}
+	if len(stages[1]) != maxStage+1 {
+		t.Errorf("cfgname.py STAGES %q names %d stages, variants use 0..%d", stages[1], len(stages[1]), maxStage)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

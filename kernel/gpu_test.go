@@ -839,8 +839,20 @@ func TestGPUStepInGraph(t *testing.T) {
 	rng := testRand(t)
 	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
 		t.Run(mode.String(), func(t *testing.T) {
-			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3, mode)
+			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3, mode, false)
 		})
+	}
+	// tp 2, shard 3584: the fused rank runs the step table's config
+	// (StepConfigForLayout; "_t32pn" in clusters of 4 since 2026-12-01am).
+	for _, m := range []int{1, 5, 8} {
+		for _, mode := range []stepReceive{receiveFused, receiveFusedSkip} {
+			s := Shape{M: m, Hidden: 7168, Latent: 3584, TP: 2}
+			t.Run(fmt.Sprintf("tp 2 M %d %v", m, mode), func(t *testing.T) {
+				c := StepConfigForLayout(m, s.Shard(), s.Latent, true)
+				t.Logf("fused rank's config: %s, %d warps, cluster %d, carveout %d", c.Function, c.Warps, c.Cluster, c.Carveout)
+				runStepInGraph(e.sub(t), rng, s, 3, mode, true)
+			})
+		}
 	}
 }
 
@@ -865,7 +877,10 @@ func (m stepReceive) String() string {
 // mode, the last rank's skinny kernel does the receive (SkinnyArgs.Receive)
 // and no receive kernel is launched; with receiveFusedSkip that rank also
 // stores its slice into Out instead of the slot, and its receive skips it.
-func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepReceive) {
+//
+// With packed, every rank's weight slice is in the packed layout
+// (PackWeight), so the launches take the tables' packed entry points.
+func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepReceive, packed bool) {
 	t := e.t
 	shard, K, block := s.Shard(), s.Latent, s.M*s.Hidden
 	dLat := e.alloc(2*s.M*K, "latent")
@@ -877,6 +892,18 @@ func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepRecei
 	lat, w, shared := make([]BF16, s.M*K), make([]BF16, s.Hidden*K), make([]BF16, block)
 	fillRandom(rng, w, float32(1/math.Sqrt(float64(K))))
 	e.upload(dW, cuda.AsBytes(w), "weight")
+	var dWp cuda.DevicePtr
+	plen := PackedWeightLen(shard, K)
+	if packed {
+		dWp = e.alloc(2*s.TP*plen, "packed weight")
+		wp := make([]BF16, s.TP*plen)
+		for r := range s.TP {
+			if err := PackWeight(wp[r*plen:(r+1)*plen], w[r*shard*K:(r+1)*shard*K], shard, K); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.upload(dWp, cuda.AsBytes(wp), "packed weight")
+	}
 	e.fill(dSlot, Sentinel, block/2, "slot")
 	e.fill(dStatus, 0, ReceiveStatusWords, "status")
 	e.sync("preparing the step")
@@ -902,6 +929,9 @@ func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepRecei
 		for i, r := range order {
 			a := SkinnyArgs{Shape: s, Rank: r, Latent: dLat, Weight: dW + cuda.DevicePtr(2*r*shard*K),
 				Shared: dShared + cuda.DevicePtr(2*r*shard), SharedStride: s.Hidden, Dst: []cuda.DevicePtr{dSlot}}
+			if packed {
+				a.Weight, a.WeightPacked = dWp+cuda.DevicePtr(2*r*plen), true
+			}
 			if mode != receiveKernel && r == fr {
 				a.Receive = &recv
 				if mode == receiveFusedSkip {
@@ -1114,7 +1144,7 @@ func runSmall(t *testing.T, e *env, rng *rand.Rand, timeout time.Duration) {
 	})
 	t.Run("step in a graph", func(t *testing.T) {
 		for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
-			runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, mode)
+			runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, mode, false)
 		}
 	})
 	t.Run("receive, skip a rank", func(t *testing.T) { runReceiveSkip(e.sub(t), rng, 2, 216, 72, 1) })

@@ -1018,7 +1018,7 @@ func TestHarnessOnEmulator(t *testing.T) {
 	runReceiveTimeouts(t, e, rng, 20*time.Millisecond)
 	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
 		t.Run("graph, "+mode.String(), func(t *testing.T) {
-			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, mode)
+			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, mode, false)
 		})
 	}
 	t.Run("PDL chain", func(t *testing.T) {
@@ -1093,13 +1093,13 @@ func TestHarnessCatchesBugs(t *testing.T) {
 		{"stores negative zero", runNegativeZero},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) { runReceiveFull(e, rng, 2, 216, 72) }},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveKernel)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveKernel, false)
 		}},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFused)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFused, false)
 		}},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFusedSkip)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFusedSkip, false)
 		}},
 		{"receive ignores the skip", func(e *env, rng *rand.Rand) { runReceiveSkip(e, rng, 2, 216, 72, 1) }},
 		{"receive skips the wrong rank", func(e *env, rng *rand.Rand) { runReceiveSkip(e, rng, 2, 216, 72, 2) }},

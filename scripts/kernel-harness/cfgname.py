@@ -4,8 +4,8 @@
     rows/depth/stage/warps/cluster[/pfH.S[o][l]][/p][/one][/sp|/lb][/coN]
 
 stage g (latent from L2), s (staged), c (slab), l (whole lines), w (the
-M = 8 code at every M, "_t32pw") or n (the latent loads cached in L2 only,
-"_t32pn", the fused step's family); pf: the
+M = 8 code at every M, "_t32pw") or n (the latent and shared loads cached
+in L2 only, "_t32pn", the fused step's family); pf: the
 L2 prefetch plan (skinny.h: helpers H, sixteenths S, o own tile, l LSU
 form); p packed weight; one the one-instance form; sp / lb the spread /
 load-balancing cluster scheduling policy; co the preferred shared memory
@@ -18,10 +18,10 @@ import re
 STAGES = "gsclwn"  # stage 0..5
 # The entry point families (kernel/config.go, variants): (tile_rows, depth,
 # stage, packed, one) of "", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p",
-# "_t32p", "_s8p", "_d8p1", "_d8pl", "_t32pw".
+# "_t32p", "_s8p", "_d8p1", "_d8pl", "_t32pw", "_t32pn".
 ENTRIES = {(16, 4, 0, 0, 0), (16, 8, 0, 0, 0), (32, 4, 0, 0, 0), (16, 8, 1, 0, 0), (32, 4, 1, 0, 0),
            (16, 0, 2, 0, 0), (16, 8, 0, 1, 0), (32, 4, 0, 1, 0), (16, 8, 1, 1, 0), (16, 8, 0, 1, 1),
-           (16, 8, 3, 1, 0), (32, 4, 4, 1, 0)}
+           (16, 8, 3, 1, 0), (32, 4, 4, 1, 0), (32, 4, 5, 1, 0)}
 POLICIES = {"sp": 1, "lb": 2}
 
 
