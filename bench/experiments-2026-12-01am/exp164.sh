@@ -8,7 +8,7 @@
 source scripts/device-call-prologue
 tar xzf .dev/bin-am.tgz
 C=32/4/g/4/4/pf48.8l/p/lb/co65,32/4/n/4/4/pf48.8l/p/lb/co65,32/4/n/4/4/pf48.8l/p/lb/co50
-BENCH_TAG=am OUT=$O timeout 580 scripts/gpu-final-checks --step-sweep $C --step-sweep-rounds 9 --note "binaries of b1701d9 (the _t32pn entry points; step table on _t32pn, stage 5, 65 %); every check runs the table this call's sweep picked"
+BENCH_TAG=am OUT=$O timeout 540 scripts/gpu-final-checks --step-sweep $C --step-sweep-rounds 9 --note "binaries of b1701d9 (the _t32pn entry points; step table on _t32pn, stage 5, 65 %); every check runs the table this call's sweep picked"
 
 # The harness check with the twin comparison ("_t32pn" against "_t32p",
 # bit for bit), if the time allows.
