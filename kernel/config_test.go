@@ -259,26 +259,31 @@ func TestParseConfigTableRejects(t *testing.T) {
 	if err != nil || len(e) != 2 || e[0].v.suffix != "_d8p1" || !e[0].v.one || e[1].v.suffix != "_t32p" || e[1].v.one {
 		t.Errorf("valid lines with the one column: %+v, %v", e, err)
 	}
-	e, err = parseTable("config_table.tsv", "3584\t896\t3\t16\t8\t3\t16\t1\t0\t1\t0\t0\t2.39\n")
-	if err != nil || len(e) != 1 || e[0].v.suffix != "_d8pl" || e[0].v.stage != 3 || !e[0].v.packed || e[0].warps != 16 {
-		t.Errorf("valid line of the line-wise entry: %+v, %v", e, err)
-	} else if c := configFrom(e[0], e[0].v, 3, 896, 3584); c.Function != "tprun_skinny_m3_d8pl" || c.Stage != 3 ||
-		c.SharedBytes != SkinnySharedBytes(3, 3584, 16, 16, 1, 0) || c.Validate(3, 896, 3584) != nil {
-		t.Errorf("line-wise entry's config: %+v, %v", c, c.Validate(3, 896, 3584))
-	}
-	e, err = parseTable("config_table.tsv", "3584\t896\t5\t32\t4\t4\t16\t2\t0\t1\t0\t0\t80\t2.39\n")
-	if err != nil || len(e) != 1 || e[0].v.suffix != "_t32pw" || e[0].v.stage != 4 || !e[0].v.packed || e[0].carveout != 80 {
-		t.Errorf("valid line of the wide entry: %+v, %v", e, err)
-	} else if c := configFrom(e[0], e[0].v, 5, 896, 3584); c.Function != "tprun_skinny_m5_t32pw" || c.Stage != 4 ||
-		c.TileRows != 32 || c.Carveout != 80 || c.SharedBytes != SkinnySharedBytes(5, 3584, 32, 16, 2, 0) || c.Validate(5, 896, 3584) != nil {
-		t.Errorf("wide entry's config: %+v, %v", c, c.Validate(5, 896, 3584))
-	}
-	e, err = parseTable("step_table.tsv", "3584\t3584\t8\t32\t4\t5\t4\t4\t34078768\t1\t0\t2\t65\t7.6\n")
-	if err != nil || len(e) != 1 || e[0].v.suffix != "_t32pn" || e[0].v.stage != 5 || !e[0].v.packed || e[0].carveout != 65 {
-		t.Errorf("valid line of the step's entry: %+v, %v", e, err)
-	} else if c := configFrom(e[0], e[0].v, 8, 3584, 3584); c.Function != "tprun_skinny_m8_t32pn" || c.Stage != 5 ||
-		c.TileRows != 32 || c.Cluster != 4 || c.SharedBytes != SkinnySharedBytes(8, 3584, 32, 4, 4, 0) || c.Validate(8, 3584, 3584) != nil {
-		t.Errorf("step entry's config: %+v, %v", c, c.Validate(8, 3584, 3584))
+	// One valid line of each later entry point family: parsed, and the
+	// launch config made from it.
+	for _, tc := range []struct {
+		desc, table, text            string
+		m, shard                     int
+		suffix                       string
+		stage, rows, warps, clusters int
+		carveout                     int
+	}{
+		{"line-wise", "config_table.tsv", "3584\t896\t3\t16\t8\t3\t16\t1\t0\t1\t0\t0\t2.39\n", 3, 896, "_d8pl", 3, 16, 16, 1, 0},
+		{"wide", "config_table.tsv", "3584\t896\t5\t32\t4\t4\t16\t2\t0\t1\t0\t0\t80\t2.39\n", 5, 896, "_t32pw", 4, 32, 16, 2, 80},
+		{"step's", "step_table.tsv", "3584\t3584\t8\t32\t4\t5\t4\t4\t34078768\t1\t0\t2\t65\t7.6\n", 8, 3584, "_t32pn", 5, 32, 4, 4, 65},
+	} {
+		e, err := parseTable(tc.table, tc.text)
+		if err != nil || len(e) != 1 || e[0].v.suffix != tc.suffix || e[0].v.stage != tc.stage || !e[0].v.packed ||
+			e[0].warps != tc.warps || e[0].cluster != tc.clusters || e[0].carveout != tc.carveout {
+			t.Errorf("valid line of the %s entry: %+v, %v", tc.desc, e, err)
+			continue
+		}
+		c := configFrom(e[0], e[0].v, tc.m, tc.shard, 3584)
+		if c.Function != fmt.Sprintf("tprun_skinny_m%d%s", tc.m, tc.suffix) || c.Stage != tc.stage || c.TileRows != tc.rows ||
+			c.Cluster != tc.clusters || c.Carveout != tc.carveout ||
+			c.SharedBytes != SkinnySharedBytes(tc.m, 3584, tc.rows, tc.warps, tc.clusters, 0) || c.Validate(tc.m, tc.shard, 3584) != nil {
+			t.Errorf("%s entry's config: %+v, %v", tc.desc, c, c.Validate(tc.m, tc.shard, 3584))
+		}
 	}
 	e, err = parseTable("config_table.tsv", "3584\t3584\t1\t32\t4\t0\t4\t4\t34078768\t1\t0\t2\t6.0\n3584\t3584\t2\t32\t4\t0\t4\t4\t0\t1\t0\t0\t6.1\n")
 	if err != nil || len(e) != 2 || e[0].policy != 2 || e[1].policy != 0 || e[0].prefetch != 34078768 || e[0].cluster != 4 {
