@@ -60,7 +60,7 @@ namespace tprun {
       "setp.ne.b32 p, %5, 0;\n\t"                                                \
       "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t" \
       "@p " OP " {%0, %1, %2, %3}, [%4];\n\t}"                                   \
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                               \
+      : "=r"((v).x), "=r"((v).y), "=r"((v).z), "=r"((v).w)                       \
       : "l"(p), "r"((int)(pred)))
 __device__ __forceinline__ uint4 ld_weight(const uint16_t* p, bool pred) {
   uint4 v;
@@ -652,7 +652,6 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
   tr.mark(0);
   constexpr int ROWS = 16 * TR;
   constexpr int SP = ROWS + 4;  // smem pitch (floats): conflict-free fragment stores
-  constexpr int NV = M * ROWS / 8;  // 16-byte output vectors per CTA (<= 32: warp 0)
   // Elements between a thread's consecutive 32-k chunks of one weight row:
   // the next 32 k of the row, or the next 1 KB block of the packed layout.
   constexpr int WS = PACKED ? 512 : 32;
@@ -843,7 +842,6 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
   constexpr int NB = M > 4 ? 2 : 1;  // latent loads per pair: rows 0-3, then 4-7
   constexpr int ROWS = 16 * TR;
   constexpr int SP = ROWS + 4;
-  constexpr int NV = M * ROWS / 8;
   constexpr int WS = 512;  // elements between a lane's consecutive chunks (packed layout)
   Trace tr;
   tr.mark(0);
