@@ -113,7 +113,7 @@ type Config struct {
 	RendezvousTimeout time.Duration
 
 	// Strict and SkipTopologyCheck are passed through for Preflight (the
-	// topology check of internal/topo); the launcher itself only honours
+	// topology check of cmd/tprun/internal/topo); the launcher itself only honours
 	// SkipTopologyCheck by not calling Preflight.
 	Strict            bool
 	SkipTopologyCheck bool
@@ -126,7 +126,7 @@ type Config struct {
 	// ctx) makes Run return without waiting for it, and it may then still
 	// run after Run has returned (NVML calls cannot be cancelled).
 	//
-	// HOOK: owned by the topology work (internal/topo, cmd/tprun/topo.go).
+	// HOOK: owned by the topology work (cmd/tprun/internal/topo, cmd/tprun/topo.go).
 	Preflight func(ctx context.Context, cfg Config) (notice string, err error)
 
 	// Stdout and Stderr receive the prefixed rank output and the launcher's

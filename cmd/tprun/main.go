@@ -5,7 +5,7 @@
 //	tprun topo
 //
 // This file only parses flags and wires packages together: supervision is
-// in package launcher, the default job in internal/job.
+// in package launcher, the default job in cmd/tprun/internal/job.
 package main
 
 import (
@@ -21,8 +21,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tprun/tprun/internal/job"
-	"github.com/tprun/tprun/internal/topo"
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
+	"github.com/tprun/tprun/cmd/tprun/internal/topo"
 	"github.com/tprun/tprun/launcher"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tprun/tprun/internal/job"
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
 	"github.com/tprun/tprun/tp"
 )
 

@@ -1,7 +1,7 @@
 package main
 
 // `tprun topo` and the launcher's preflight hook: wiring only, the check
-// lives in internal/topo.
+// lives in cmd/tprun/internal/topo.
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/tprun/tprun/internal/job"
-	"github.com/tprun/tprun/internal/topo"
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
+	"github.com/tprun/tprun/cmd/tprun/internal/topo"
 	"github.com/tprun/tprun/launcher"
 )
 
