@@ -5,27 +5,23 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 )
 
-// Launch geometry of the skinny kernel (kernel/skinny.h, docs/contracts.md
-// "kernel ABI"). Every combination of an entry point, 1..MaxWarps(entry)
-// warps and 1..MaxCluster CTAs per cluster runs correctly on every valid
-// shape (the GPU harness checks them all); the table only says which is
-// fastest.
+// Launch geometry of the skinny kernel (kernel/skinny.h). Every
+// combination of a family, 1..its warps and 1..MaxCluster CTAs per cluster
+// runs correctly on every valid shape (the GPU harness checks them all);
+// the tables only say which is fastest.
 const (
 	// MaxCluster is the largest K split across the CTAs of a cluster (the
 	// portable cluster size).
 	MaxCluster = 8
-	// MaxStagedShared bounds the dynamic shared memory of the staged entry
-	// points; a shape that would need more gets the unstaged twin of the
-	// same weight layout ("_d8" for "_s8" and "_c", "_t32" for "_s32",
-	// "_d8p" for "_s8p").
-	MaxStagedShared = 200 << 10
 	// DefaultSharedLimit is the dynamic shared memory a function gets
-	// without raising CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+	// without raising CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES. No
+	// skinny launch needs more (SkinnySharedBytes).
 	DefaultSharedLimit = 48 << 10
 )
 
@@ -34,17 +30,11 @@ const (
 // block (BlockX,1,1), SharedBytes of dynamic shared memory, the cluster
 // dimension attribute (Cluster,1,1), the programmatic stream serialization
 // attribute, the cluster scheduling policy and shared memory carveout
-// attributes when set, and SkinnyParams.TileRows = TileRows. When
-// SharedBytes > DefaultSharedLimit, raise the function's
-// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to at least SharedBytes
-// once after loading.
+// attributes when set, and SkinnyParams.TileRows = TileRows.
 type LaunchConfig struct {
-	Function    string // "tprun_skinny_m<M><variant>"
-	TileRows    int    // output columns per CTA: 16 or 32
-	Depth       int    // 32-k weight chunks in flight per warp: 4 or 8 (0 for stage 2)
-	Stage       int    // 0: latent from L2; 1: latent slice in shared memory ("_s*"); 2: weight slab too ("_c"); 3: latent from L2 by whole lines ("_d8pl"; it adds in another order than its row-major twin "_d8", so results may differ from it in the last bit); 4: as 0, running the M = 8 tile code at every M ("_t32pw"; at 16 warps without a cluster and M <= 2 it sums the warps in another order than "_t32p", so results may differ from it in the last bit); 5: as 0, the latent and shared loads cached in L2 only ("_t32pn", the fused step's; bit-identical to "_t32p")
-	Packed      bool   // the entry point reads the packed weight layout (PackWeight), not row-major
-	OneInstance bool   // the entry point's tile code is compiled once for every cluster size ("_d8p1")
+	Function    string // "tprun_skinny_m<M>_<Family>"
+	Family      string // a family of families.tsv: the entry point's compile-time options
+	TileRows    int    // the family's output columns per CTA: 16 or 32
 	Warps       int    // warps per CTA
 	Cluster     int    // CTAs per cluster; they split K
 	GridX       int    // ceil(shard/TileRows) * Cluster
@@ -60,19 +50,15 @@ type LaunchConfig struct {
 	// CUclusterSchedulingPolicy: 0 the driver's default, 1 spread, 2 load
 	// balancing), set only when it is not 0, which needs Cluster > 1. Like
 	// L2Prefetch a measured hint: where the driver places the clusters,
-	// never what they compute. Load balancing took 0.2-0.37 µs off shard
-	// 3584's 32/4/g/4/4/pf48.8l/p (bench/NOTES-kernel.md, 2026-11-30s).
+	// never what they compute.
 	ClusterPolicy int
 	// Carveout is the launch's preferred shared memory carveout
 	// (CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT): the percent
 	// (1..100) of the SM's unified L1/shared memory it would like as
 	// shared memory; 0 leaves it to the driver. A measured hint like the
-	// two above: how the SM's memory is split, never what is computed. At
-	// shard 896 on the H200, 65 % took 0.03-0.06 µs off M 1-6 and 80 %
-	// 0.1-0.2 µs off M 7-8 (and with "_t32pw", 0.1 µs off M 5-6), while
-	// shards 3584 and 7168 gained nothing and lost with other values
-	// (bench/NOTES-kernel.md, 2026-11-30aj and ak), so ConfigFor sets it
-	// only for a shape the table measured.
+	// two above: how the SM's memory is split, never what is computed. It
+	// helps some small shards and costs the large ones, so ConfigFor sets
+	// it only for a shape the table measured.
 	Carveout int
 }
 
@@ -95,137 +81,132 @@ func validPrefetch(x int) bool {
 	return x >= 0 && x&^pfValidBits == 0 && (x>>pfSixteenthsShift)&0xff <= 16
 }
 
-// variant is one compiled entry point family.
-type variant struct {
-	suffix   string
-	tileRows int
-	depth    int
-	stage    int
+// The families of entry points: families.tsv, which scripts/build-kernels
+// reads too (it writes the instance list of skinny.cu from it).
+//
+//go:embed families.tsv
+var familiesTSV string
+
+// family is one row of families.tsv: the compile-time options of the tile
+// template (skinny.cu, Family) that the Go side needs.
+type family struct {
+	name     string
+	tileRows int  // output columns per CTA
+	depth    int  // weight chunks in flight per warp
+	lines    bool // the latent by whole lines: adds in its own order
+	wide     bool // the M = 8 code at every M
+	one      bool // one instance of the tile code for every cluster size
+	l2only   bool // latent and shared loads cached in L2 only
 	maxWarps int
-	packed   bool // reads the packed weight layout
-	// one: the tile code compiled once for launches with and without a
-	// cluster (skinny.cu, ClusterShape kAny), not once for each.
-	one bool
 }
 
-var variants = [...]variant{
-	{"", 16, 4, 0, 8, false, false},
-	{"_d8", 16, 8, 0, 16, false, false},
-	{"_t32", 32, 4, 0, 16, false, false},
-	{"_s8", 16, 8, 1, 16, false, false},
-	{"_s32", 32, 4, 1, 16, false, false},
-	{"_c", 16, 0, 2, 16, false, false},
-	{"_d8p", 16, 8, 0, 16, true, false},
-	{"_t32p", 32, 4, 0, 16, true, false},
-	{"_s8p", 16, 8, 1, 16, true, false},
-	{"_d8p1", 16, 8, 0, 16, true, true},
-	// "_d8pl": "_d8p" reading the latent by whole 128-byte lines (skinny.cu,
-	// skinny_lines), packed only.
-	{"_d8pl", 16, 8, 3, 16, true, false},
-	// "_t32pw": "_t32p" running the tile code of M = 8 at every M, the
-	// rows M..7 never loaded nor stored (skinny.cu, latent_rows), packed
-	// only. Stage 4 names the family; the latent comes from L2 as in stage 0.
-	{"_t32pw", 32, 4, 4, 16, true, false},
-	// "_t32pn": "_t32p" with the latent and shared loads cached in L2 only
-	// (skinny.cu, ld_act), packed only: the fused step's family (step
-	// table), the same sums as "_t32p". Stage 5 names it.
-	{"_t32pn", 32, 4, 5, 16, true, false},
-}
+// familiesHeader is the header row of families.tsv.
+const familiesHeader = "family\ttile_rows\tdepth\tlatent\twide\tone\tl2only\twarps"
 
-func findVariant(tileRows, depth, stage int, packed, one bool) (variant, bool) {
-	for _, v := range variants {
-		if v.tileRows == tileRows && v.depth == depth && v.stage == stage && v.packed == packed && v.one == one {
-			return v, true
+// families parses families.tsv once; the result is never modified.
+var families = sync.OnceValues(func() ([]family, error) { return parseFamilies(familiesTSV) })
+
+// parseFamilies reads a family spec in families.tsv's format.
+func parseFamilies(text string) ([]family, error) {
+	var out []family
+	rows, err := tsvRows("families.tsv", text, familiesHeader)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		f, bad := r.fields, r.errf
+		fam := family{name: f[0]}
+		if fam.name == "" || strings.ContainsFunc(fam.name, func(c rune) bool {
+			return !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9')
+		}) {
+			return nil, bad("family name %q is not lower-case letters and digits", f[0])
 		}
+		if slices.ContainsFunc(out, func(o family) bool { return o.name == fam.name }) {
+			return nil, bad("family %s twice", fam.name)
+		}
+		var nums [3]int
+		for i, col := range []int{1, 2, 7} {
+			if nums[i], err = strconv.Atoi(f[col]); err != nil {
+				return nil, bad("column %d: %v", col+1, err)
+			}
+		}
+		fam.tileRows, fam.depth, fam.maxWarps = nums[0], nums[1], nums[2]
+		switch f[3] {
+		case "ring":
+		case "lines":
+			fam.lines = true
+		default:
+			return nil, bad("latent %q is not ring or lines", f[3])
+		}
+		for i, p := range []*bool{&fam.wide, &fam.one, &fam.l2only} {
+			switch f[4+i] {
+			case "0":
+			case "1":
+				*p = true
+			default:
+				return nil, bad("column %d: %q is not 0 or 1", 5+i, f[4+i])
+			}
+		}
+		switch {
+		case fam.tileRows != 16 && fam.tileRows != 32:
+			return nil, bad("tile_rows %d is not 16 or 32", fam.tileRows)
+		case fam.depth < 1 || fam.depth > 16:
+			return nil, bad("depth %d is not 1..16", fam.depth)
+		case fam.maxWarps < 1 || fam.maxWarps > 32:
+			return nil, bad("warps %d is not 1..32", fam.maxWarps)
+		case fam.lines && (fam.wide || fam.one || fam.l2only):
+			return nil, bad("the line-wise tile takes none of wide, one, l2only")
+		}
+		out = append(out, fam)
 	}
-	return variant{}, false
+	return out, nil
 }
 
-// mustVariant is findVariant for the fixed families named in this file
-// (each with two instances of the tile code).
-func mustVariant(tileRows, depth, stage int, packed bool) variant {
-	v, ok := findVariant(tileRows, depth, stage, packed, false)
-	if !ok {
-		panic(fmt.Sprintf("kernel: no entry point %d/%d/%d packed=%v", tileRows, depth, stage, packed))
+// findFamily is the family of that name.
+func findFamily(name string) (family, bool) {
+	fams, err := families()
+	if err != nil {
+		return family{}, false
 	}
-	return v
-}
-
-// unstaged is the entry point with the same tile and weight layout that
-// keeps everything in registers: the fallback when a staged one would need
-// too much shared memory.
-func unstaged(v variant) variant {
-	if v.tileRows == 32 {
-		return mustVariant(32, 4, 0, v.packed)
+	i := slices.IndexFunc(fams, func(f family) bool { return f.name == name })
+	if i < 0 {
+		return family{}, false
 	}
-	return mustVariant(16, 8, 0, v.packed)
-}
-
-// twin is the entry point closest to v that reads the other weight layout
-// when v's is not the one asked for: "_d8", "_t32", "_s8" and their "p"
-// forms map onto each other; the lean "" and slab "_c" entries (row-major
-// only) map to "_d8p", "_s32" to "_t32p", "_d8p1" and "_d8pl" (packed
-// only) to "_d8", and "_t32pw" and "_t32pn" (packed only) to "_t32".
-func twin(v variant, packed bool) variant {
-	switch {
-	case v.packed == packed:
-		return v
-	case v.stage == 2 || v.stage == 3 || (v.tileRows == 16 && v.depth == 4):
-		return mustVariant(16, 8, 0, packed)
-	case v.tileRows == 32:
-		return mustVariant(32, 4, 0, packed)
-	default:
-		return mustVariant(16, 8, v.stage, packed)
-	}
+	return fams[i], true
 }
 
 // SkinnySharedBytes is the dynamic shared memory of one CTA (skinny.h):
-// reduction buffers, plus for stage 1 the latent slice and for stage 2 the
-// latent slice and the weight slab, rows padded to an odd multiple of 64 bytes.
-func SkinnySharedBytes(m, latent, tileRows, warps, cluster, stage int) int {
-	b := (warps + cluster) * 8 * (tileRows + 4) * 4
-	if stage == 1 || stage == 2 {
-		chunks := (latent + 31) / 32
-		per := (chunks + cluster - 1) / cluster
-		rows := m
-		if stage == 2 {
-			rows += tileRows
-		}
-		b += rows * (per | 1) * 64
-	}
-	return b
+// the warps' and the cluster's reduction buffers.
+func SkinnySharedBytes(tileRows, warps, cluster int) int {
+	return (warps + cluster) * 8 * (tileRows + 4) * 4
 }
 
-func makeConfig(m, shard, latent int, v variant, warps, cluster int) LaunchConfig {
+func makeConfig(m, shard int, f family, warps, cluster int) LaunchConfig {
 	return LaunchConfig{
-		Function:    fmt.Sprintf("tprun_skinny_m%d%s", m, v.suffix),
-		TileRows:    v.tileRows,
-		Depth:       v.depth,
-		Stage:       v.stage,
-		Packed:      v.packed,
-		OneInstance: v.one,
+		Function:    fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name),
+		Family:      f.name,
+		TileRows:    f.tileRows,
 		Warps:       warps,
 		Cluster:     cluster,
-		GridX:       (shard + v.tileRows - 1) / v.tileRows * cluster,
+		GridX:       (shard + f.tileRows - 1) / f.tileRows * cluster,
 		BlockX:      32 * warps,
-		SharedBytes: SkinnySharedBytes(m, latent, v.tileRows, warps, cluster, v.stage),
+		SharedBytes: SkinnySharedBytes(f.tileRows, warps, cluster),
 	}
 }
 
 // Validate says whether c can launch the skinny kernel for m rows of a
-// shard×latent weight: an existing entry point for m, warps and cluster in
-// range, and grid, block and shared memory that agree with them.
+// shard×latent weight: an existing family, warps and cluster in range, and
+// grid, block and shared memory that agree with them.
 func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if m < 1 || m > MaxM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
 		return fmt.Errorf("%w: launch config for M=%d shard=%d latent=%d", ErrShape, m, shard, latent)
 	}
-	v, ok := findVariant(c.TileRows, c.Depth, c.Stage, c.Packed, c.OneInstance)
+	f, ok := findFamily(c.Family)
 	switch {
 	case !ok:
-		return fmt.Errorf("kernel: no entry point with %d rows, depth %d, stage %d, packed %v, one instance %v",
-			c.TileRows, c.Depth, c.Stage, c.Packed, c.OneInstance)
-	case c.Warps < 1 || c.Warps > v.maxWarps:
-		return fmt.Errorf("kernel: %d warps, entry %q takes 1..%d", c.Warps, v.suffix, v.maxWarps)
+		return fmt.Errorf("kernel: no entry point family %q (families.tsv)", c.Family)
+	case c.Warps < 1 || c.Warps > f.maxWarps:
+		return fmt.Errorf("kernel: %d warps, family %s takes 1..%d", c.Warps, f.name, f.maxWarps)
 	case c.Cluster < 1 || c.Cluster > MaxCluster:
 		return fmt.Errorf("kernel: cluster %d outside 1..%d", c.Cluster, MaxCluster)
 	}
@@ -238,15 +219,15 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if c.Carveout < 0 || c.Carveout > MaxCarveout {
 		return fmt.Errorf("kernel: shared memory carveout %d%% outside 0..%d (0: the driver's choice)", c.Carveout, MaxCarveout)
 	}
-	want := makeConfig(m, shard, latent, v, c.Warps, c.Cluster)
+	want := makeConfig(m, shard, f, c.Warps, c.Cluster)
 	want.L2Prefetch = c.L2Prefetch
 	want.ClusterPolicy = c.ClusterPolicy
 	want.Carveout = c.Carveout
 	if c != want {
 		return fmt.Errorf("kernel: launch config %+v inconsistent, want %+v", c, want)
 	}
-	if c.Stage > 0 && c.SharedBytes > MaxStagedShared {
-		return fmt.Errorf("kernel: %d bytes of shared memory, more than %d", c.SharedBytes, MaxStagedShared)
+	if c.SharedBytes > DefaultSharedLimit {
+		return fmt.Errorf("kernel: %d bytes of shared memory, more than %d", c.SharedBytes, DefaultSharedLimit)
 	}
 	return nil
 }
@@ -266,32 +247,29 @@ func validPolicy(policy, cluster int) error {
 //go:embed config_table.tsv
 var configTableTSV string
 
-// tableEntry is one measured row of config_table.tsv.
+// tableEntry is one measured row of a launch table.
 type tableEntry struct {
 	latent, shard, m int
-	v                variant
+	f                family
 	warps, cluster   int
 	prefetch         int // LaunchConfig.L2Prefetch
 	policy           int // LaunchConfig.ClusterPolicy
 	carveout         int // LaunchConfig.Carveout
 }
 
-// ConfigTableEnv names a config table file (config_table.tsv format) that
-// ConfigFor uses instead of the embedded one: for kernel development only,
-// with FatbinEnv, to try a new sweep's table without rebuilding Go. Load
-// fails when the file cannot be read or parsed.
+// ConfigTableEnv names a launch table file (config_table.tsv's format)
+// that ConfigFor uses instead of the embedded one: for kernel development,
+// to try a new sweep's table without rebuilding Go. Load fails when the
+// file cannot be read or parsed.
 const ConfigTableEnv = "TPRUN_KERNELS_CONFIG_TABLE"
 
 // ConfigTableOverride is the path in ConfigTableEnv, or "".
 func ConfigTableOverride() string { return os.Getenv(ConfigTableEnv) }
 
 // measured parses the config table once; the result is never modified.
-var measured = sync.OnceValues(loadConfigTable)
-
-// loadConfigTable parses ConfigTableEnv's file, or else the embedded table.
-func loadConfigTable() ([]tableEntry, error) {
+var measured = sync.OnceValues(func() ([]tableEntry, error) {
 	return loadTable(ConfigTableEnv, "config_table.tsv", configTableTSV)
-}
+})
 
 // loadTable parses the file named by the environment variable env, or else
 // the embedded text; name is the table's file name, for errors.
@@ -317,19 +295,17 @@ func loadTable(env, name, embedded string) ([]tableEntry, error) {
 // measured on its own: scripts/step-sweep runs the step (tp 2 on two GPUs)
 // with each candidate config for every m and writes the best per m. Same
 // format as config_table.tsv; only exact (latent, shard, m) matches are
-// used, every other launch with a fused receive takes ConfigForLayout's
-// pick. The key has no hidden size, tp, mailbox backend or skipped slice:
-// an entry measured on the unicast tp-2 step (hidden = 2 shard, own slice
-// skipped) also serves, say, a multicast step or a tp-4 step of the same
-// shard and latent, whose receive CTAs poll other numbers of columns.
-// Every entry must be in the weight layout the kernel table picks for its
-// shape (PreferPacked): the weight is laid out once.
+// used, every other launch with a fused receive takes ConfigFor's pick. The
+// key has no hidden size, tp, mailbox backend or skipped slice: an entry
+// measured on the unicast tp-2 step (hidden = 2 shard, own slice skipped)
+// also serves, say, a multicast step or a tp-4 step of the same shard and
+// latent, whose receive CTAs poll other numbers of columns.
 //
 //go:embed step_table.tsv
 var stepTableTSV string
 
-// StepTableEnv names a step table file (config_table.tsv format) that
-// StepConfigForLayout uses instead of the embedded step_table.tsv: for
+// StepTableEnv names a step table file (config_table.tsv's format) that
+// StepConfigFor uses instead of the embedded step_table.tsv: for
 // scripts/step-sweep and kernel development. Load fails when the file cannot
 // be read or parsed.
 const StepTableEnv = "TPRUN_KERNELS_STEP_TABLE"
@@ -338,170 +314,147 @@ const StepTableEnv = "TPRUN_KERNELS_STEP_TABLE"
 func StepTableOverride() string { return os.Getenv(StepTableEnv) }
 
 // stepMeasured parses the step table once; the result is never modified.
-var stepMeasured = sync.OnceValues(loadStepTable)
+var stepMeasured = sync.OnceValues(func() ([]tableEntry, error) {
+	return loadTable(StepTableEnv, "step_table.tsv", stepTableTSV)
+})
 
-// loadStepTable parses StepTableEnv's file, or else the embedded step
-// table, and checks each entry's layout against the kernel table's.
-func loadStepTable() ([]tableEntry, error) {
-	entries, err := loadTable(StepTableEnv, "step_table.tsv", stepTableTSV)
-	if err != nil {
-		return nil, err
-	}
-	src := "step_table.tsv"
-	if path := StepTableOverride(); path != "" {
-		src = StepTableEnv + "=" + path
-	}
-	for _, e := range entries {
-		if want := PreferPacked(e.shard, e.latent); e.v.packed != want {
-			return nil, fmt.Errorf("kernel: %s: latent %d shard %d m %d: packed=%v, but the weight of that shape is laid out packed=%v (PreferPacked)",
-				src, e.latent, e.shard, e.m, e.v.packed, want)
-		}
-	}
-	return entries, nil
-}
-
-// StepConfigForLayout is the launch config of a skinny kernel with a fused
+// StepConfigFor is the launch config of a skinny kernel with a fused
 // receive (SkinnyArgs.Receive set): the step table's entry for exactly this
-// latent, shard and m (its entry point swapped for the twin that reads the
-// given weight layout, as ConfigForLayout does), else ConfigForLayout.
-func StepConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
+// latent, shard and m, else ConfigFor's.
+func StepConfigFor(m, shard, latent int) LaunchConfig {
 	m, shard, latent = clampShape(m, shard, latent)
 	if entries, err := stepMeasured(); err == nil {
 		for _, e := range entries {
 			if e.m == m && e.shard == shard && e.latent == latent {
-				return configFrom(e, twin(e.v, packed), m, shard, latent)
+				return configFrom(e, m, shard)
 			}
 		}
 	}
-	return ConfigForLayout(m, shard, latent, packed)
+	return ConfigFor(m, shard, latent)
 }
 
-// parseTable parses a table in config_table.tsv's format; name is its file
-// name, for errors.
-func parseTable(name, text string) ([]tableEntry, error) {
-	var out []tableEntry
+// TableHeader is the header row of the launch tables (config_table.tsv,
+// step_table.tsv), tab-separated: the shape (latent, shard, m), the launch
+// (family, warps, cluster and the three hints of LaunchConfig), and the
+// median time the sweep measured for it, which the lookup does not use.
+const TableHeader = "latent\tshard\tm\tfamily\twarps\tcluster\tl2_prefetch\tcluster_policy\tcarveout\tmedian_us"
+
+// tsvRow is one data row of a tab-separated file, with its line number for
+// errors.
+type tsvRow struct {
+	fields []string
+	errf   func(format string, args ...any) error
+}
+
+// tsvRows splits text into its data rows: lines starting with '#' and
+// empty lines are comments, the first other line must be header, and every
+// row after it has as many tab-separated fields as the header.
+func tsvRows(name, text, header string) ([]tsvRow, error) {
+	var rows []tsvRow
+	seenHeader := false
+	want := len(strings.Split(header, "\t"))
 	for i, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		// latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one [cluster_policy [carveout]]]] median_us]:
-		// 14 fields; 13 (no carveout column), 12 (no cluster_policy), 11
-		// (no one column), 10 (no packed column) or 8-9 (no l2_prefetch) in
-		// older tables.
-		f := strings.Fields(line)
-		if len(f) < 8 || len(f) > 14 {
-			return nil, fmt.Errorf("kernel: %s line %d: %d fields, want 8 to 14", name, i+1, len(f))
-		}
-		prefetch, packed, one, policy, carveout := 0, false, false, 0, 0
-		if len(f) >= 10 {
-			x, err := strconv.Atoi(f[8])
-			if err != nil || !validPrefetch(x) {
-				return nil, fmt.Errorf("kernel: %s line %d: l2_prefetch %q is not a plan skinny.h defines", name, i+1, f[8])
+		if !seenHeader {
+			if line != header {
+				return nil, fmt.Errorf("kernel: %s line %d: header %q, want %q", name, i+1, line, header)
 			}
-			prefetch = x
+			seenHeader = true
+			continue
 		}
-		// The 0/1 columns packed (f[9]) and one (f[10]).
-		bit := func(col int, what string) (bool, error) {
-			switch f[col] {
-			case "0":
-				return false, nil
-			case "1":
-				return true, nil
-			}
-			return false, fmt.Errorf("kernel: %s line %d: %s %q is not 0 or 1", name, i+1, what, f[col])
+		f := strings.Split(line, "\t")
+		if len(f) != want {
+			return nil, fmt.Errorf("kernel: %s line %d: %d tab-separated fields, want %d (%s)", name, i+1, len(f), want, header)
 		}
-		var err error
-		if len(f) >= 11 {
-			if packed, err = bit(9, "packed"); err != nil {
-				return nil, err
-			}
-		}
-		if len(f) >= 12 {
-			if one, err = bit(10, "one"); err != nil {
-				return nil, err
-			}
-		}
-		if len(f) >= 13 {
-			x, err := strconv.Atoi(f[11])
-			if err != nil || x < 0 || x > MaxClusterPolicy {
-				return nil, fmt.Errorf("kernel: %s line %d: cluster_policy %q is not 0..%d", name, i+1, f[11], MaxClusterPolicy)
-			}
-			policy = x
-		}
-		if len(f) == 14 {
-			x, err := strconv.Atoi(f[12])
-			if err != nil || x < 0 || x > MaxCarveout {
-				return nil, fmt.Errorf("kernel: %s line %d: carveout %q is not 0..%d", name, i+1, f[12], MaxCarveout)
-			}
-			carveout = x
-		}
-		var n [8]int
-		for j := range n {
-			x, err := strconv.Atoi(f[j])
-			if err != nil {
-				return nil, fmt.Errorf("kernel: %s line %d field %d: %w", name, i+1, j+1, err)
-			}
-			n[j] = x
-		}
-		v, ok := findVariant(n[3], n[4], n[5], packed, one)
-		if !ok || n[6] < 1 || n[6] > v.maxWarps || n[7] < 1 || n[7] > MaxCluster ||
-			n[2] < 1 || n[2] > MaxM || n[0] < LatentAlign || n[1] < ShardAlign {
-			return nil, fmt.Errorf("kernel: %s line %d: invalid entry %q", name, i+1, line)
-		}
-		if policy != 0 && n[7] < 2 {
-			return nil, fmt.Errorf("kernel: %s line %d: cluster_policy %d needs a cluster of 2 or more, not %d", name, i+1, policy, n[7])
-		}
-		out = append(out, tableEntry{latent: n[0], shard: n[1], m: n[2], v: v, warps: n[6], cluster: n[7], prefetch: prefetch, policy: policy, carveout: carveout})
+		n := i + 1
+		rows = append(rows, tsvRow{fields: f, errf: func(format string, args ...any) error {
+			return fmt.Errorf("kernel: %s line %d: %s", name, n, fmt.Sprintf(format, args...))
+		}})
 	}
-	if len(out) == 0 {
+	if !seenHeader {
+		return nil, fmt.Errorf("kernel: %s has no header row (%s)", name, header)
+	}
+	if len(rows) == 0 {
 		return nil, fmt.Errorf("kernel: %s has no entries", name)
 	}
-	// A weight is laid out once for every M: one layout per shape.
-	type shape struct{ latent, shard int }
-	first := map[shape]tableEntry{}
-	for _, e := range out {
-		k := shape{e.latent, e.shard}
-		if f, ok := first[k]; !ok {
-			first[k] = e
-		} else if f.v.packed != e.v.packed {
-			return nil, fmt.Errorf("kernel: %s: latent %d shard %d mixes weight layouts (M %d packed=%v, M %d packed=%v)",
-				name, e.latent, e.shard, f.m, f.v.packed, e.m, e.v.packed)
+	return rows, nil
+}
+
+// parseTable parses a table in config_table.tsv's format (TableHeader);
+// name is its file name, for errors.
+func parseTable(name, text string) ([]tableEntry, error) {
+	rows, err := tsvRows(name, text, TableHeader)
+	if err != nil {
+		return nil, err
+	}
+	var out []tableEntry
+	for _, r := range rows {
+		f, bad := r.fields, r.errf
+		var n [8]int // latent shard m _ warps cluster prefetch policy carveout
+		for j := range 9 {
+			if j == 3 {
+				continue
+			}
+			x, err := strconv.Atoi(f[j])
+			if err != nil {
+				return nil, bad("field %d: %v", j+1, err)
+			}
+			if j < 3 {
+				n[j] = x
+			} else {
+				n[j-1] = x
+			}
 		}
+		if _, err := strconv.ParseFloat(f[9], 64); err != nil {
+			return nil, bad("median_us %q: %v", f[9], err)
+		}
+		fam, ok := findFamily(f[3])
+		e := tableEntry{latent: n[0], shard: n[1], m: n[2], f: fam, warps: n[3], cluster: n[4], prefetch: n[5], policy: n[6], carveout: n[7]}
+		switch {
+		case !ok:
+			return nil, bad("no family %q (families.tsv)", f[3])
+		case e.m < 1 || e.m > MaxM, e.latent < LatentAlign || e.latent%LatentAlign != 0, e.shard < ShardAlign || e.shard%ShardAlign != 0:
+			return nil, bad("shape latent %d shard %d m %d is not one the kernel takes", e.latent, e.shard, e.m)
+		case e.warps < 1 || e.warps > fam.maxWarps:
+			return nil, bad("%d warps, family %s takes 1..%d", e.warps, fam.name, fam.maxWarps)
+		case e.cluster < 1 || e.cluster > MaxCluster:
+			return nil, bad("cluster %d is not 1..%d", e.cluster, MaxCluster)
+		case !validPrefetch(e.prefetch):
+			return nil, bad("l2_prefetch %d is not a plan skinny.h defines", e.prefetch)
+		case e.policy < 0 || e.policy > MaxClusterPolicy:
+			return nil, bad("cluster_policy %d is not 0..%d", e.policy, MaxClusterPolicy)
+		case e.policy != 0 && e.cluster < 2:
+			return nil, bad("cluster_policy %d needs a cluster of 2 or more, not %d", e.policy, e.cluster)
+		case e.carveout < 0 || e.carveout > MaxCarveout:
+			return nil, bad("carveout %d is not 0..%d", e.carveout, MaxCarveout)
+		}
+		if slices.ContainsFunc(out, func(o tableEntry) bool { return o.latent == e.latent && o.shard == e.shard && o.m == e.m }) {
+			return nil, bad("latent %d shard %d m %d twice", e.latent, e.shard, e.m)
+		}
+		out = append(out, e)
 	}
 	return out, nil
 }
 
 // fallbackConfig is used only if the embedded table failed to parse (a
-// test fails then): the measured best for the reference shapes' shard 896.
-var fallbackConfig = tableEntry{v: variants[1], warps: 16, cluster: 1}
+// test fails then): a geometry that runs every shape.
+var fallbackConfig = tableEntry{f: family{name: "t32p", tileRows: 32, depth: 4, maxWarps: 16}, warps: 4, cluster: 1}
 
 // ConfigFor picks the launch config of the skinny kernel for m latent rows
-// (1..8) and a shard×latent weight slice, in the weight layout the table
-// measured best for that shape (LaunchConfig.Packed; PreferPacked). Shapes
-// measured by the sweep (config_table.tsv, see bench/NOTES-kernel.md) get
-// their measured best; any other shape gets the entry, warps, cluster, L2
-// prefetch plan and cluster scheduling policy of the measured shape nearest
-// in log(shard) + log(latent) (one shape for every m, so one layout; the two
-// hints were measured for that shape, not this one) and the driver's
-// carveout (Carveout 0: a carveout is measured per shape), with a staged entry
-// swapped for its unstaged twin
-// when its shared memory would exceed MaxStagedShared. The result always
-// satisfies Validate for a shape that Shape.Validate accepts; m is clamped
-// to 1..MaxM so that no input panics.
+// (1..8) and a shard×latent weight slice in the packed layout. Shapes
+// measured by the sweep (config_table.tsv) get their measured best; any
+// other shape gets the family, warps, cluster, L2 prefetch plan and cluster
+// scheduling policy of the measured shape nearest in log(shard) +
+// log(latent) (the two hints were measured for that shape, not this one)
+// and the driver's carveout (Carveout 0: a carveout is measured per shape).
+// The result always satisfies Validate for a shape that Shape.Validate
+// accepts; m is clamped to 1..MaxM so that no input panics.
 func ConfigFor(m, shard, latent int) LaunchConfig {
 	m, shard, latent = clampShape(m, shard, latent)
-	best := nearestEntry(m, shard, latent)
-	return configFrom(best, best.v, m, shard, latent)
-}
-
-// ConfigForLayout is ConfigFor for a weight in the given layout: ConfigFor's
-// pick, with its entry point swapped for the twin that reads the other
-// layout (twin) when the table measured the other one best.
-func ConfigForLayout(m, shard, latent int, packed bool) LaunchConfig {
-	m, shard, latent = clampShape(m, shard, latent)
-	best := nearestEntry(m, shard, latent)
-	return configFrom(best, twin(best.v, packed), m, shard, latent)
+	return configFrom(nearestEntry(m, shard, latent), m, shard)
 }
 
 // clampShape is the shape the config lookups use: m in 1..MaxM, shard and
@@ -510,16 +463,9 @@ func clampShape(m, shard, latent int) (int, int, int) {
 	return min(max(m, 1), MaxM), max(shard, ShardAlign), max(latent, LatentAlign)
 }
 
-// PreferPacked says whether the table measured the packed weight layout
-// (PackWeight) faster for a shard×latent weight: the layout ConfigFor picks
-// for every m of that shape. A caller that uploads the weight once packs it
-// when this holds and passes SkinnyArgs.WeightPacked.
-func PreferPacked(shard, latent int) bool { return ConfigFor(1, shard, latent).Packed }
-
 // nearestEntry is the table entry for m at the measured shape nearest to
 // shard×latent (ties: the first in table order). If that shape lacks m,
-// the nearest entry for m in the same weight layout; failing that,
-// fallbackConfig in that layout. So every m of a shape gets one layout.
+// the nearest entry for m; failing that, fallbackConfig.
 func nearestEntry(m, shard, latent int) tableEntry {
 	entries, err := measured()
 	if err != nil {
@@ -530,50 +476,44 @@ func nearestEntry(m, shard, latent int) tableEntry {
 
 // nearestIn is nearestEntry over the given entries.
 func nearestIn(entries []tableEntry, m, shard, latent int) tableEntry {
-	dist := math.Inf(1)
-	var near tableEntry
-	for _, e := range entries {
-		d := math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
-		if d < dist {
-			dist, near = d, e
-		}
+	dist := func(e tableEntry) float64 {
+		return math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
 	}
 	best, found := fallbackConfig, false
+	d := math.Inf(1)
+	var near tableEntry
+	for _, e := range entries {
+		if x := dist(e); x < d {
+			d, near = x, e
+		}
+	}
 	for _, e := range entries {
 		if e.m == m && e.shard == near.shard && e.latent == near.latent {
 			best, found = e, true
 			break
 		}
 	}
-	if !found { // the table lacks this m for that shape: nearest with this m and layout
-		best.v = twin(best.v, near.v.packed)
-		dist = math.Inf(1)
+	if !found { // the table lacks this m for that shape: nearest with this m
+		d = math.Inf(1)
 		for _, e := range entries {
-			if e.m != m || e.v.packed != near.v.packed {
-				continue
-			}
-			d := math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
-			if d < dist {
-				dist, best = d, e
+			if x := dist(e); e.m == m && x < d {
+				d, best = x, e
 			}
 		}
 	}
 	if best.shard != shard || best.latent != latent {
-		// The carveout was measured for that shape alone; at shards 3584
-		// and 7168 no value helped and most cost 0.1-2 µs: not extrapolated.
+		// The carveout was measured for that shape alone; at the large
+		// shards no value helped and most cost time: not extrapolated.
 		best.carveout = 0
 	}
 	return best
 }
 
-func configFrom(best tableEntry, v variant, m, shard, latent int) LaunchConfig {
-	if v.stage > 0 && SkinnySharedBytes(m, latent, v.tileRows, best.warps, best.cluster, v.stage) > MaxStagedShared {
-		v = unstaged(v)
-	}
-	c := makeConfig(m, shard, latent, v, best.warps, best.cluster)
-	c.L2Prefetch = best.prefetch
-	c.ClusterPolicy = best.policy
-	c.Carveout = best.carveout
+func configFrom(e tableEntry, m, shard int) LaunchConfig {
+	c := makeConfig(m, shard, e.f, e.warps, e.cluster)
+	c.L2Prefetch = e.prefetch
+	c.ClusterPolicy = e.policy
+	c.Carveout = e.carveout
 	return c
 }
 
@@ -585,6 +525,9 @@ type ReceiveConfig struct {
 	BlockX   int
 }
 
+// receiveName is the receive kernel's entry point.
+const receiveName = "tprun_receive"
+
 // ReceiveConfigFor gives one thread per 16-byte vector of the m×hidden
 // block, up to 132 blocks of 256 threads (one wave on an H200; each thread
 // then polls several vectors in turn).
@@ -592,58 +535,5 @@ func ReceiveConfigFor(m, hidden int) ReceiveConfig {
 	const block, maxGrid = 256, 132
 	vec := max(m, 1) * max(hidden, 8) / 8
 	grid := min(max((vec+block-1)/block, 1), maxGrid)
-	return ReceiveConfig{Function: "tprun_receive", GridX: grid, BlockX: block}
+	return ReceiveConfig{Function: receiveName, GridX: grid, BlockX: block}
 }
-
-// SkinnyParams mirrors tprun_skinny_params (kernel/skinny.h) byte for byte:
-// pass a pointer to it as the kernel's only parameter. Device addresses are
-// CUdeviceptr values.
-type SkinnyParams struct {
-	Latent       uint64     // bf16 [M][LatentDim]
-	Weight       uint64     // bf16 [Shard][LatentDim], or packed (Flags)
-	Shared       uint64     // bf16, element (m,n) at Shared[m*SharedStride+n]
-	Dst          [16]uint64 // bf16 [M][Hidden] each; first NDst used
-	LatentDim    int32
-	Shard        int32
-	Hidden       int32
-	Rank         int32
-	SharedStride int32 // elements
-	NDst         int32 // 1..16
-	TileRows     int32 // LaunchConfig.TileRows
-	L2Prefetch   int32 // LaunchConfig.L2Prefetch
-	// The fused receive (SkinnyArgs.Receive; RecvSlot 0: none).
-	RecvSlot, RecvOut, RecvStatus, RecvTimeoutNs uint64
-	RecvFlags                                    int32 // as ReceiveParams.Flags
-	Flags                                        int32 // SkinnyPacked for a packed weight (LaunchConfig.Packed), else 0
-}
-
-// SkinnyPacked is the tprun_skinny_params.flags bit of a packed weight
-// (TPRUN_SKINNY_PACKED).
-const SkinnyPacked = 1
-
-// ReceiveParams mirrors tprun_receive_params (kernel/skinny.h).
-type ReceiveParams struct {
-	Slot      uint64 // bf16 [M][Hidden], the local mailbox slot
-	Out       uint64 // bf16 [M][Hidden]
-	Status    uint64 // uint32 [ReceiveStatusWords], zeroed by the caller before the launch
-	TimeoutNs uint64
-	M         int32
-	Hidden    int32
-	Shard     int32
-	Flags     int32 // ReceiveAbortable, ReceiveSkip with the rank at ReceiveSkipRankShift, or 0
-}
-
-// Receive flags and the abort word (skinny.h, TPRUN_RECEIVE_ABORTABLE,
-// TPRUN_RECEIVE_SKIP): with ReceiveSkip the receive leaves the columns of
-// the rank in bits ReceiveSkipRankShift.. (8 bits) alone.
-const (
-	ReceiveAbortable     = 1
-	ReceiveSkip          = 2
-	ReceiveSkipRankShift = 8
-	ReceiveAbortWord     = 32
-)
-
-// ReceiveStatusWords is the length of the receive kernel's status array:
-// word 0 is 1 after a timeout, word 1+r is 1 when rank r's slice (r < 16)
-// was incomplete at the deadline.
-const ReceiveStatusWords = 1 + MaxTP

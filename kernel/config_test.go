@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unsafe"
 )
 
 // The harness (scripts/kernel-harness/harness.cu, check mode) verifies every
@@ -19,53 +18,6 @@ var (
 	checkedWarps    = map[int]bool{1: true, 2: true, 4: true, 8: true, 16: true}
 	checkedClusters = map[int]bool{1: true, 2: true, 3: true, 4: true, 6: true, 8: true}
 )
-
-func TestParamLayoutMatchesSkinnyH(t *testing.T) {
-	var s SkinnyParams
-	var r ReceiveParams
-	cases := []struct {
-		desc      string
-		got, want uintptr
-	}{
-		{"sizeof tprun_skinny_params", unsafe.Sizeof(s), 224},
-		{"alignof tprun_skinny_params", unsafe.Alignof(s), 8},
-		{"latent", unsafe.Offsetof(s.Latent), 0},
-		{"weight", unsafe.Offsetof(s.Weight), 8},
-		{"shared", unsafe.Offsetof(s.Shared), 16},
-		{"dst", unsafe.Offsetof(s.Dst), 24},
-		{"latent_dim", unsafe.Offsetof(s.LatentDim), 152},
-		{"shard", unsafe.Offsetof(s.Shard), 156},
-		{"hidden", unsafe.Offsetof(s.Hidden), 160},
-		{"rank", unsafe.Offsetof(s.Rank), 164},
-		{"shared_stride", unsafe.Offsetof(s.SharedStride), 168},
-		{"ndst", unsafe.Offsetof(s.NDst), 172},
-		{"tile_rows", unsafe.Offsetof(s.TileRows), 176},
-		{"l2_prefetch", unsafe.Offsetof(s.L2Prefetch), 180},
-		{"recv_slot", unsafe.Offsetof(s.RecvSlot), 184},
-		{"recv_out", unsafe.Offsetof(s.RecvOut), 192},
-		{"recv_status", unsafe.Offsetof(s.RecvStatus), 200},
-		{"recv_timeout_ns", unsafe.Offsetof(s.RecvTimeoutNs), 208},
-		{"recv_flags", unsafe.Offsetof(s.RecvFlags), 216},
-		{"flags", unsafe.Offsetof(s.Flags), 220},
-		{"sizeof tprun_receive_params", unsafe.Sizeof(r), 48},
-		{"slot", unsafe.Offsetof(r.Slot), 0},
-		{"out", unsafe.Offsetof(r.Out), 8},
-		{"status", unsafe.Offsetof(r.Status), 16},
-		{"timeout_ns", unsafe.Offsetof(r.TimeoutNs), 24},
-		{"m", unsafe.Offsetof(r.M), 32},
-		{"receive hidden", unsafe.Offsetof(r.Hidden), 36},
-		{"receive shard", unsafe.Offsetof(r.Shard), 40},
-		{"receive flags", unsafe.Offsetof(r.Flags), 44},
-	}
-	for _, tc := range cases {
-		if tc.got != tc.want {
-			t.Errorf("%s: %d, skinny.h says %d", tc.desc, tc.got, tc.want)
-		}
-	}
-	if len(s.Dst) != MaxTP || ReceiveStatusWords != 17 {
-		t.Errorf("dst has %d entries and status %d words; skinny.h: 16 and 17", len(s.Dst), ReceiveStatusWords)
-	}
-}
 
 func TestConfigTableParses(t *testing.T) {
 	entries, err := measured()
@@ -80,7 +32,7 @@ func TestConfigTableParses(t *testing.T) {
 		}
 		seen[key] = true
 		got := ConfigFor(e.m, e.shard, e.latent)
-		want := makeConfig(e.m, e.shard, e.latent, e.v, e.warps, e.cluster)
+		want := makeConfig(e.m, e.shard, e.f, e.warps, e.cluster)
 		want.L2Prefetch = e.prefetch
 		want.ClusterPolicy = e.policy
 		want.Carveout = e.carveout
@@ -130,7 +82,7 @@ func checkConfig(t *testing.T, m, shard, latent int) {
 	if c.GridX <= 0 || c.GridX%c.Cluster != 0 || c.GridX/c.Cluster*c.TileRows < shard {
 		t.Fatalf("%s: grid does not cover the shard in whole clusters", desc)
 	}
-	if c.BlockX > 512 || c.SharedBytes > MaxStagedShared {
+	if c.BlockX > 512 || c.SharedBytes > DefaultSharedLimit {
 		t.Fatalf("%s: block or shared memory over the limits", desc)
 	}
 }
@@ -140,20 +92,6 @@ func TestConfigForNeverPanics(t *testing.T) {
 		c := ConfigFor(tc.m, tc.shard, tc.latent)
 		if c.Function == "" || c.GridX <= 0 {
 			t.Errorf("ConfigFor(%d, %d, %d) = %+v", tc.m, tc.shard, tc.latent, c)
-		}
-	}
-}
-
-func TestStagedFallsBackWhenSharedMemoryIsShort(t *testing.T) {
-	small := SkinnySharedBytes(8, 3584, 16, 16, 1, 2)
-	huge := SkinnySharedBytes(8, MaxLatent, 16, 16, 8, 1)
-	if small > MaxStagedShared || huge <= MaxStagedShared {
-		t.Fatalf("shared bytes %d (3584) and %d (2^20) do not straddle the limit", small, huge)
-	}
-	for m := 1; m <= MaxM; m++ {
-		c := ConfigFor(m, 1024, MaxLatent)
-		if c.Stage > 0 && c.SharedBytes > MaxStagedShared {
-			t.Errorf("M=%d latent 2^20: staged with %d bytes", m, c.SharedBytes)
 		}
 	}
 }
@@ -171,7 +109,9 @@ func TestLaunchConfigValidateRejects(t *testing.T) {
 	}{
 		{"other M's function", good, 5, 896, 3584},
 		{"grid for another shard", good, 4, 1792, 3584},
-		{"unknown entry point", mod(func(c *LaunchConfig) { c.Depth = 6 }), 4, 896, 3584},
+		{"unknown family", mod(func(c *LaunchConfig) { c.Family = "d8" }), 4, 896, 3584},
+		{"the function of another family", mod(func(c *LaunchConfig) { c.Function += "x" }), 4, 896, 3584},
+		{"tile rows not the family's", mod(func(c *LaunchConfig) { c.TileRows = 48 - c.TileRows }), 4, 896, 3584},
 		{"too many warps", mod(func(c *LaunchConfig) { c.Warps = 32; c.BlockX = 1024 }), 4, 896, 3584},
 		{"cluster 9", mod(func(c *LaunchConfig) { c.Cluster = 9 }), 4, 896, 3584},
 		{"block not 32*warps", mod(func(c *LaunchConfig) { c.BlockX++ }), 4, 896, 3584},
@@ -181,7 +121,6 @@ func TestLaunchConfigValidateRejects(t *testing.T) {
 		{"latent not a multiple of 8", good, 4, 896, 3590},
 		{"prefetch plan with unknown bits", mod(func(c *LaunchConfig) { c.L2Prefetch = 1 << 26 }), 4, 896, 3584},
 		{"prefetch plan of 17 sixteenths", mod(func(c *LaunchConfig) { c.L2Prefetch = 17 << 16 }), 4, 896, 3584},
-		{"the other instance form", mod(func(c *LaunchConfig) { c.OneInstance = !c.OneInstance }), 4, 896, 3584},
 		{"cluster policy 3", mod(func(c *LaunchConfig) { c.ClusterPolicy = 3 }), 4, 896, 3584},
 		{"cluster policy -1", mod(func(c *LaunchConfig) { c.ClusterPolicy = -1 }), 4, 896, 3584},
 	}
@@ -191,12 +130,14 @@ func TestLaunchConfigValidateRejects(t *testing.T) {
 		}
 	}
 	// A scheduling policy needs a cluster launch.
-	c1 := makeConfig(4, 896, 3584, variants[1], 16, 1)
+	d8p, _ := findFamily("d8p")
+	t32p, _ := findFamily("t32p")
+	c1 := makeConfig(4, 896, d8p, 16, 1)
 	c1.ClusterPolicy = 2
 	if err := c1.Validate(4, 896, 3584); err == nil {
 		t.Error("cluster policy 2 with cluster 1: accepted")
 	}
-	c4 := makeConfig(4, 896, 3584, mustVariant(32, 4, 0, true), 8, 4)
+	c4 := makeConfig(4, 896, t32p, 8, 4)
 	c4.ClusterPolicy = 2
 	if err := c4.Validate(4, 896, 3584); err != nil {
 		t.Errorf("cluster policy 2 with cluster 4: %v", err)
@@ -204,117 +145,148 @@ func TestLaunchConfigValidateRejects(t *testing.T) {
 }
 
 func TestParseConfigTableRejects(t *testing.T) {
+	const row = "3584\t896\t1\td8p\t16\t1\t0\t0\t0\t2.5"
+	table := func(rows ...string) string { return "# c\n" + TableHeader + "\n" + strings.Join(rows, "\n") + "\n" }
+	field := func(i int, v string) string {
+		f := strings.Split(row, "\t")
+		f[i] = v
+		return strings.Join(f, "\t")
+	}
 	cases := []struct{ desc, text string }{
 		{"empty", "# only comments\n"},
-		{"short line", "3584 896 1 16 8 0 16\n"},
-		{"not a number", "3584 896 x 16 8 0 16 1\n"},
-		{"no such entry point", "3584 896 1 16 6 0 16 1\n"},
-		{"lean entry with 16 warps", "3584 896 1 16 4 0 16 1\n"},
-		{"cluster 9", "3584 896 1 16 8 0 16 9\n"},
-		{"M 9", "3584 896 9 16 8 0 16 1\n"},
-		{"stage 2 with depth 8", "3584 896 1 16 8 2 16 1\n"},
-		{"stage 3 with depth 0", "3584 896 1 16 0 3 16 1\n"},
-		{"stage 3 row-major (no such entry point)", "3584 896 1 16 8 3 16 1 0 0 0 2.4\n"},
-		{"stage 3 with 32 rows (no such entry point)", "3584 896 1 32 4 3 8 1 0 1 0 2.4\n"},
-		{"stage 3 one-instance (no such entry point)", "3584 896 1 16 8 3 16 1 0 1 1 2.4\n"},
-		{"stage 4 row-major (no such entry point)", "3584 896 5 32 4 4 16 2 0 0 0 0 80 2.4\n"},
-		{"stage 4 with 16 rows (no such entry point)", "3584 896 5 16 8 4 16 1 0 1 0 0 80 2.4\n"},
-		{"stage 4 one-instance (no such entry point)", "3584 896 5 32 4 4 16 2 0 1 1 0 80 2.4\n"},
-		{"stage 5 row-major (no such entry point)", "3584 3584 5 32 4 5 4 4 0 0 0 0 65 7.4\n"},
-		{"stage 5 with 16 rows (no such entry point)", "3584 3584 5 16 8 5 4 4 0 1 0 0 65 7.4\n"},
-		{"stage 5 one-instance (no such entry point)", "3584 3584 5 32 4 5 4 4 0 1 1 0 65 7.4\n"},
-		{"stage 6", "3584 896 5 32 4 6 16 2 0 1 0 0 80 2.4\n"},
-		{"15 fields", "3584 896 1 32 4 0 8 4 0 1 0 2 80 2.5 7\n"},
-		{"carveout 101", "3584 896 1 32 4 0 8 4 0 1 0 2 101 2.5\n"},
-		{"carveout -1", "3584 896 1 32 4 0 8 4 0 1 0 2 -1 2.5\n"},
-		{"carveout not a number", "3584 896 1 32 4 0 8 4 0 1 0 2 max 2.5\n"},
-		{"cluster policy 3", "3584 896 1 32 4 0 8 4 0 1 0 3 2.5\n"},
-		{"cluster policy -1", "3584 896 1 32 4 0 8 4 0 1 0 -1 2.5\n"},
-		{"cluster policy not a number", "3584 896 1 32 4 0 8 4 0 1 0 lb 2.5\n"},
-		{"cluster policy without a cluster", "3584 896 1 16 8 0 16 1 0 1 0 2 2.5\n"},
-		{"one neither 0 nor 1", "3584 896 1 16 8 0 16 1 0 1 2 2.5\n"},
-		{"one-instance row-major entry (no such entry point)", "3584 896 1 16 8 0 16 1 0 0 1 2.5\n"},
-		{"one-instance 32-row entry (no such entry point)", "3584 896 1 32 4 0 8 4 0 1 1 2.5\n"},
-		{"packed neither 0 nor 1", "3584 896 1 16 8 0 16 1 0 2 2.5\n"},
-		{"packed lean entry (no such entry point)", "3584 896 1 16 4 0 8 1 0 1 2.5\n"},
-		{"packed slab entry (no such entry point)", "3584 896 1 16 0 2 8 1 0 1 2.5\n"},
-		{"one shape in two layouts", "3584 896 1 16 8 0 16 1 0 1 2.5\n3584 896 2 16 8 0 16 1 0 0 2.5\n"},
-		{"prefetch not a number", "3584 896 1 16 8 0 16 1 x 2.5\n"},
-		{"prefetch plan with unknown bits", "3584 896 1 16 8 0 16 1 67108864 2.5\n"},
+		{"no header row", row + "\n"},
+		{"header only", table()},
+		{"header in another order", strings.Replace(table(row), "warps\tcluster", "cluster\twarps", 1)},
+		{"short row", table("3584\t896\t1\td8p\t16\t1\t0\t0\t2.5")},
+		{"long row", table(row + "\t7")},
+		{"spaces for tabs", table(strings.ReplaceAll(row, "\t", " "))},
+		{"not a number", table(field(2, "x"))},
+		{"no such family", table(field(3, "d8"))},
+		{"row-major family of the past", table(field(3, ""))},
+		{"M 9", table(field(2, "9"))},
+		{"M 0", table(field(2, "0"))},
+		{"shard not a multiple of 8", table(field(1, "900"))},
+		{"latent not a multiple of 8", table(field(0, "3590"))},
+		{"17 warps", table(field(4, "17"))},
+		{"0 warps", table(field(4, "0"))},
+		{"cluster 9", table(field(5, "9"))},
+		{"prefetch not a number", table(field(6, "x"))},
+		{"prefetch plan with unknown bits", table(field(6, "67108864"))},
+		{"cluster policy 3", table(field(5, "4"), field(7, "3"))},
+		{"cluster policy -1", table(field(7, "-1"))},
+		{"cluster policy without a cluster", table(field(7, "2"))},
+		{"carveout 101", table(field(8, "101"))},
+		{"carveout -1", table(field(8, "-1"))},
+		{"median not a number", table(field(9, "fast"))},
+		{"one shape twice", table(row, row)},
 	}
 	for _, tc := range cases {
 		if _, err := parseTable("config_table.tsv", tc.text); err == nil {
 			t.Errorf("%s: parsed", tc.desc)
 		}
 	}
-	e, err := parseTable("config_table.tsv", "# c\n3584\t896\t1\t32\t4\t1\t16\t2\t2.5\n")
-	if err != nil || len(e) != 1 || e[0].v.stage != 1 || e[0].v.tileRows != 32 || e[0].warps != 16 || e[0].cluster != 2 || e[0].prefetch != 0 {
-		t.Errorf("valid line: %+v, %v", e, err)
-	}
-	e, err = parseTable("config_table.tsv", "3584\t896\t1\t32\t4\t0\t8\t4\t0\t1\t2.6\n3584\t896\t2\t32\t4\t0\t8\t4\t0\t1\t2.6\n")
-	if err != nil || len(e) != 2 || !e[0].v.packed || e[0].v.suffix != "_t32p" || e[1].cluster != 4 {
-		t.Errorf("valid packed lines: %+v, %v", e, err)
-	}
-	e, err = parseTable("config_table.tsv", "3584\t896\t3\t16\t8\t0\t16\t1\t0\t1\t1\t2.49\n3584\t896\t4\t32\t4\t0\t8\t4\t0\t1\t0\t2.5\n")
-	if err != nil || len(e) != 2 || e[0].v.suffix != "_d8p1" || !e[0].v.one || e[1].v.suffix != "_t32p" || e[1].v.one {
-		t.Errorf("valid lines with the one column: %+v, %v", e, err)
-	}
-	// One valid line of each later entry point family: parsed, and the
-	// launch config made from it.
-	for _, tc := range []struct {
-		desc, table, text            string
-		m, shard                     int
-		suffix                       string
-		stage, rows, warps, clusters int
-		carveout                     int
-	}{
-		{"line-wise", "config_table.tsv", "3584\t896\t3\t16\t8\t3\t16\t1\t0\t1\t0\t0\t2.39\n", 3, 896, "_d8pl", 3, 16, 16, 1, 0},
-		{"wide", "config_table.tsv", "3584\t896\t5\t32\t4\t4\t16\t2\t0\t1\t0\t0\t80\t2.39\n", 5, 896, "_t32pw", 4, 32, 16, 2, 80},
-		{"step's", "step_table.tsv", "3584\t3584\t8\t32\t4\t5\t4\t4\t34078768\t1\t0\t2\t65\t7.6\n", 8, 3584, "_t32pn", 5, 32, 4, 4, 65},
-	} {
-		e, err := parseTable(tc.table, tc.text)
-		if err != nil || len(e) != 1 || e[0].v.suffix != tc.suffix || e[0].v.stage != tc.stage || !e[0].v.packed ||
-			e[0].warps != tc.warps || e[0].cluster != tc.clusters || e[0].carveout != tc.carveout {
-			t.Errorf("valid line of the %s entry: %+v, %v", tc.desc, e, err)
-			continue
-		}
-		c := configFrom(e[0], e[0].v, tc.m, tc.shard, 3584)
-		if c.Function != fmt.Sprintf("tprun_skinny_m%d%s", tc.m, tc.suffix) || c.Stage != tc.stage || c.TileRows != tc.rows ||
-			c.Cluster != tc.clusters || c.Carveout != tc.carveout ||
-			c.SharedBytes != SkinnySharedBytes(tc.m, 3584, tc.rows, tc.warps, tc.clusters, 0) || c.Validate(tc.m, tc.shard, 3584) != nil {
-			t.Errorf("%s entry's config: %+v, %v", tc.desc, c, c.Validate(tc.m, tc.shard, 3584))
-		}
-	}
-	e, err = parseTable("config_table.tsv", "3584\t3584\t1\t32\t4\t0\t4\t4\t34078768\t1\t0\t2\t6.0\n3584\t3584\t2\t32\t4\t0\t4\t4\t0\t1\t0\t0\t6.1\n")
-	if err != nil || len(e) != 2 || e[0].policy != 2 || e[1].policy != 0 || e[0].prefetch != 34078768 || e[0].cluster != 4 {
-		t.Errorf("valid lines with the cluster_policy column: %+v, %v", e, err)
-	}
-	if c := configFrom(e[0], e[0].v, 1, 3584, 3584); c.ClusterPolicy != 2 || c.Carveout != 0 || c.Validate(1, 3584, 3584) != nil {
-		t.Errorf("config from a load-balancing entry: %+v, %v", c, c.Validate(1, 3584, 3584))
-	}
-	e, err = parseTable("config_table.tsv", "3584\t896\t8\t32\t4\t0\t16\t2\t0\t1\t0\t0\t80\t2.35\n3584\t896\t7\t32\t4\t0\t16\t2\t0\t1\t0\t2\t0\t2.5\n")
-	if err == nil {
-		// A carveout belongs to the shape it was measured on.
-		if b := nearestIn(e, 8, 896, 3584); b.carveout != 80 {
-			t.Errorf("measured shape: carveout %d, want 80", b.carveout)
-		}
-		for _, sh := range [][2]int{{768, 3584}, {1024, 3584}, {896, 4096}} {
-			if b := nearestIn(e, 8, sh[0], sh[1]); b.carveout != 0 || b.warps != 16 || b.cluster != 2 {
-				t.Errorf("shard %d latent %d (nearest: 896, 3584): %+v, want that entry without its carveout", sh[0], sh[1], b)
-			}
-		}
-	}
-	if err != nil || len(e) != 2 || e[0].carveout != 80 || e[0].policy != 0 || e[1].carveout != 0 || e[1].policy != 2 {
-		t.Errorf("valid lines with the carveout column: %+v, %v", e, err)
-	} else if c := configFrom(e[0], e[0].v, 8, 896, 3584); c.Carveout != 80 || c.Validate(8, 896, 3584) != nil {
-		t.Errorf("config from an entry with a carveout: %+v, %v", c, c.Validate(8, 896, 3584))
-	} else if c.Carveout = 101; c.Validate(8, 896, 3584) == nil {
-		t.Error("Validate accepted a carveout of 101 %")
+	// One valid row of each family, and the launch config made from it.
+	fams, err := families()
+	if err != nil {
+		t.Fatal(err)
 	}
 	plan := 32 | 8<<16 | 1<<24
-	e, err = parseTable("config_table.tsv", fmt.Sprintf("# c\n3584\t3584\t2\t16\t8\t0\t8\t1\t%d\t6.9\n", plan))
-	if err != nil || len(e) != 1 || e[0].prefetch != plan || e[0].warps != 8 {
-		t.Errorf("valid line with a prefetch plan: %+v, %v", e, err)
+	for _, f := range fams {
+		text := table(fmt.Sprintf("3584\t3584\t5\t%s\t4\t4\t%d\t2\t65\t7.4", f.name, plan))
+		e, err := parseTable("step_table.tsv", text)
+		if err != nil || len(e) != 1 || e[0].f != f || e[0].warps != 4 || e[0].cluster != 4 || e[0].prefetch != plan ||
+			e[0].policy != 2 || e[0].carveout != 65 {
+			t.Errorf("valid row of family %s: %+v, %v", f.name, e, err)
+			continue
+		}
+		c := configFrom(e[0], 5, 3584)
+		if c.Function != "tprun_skinny_m5_"+f.name || c.Family != f.name || c.TileRows != f.tileRows || c.Cluster != 4 ||
+			c.ClusterPolicy != 2 || c.Carveout != 65 || c.L2Prefetch != plan ||
+			c.SharedBytes != SkinnySharedBytes(f.tileRows, 4, 4) || c.Validate(5, 3584, 3584) != nil {
+			t.Errorf("family %s entry's config: %+v, %v", f.name, c, c.Validate(5, 3584, 3584))
+		}
+	}
+	e, err := parseTable("config_table.tsv", table("3584\t896\t8\tt32p\t16\t2\t0\t0\t80\t2.35", "3584\t896\t7\tt32p\t16\t2\t0\t2\t0\t2.5"))
+	if err != nil || len(e) != 2 {
+		t.Fatalf("valid rows with a carveout: %+v, %v", e, err)
+	}
+	// A carveout belongs to the shape it was measured on.
+	if b := nearestIn(e, 8, 896, 3584); b.carveout != 80 {
+		t.Errorf("measured shape: carveout %d, want 80", b.carveout)
+	}
+	for _, sh := range [][2]int{{768, 3584}, {1024, 3584}, {896, 4096}} {
+		if b := nearestIn(e, 8, sh[0], sh[1]); b.carveout != 0 || b.warps != 16 || b.cluster != 2 {
+			t.Errorf("shard %d latent %d (nearest: 896, 3584): %+v, want that entry without its carveout", sh[0], sh[1], b)
+		}
+	}
+}
+
+// families.tsv: the embedded spec parses, names the families of both
+// tables, and its parser rejects what the build would not understand.
+func TestFamilies(t *testing.T) {
+	fams, err := families()
+	if err != nil || len(fams) == 0 {
+		t.Fatalf("families.tsv: %d families, %v", len(fams), err)
+	}
+	used := map[string]bool{}
+	for _, tbl := range []func() ([]tableEntry, error){measured, stepMeasured} {
+		entries, err := tbl()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			used[e.f.name] = true
+		}
+	}
+	for _, f := range fams {
+		if !used[f.name] {
+			t.Errorf("family %s: no launch table picks it, so it should not be built", f.name)
+		}
+	}
+	if f, ok := findFamily(fallbackConfig.f.name); !ok || f != fallbackConfig.f {
+		t.Errorf("fallbackConfig's family %+v is not families.tsv's %+v", fallbackConfig.f, f)
+	}
+	const good = "d8p\t16\t8\tring\t0\t0\t0\t16"
+	spec := func(rows ...string) string { return familiesHeader + "\n" + strings.Join(rows, "\n") + "\n" }
+	if f, err := parseFamilies(spec(good, "x1\t32\t4\tlines\t0\t0\t0\t8")); err != nil || len(f) != 2 || !f[1].lines || f[1].maxWarps != 8 {
+		t.Errorf("valid spec: %+v, %v", f, err)
+	}
+	for _, tc := range []struct{ desc, text string }{
+		{"no header", good + "\n"},
+		{"no rows", spec()},
+		{"name with an underscore", spec(strings.Replace(good, "d8p", "d8_p", 1))},
+		{"empty name", spec(strings.Replace(good, "d8p", "", 1))},
+		{"a name twice", spec(good, good)},
+		{"tile rows 24", spec(strings.Replace(good, "16\t8", "24\t8", 1))},
+		{"latent neither ring nor lines", spec(strings.Replace(good, "ring", "staged", 1))},
+		{"wide 2", spec(strings.Replace(good, "ring\t0", "ring\t2", 1))},
+		{"lines with one instance", spec(strings.Replace(good, "ring\t0\t0", "lines\t0\t1", 1))},
+		{"warps 0", spec(strings.TrimSuffix(good, "16") + "0")},
+		{"short row", spec(strings.TrimSuffix(good, "\t16"))},
+	} {
+		if _, err := parseFamilies(tc.text); err == nil {
+			t.Errorf("%s: parsed", tc.desc)
+		}
+	}
+}
+
+// scripts/build-kernels writes the instance list from families.tsv and
+// hashes the same sources as FatbinSources, in the same order.
+func TestBuildScriptReadsTheSpec(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "scripts", "build-kernels"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	m := regexp.MustCompile(`(?m)^SOURCES=\(([^)]*)\)`).FindStringSubmatch(src)
+	if m == nil {
+		t.Fatal("scripts/build-kernels: no SOURCES=(...) line")
+	}
+	if got := strings.Fields(m[1]); !slices.Equal(got, FatbinSources[:]) {
+		t.Errorf("build-kernels hashes %v, FatbinSources is %v", got, FatbinSources)
+	}
+	if !strings.Contains(src, "kernel/families.tsv") || !strings.Contains(src, strings.ReplaceAll(familiesHeader, "\t", `\t`)) {
+		t.Error("build-kernels does not read families.tsv with its header row")
 	}
 }
 
@@ -343,16 +315,17 @@ func TestConfigTableOverride(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "table.tsv")
 	plan := 16 | 8<<16 | 1<<24
-	if err := os.WriteFile(good, fmt.Appendf(nil, "# dev\n3584\t3584\t2\t16\t4\t0\t8\t1\t%d\t7.0\n", plan), 0o644); err != nil {
+	if err := os.WriteFile(good, fmt.Appendf(nil, "# dev\n%s\n3584\t3584\t2\td8p1\t8\t1\t%d\t0\t0\t7.0\n", TableHeader, plan), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(ConfigTableEnv, good)
+	loadConfigTable := func() ([]tableEntry, error) { return loadTable(ConfigTableEnv, "config_table.tsv", configTableTSV) }
 	e, err := loadConfigTable()
-	if err != nil || len(e) != 1 || e[0].prefetch != plan || e[0].v.depth != 4 {
+	if err != nil || len(e) != 1 || e[0].prefetch != plan || e[0].f.name != "d8p1" {
 		t.Errorf("override table: %+v, %v", e, err)
 	}
 	bad := filepath.Join(dir, "bad.tsv")
-	if err := os.WriteFile(bad, []byte("3584 3584 2 16 6 0 8 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(bad, []byte(TableHeader+"\n3584\t3584\t2\td8\t8\t1\t0\t0\t0\t7.0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{bad, filepath.Join(dir, "missing.tsv")} {
@@ -368,57 +341,43 @@ func TestConfigTableOverride(t *testing.T) {
 }
 
 // The step table: exact (latent, shard, m) entries win for a launch with a
-// fused receive, every other shape gets ConfigForLayout's pick; every entry
-// is a valid config in the layout the kernel table picks for its shape (the
-// weight is packed once, by PreferPacked), and its env override is read
-// like the kernel table's.
+// fused receive, every other shape gets ConfigFor's pick; every entry is a
+// valid config, and its env override is read like the kernel table's.
 func TestStepConfig(t *testing.T) {
 	entries, err := stepMeasured()
 	if err != nil || len(entries) == 0 {
 		t.Fatalf("step table: %d entries, %v", len(entries), err)
 	}
 	for _, e := range entries {
-		if e.v.packed != PreferPacked(e.shard, e.latent) {
-			t.Errorf("step entry latent %d shard %d m %d: packed %v, the kernel table's layout is packed %v",
-				e.latent, e.shard, e.m, e.v.packed, PreferPacked(e.shard, e.latent))
+		c := StepConfigFor(e.m, e.shard, e.latent)
+		if want := configFrom(e, e.m, e.shard); c != want {
+			t.Errorf("StepConfigFor(%d, %d, %d) = %+v, want the entry's %+v", e.m, e.shard, e.latent, c, want)
 		}
-		for _, packed := range []bool{false, true} {
-			c := StepConfigForLayout(e.m, e.shard, e.latent, packed)
-			want := configFrom(e, twin(e.v, packed), e.m, e.shard, e.latent)
-			if c != want {
-				t.Errorf("StepConfigForLayout(%d, %d, %d, %v) = %+v, want the entry's %+v", e.m, e.shard, e.latent, packed, c, want)
-			}
-			if err := c.Validate(e.m, e.shard, e.latent); err != nil {
-				t.Errorf("step entry m %d shard %d: %v", e.m, e.shard, err)
-			}
+		if err := c.Validate(e.m, e.shard, e.latent); err != nil {
+			t.Errorf("step entry m %d shard %d: %v", e.m, e.shard, err)
 		}
 	}
-	// A shape the step table lacks: ConfigForLayout's pick.
+	// A shape the step table lacks: ConfigFor's pick.
 	for _, tc := range []struct{ m, shard, latent int }{{1, 896, 3584}, {8, 1792, 3584}, {3, 1024, 1024}} {
-		for _, packed := range []bool{false, true} {
-			if got, want := StepConfigForLayout(tc.m, tc.shard, tc.latent, packed), ConfigForLayout(tc.m, tc.shard, tc.latent, packed); got != want {
-				t.Errorf("StepConfigForLayout(%d, %d, %d, %v) = %+v, want ConfigForLayout's %+v", tc.m, tc.shard, tc.latent, packed, got, want)
-			}
+		if got, want := StepConfigFor(tc.m, tc.shard, tc.latent), ConfigFor(tc.m, tc.shard, tc.latent); got != want {
+			t.Errorf("StepConfigFor(%d, %d, %d) = %+v, want ConfigFor's %+v", tc.m, tc.shard, tc.latent, got, want)
 		}
 	}
+	loadStepTable := func() ([]tableEntry, error) { return loadTable(StepTableEnv, "step_table.tsv", stepTableTSV) }
 	dir := t.TempDir()
 	good := filepath.Join(dir, "step.tsv")
-	if err := os.WriteFile(good, []byte("3584\t896\t2\t32\t4\t0\t8\t2\t0\t1\t8.0\n"), 0o644); err != nil {
+	if err := os.WriteFile(good, []byte(TableHeader+"\n3584\t896\t2\tt32p\t8\t2\t0\t0\t0\t8.0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(StepTableEnv, good)
 	if e, err := loadStepTable(); err != nil || len(e) != 1 || e[0].cluster != 2 || e[0].shard != 896 {
 		t.Errorf("override step table: %+v, %v", e, err)
 	}
-	// A row-major entry for a shape whose weight the kernel table packs.
-	wrong := filepath.Join(dir, "wrong-layout.tsv")
-	if err := os.WriteFile(wrong, []byte("3584\t3584\t2\t16\t8\t0\t8\t1\t0\t0\t8.0\n"), 0o644); err != nil {
+	bad := filepath.Join(dir, "bad.tsv")
+	if err := os.WriteFile(bad, []byte("3584\t896\t2\tt32p\t8\t2\t0\t0\t0\t8.0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if !PreferPacked(3584, 3584) {
-		t.Fatal("the kernel table no longer packs shard 3584: pick another shape for the layout check")
-	}
-	for _, path := range []string{filepath.Join(dir, "missing.tsv"), wrong} {
+	for _, path := range []string{filepath.Join(dir, "missing.tsv"), bad} {
 		t.Setenv(StepTableEnv, path)
 		if _, err := loadStepTable(); err == nil || !strings.Contains(err.Error(), StepTableEnv) {
 			t.Errorf("%s: %v; want an error naming %s", path, err, StepTableEnv)
@@ -441,75 +400,4 @@ func TestReceiveCTAs(t *testing.T) {
 			t.Errorf("ReceiveCTAs(%d, %d, %d, %d) = %d, want %d", tc.m, tc.hidden, tc.block, tc.cluster, got, tc.want)
 		}
 	}
-}
-
-// sumsLikeTwin: "_t32pw" adds like "_t32" except where "_t32" takes the
-// warp-per-vector epilogue (16 warps, no cluster, M <= 2).
-func TestSumsLikeTwin(t *testing.T) {
-	w, ok := findVariant(32, 4, 4, true, false)
-	if !ok {
-		t.Fatal("no _t32pw variant")
-	}
-	l, _ := findVariant(16, 8, 3, true, false)
-	p, _ := findVariant(32, 4, 0, true, false)
-	n, ok := findVariant(32, 4, 5, true, false)
-	if !ok {
-		t.Fatal("no _t32pn variant")
-	}
-	for _, tc := range []struct {
-		v              variant
-		m, warps, clus int
-		want           bool
-	}{
-		{w, 1, 16, 1, false}, {w, 2, 16, 1, false}, {w, 3, 16, 1, true}, {w, 1, 16, 2, true},
-		{w, 2, 8, 1, true}, {w, 1, 4, 1, true}, {w, 5, 16, 2, true}, {w, 8, 16, 1, true},
-		{l, 3, 16, 1, false}, {p, 1, 16, 1, true}, {n, 1, 16, 1, true}, {n, 8, 4, 4, true},
-	} {
-		c := makeConfig(tc.m, 896, 3584, tc.v, tc.warps, tc.clus)
-		if got := sumsLikeTwin(c, tc.m); got != tc.want {
-			t.Errorf("%s %d warps cluster %d M %d: %v, want %v", c.Function, tc.warps, tc.clus, tc.m, got, tc.want)
-		}
-	}
-}
-
-// The Python scripts of the kernel harness name configs by
-// scripts/kernel-harness/cfgname.py, whose ENTRIES and STAGES must list the
-// same entry point families as variants (the step sweep rejects a config
-// it does not know: 2026-12-01am).
-func TestCfgnameKnowsEveryVariant(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "scripts", "kernel-harness", "cfgname.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := string(b)
-	entries := regexp.MustCompile(`(?s)\nENTRIES = \{(.*?)\}`).FindStringSubmatch(src)
-	stages := regexp.MustCompile(`\nSTAGES = "([a-z]+)"`).FindStringSubmatch(src)
-	if entries == nil || stages == nil {
-		t.Fatal("cfgname.py: no ENTRIES set or STAGES string")
-	}
-	var got []string
-	for _, m := range regexp.MustCompile(`\((\d+), (\d+), (\d+), (\d), (\d)\)`).FindAllStringSubmatch(entries[1], -1) {
-		got = append(got, strings.Join(m[1:], " "))
-	}
-	var want []string
-	maxStage := 0
-	for _, v := range variants {
-		want = append(want, fmt.Sprintf("%d %d %d %d %d", v.tileRows, v.depth, v.stage, b2i(v.packed), b2i(v.one)))
-		maxStage = max(maxStage, v.stage)
-	}
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("cfgname.py ENTRIES (tile_rows depth stage packed one):\n  %v\nkernel.variants:\n  %v", got, want)
-	}
-	if len(stages[1]) != maxStage+1 {
-		t.Errorf("cfgname.py STAGES %q names %d stages, variants use 0..%d", stages[1], len(stages[1]), maxStage)
-	}
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -8,8 +8,8 @@ import (
 )
 
 // The compiled kernels: SASS for sm_90 and sm_100 plus compute_100 PTX,
-// built by scripts/build-kernels on a GPU machine from skinny.h, skinny.cu
-// and receive.cu, and committed. Strings, so the embedded bytes can never be
+// built by scripts/build-kernels on a GPU machine from FatbinSources, and
+// committed. Strings, so the embedded bytes can never be
 // changed at run time.
 var (
 	//go:embed kernels.fatbin
@@ -20,17 +20,18 @@ var (
 
 // FatbinSources are the files whose hash FatbinStamp records, in hashing
 // order, relative to the repository root (see SourcesHash).
-var FatbinSources = [...]string{"kernel/skinny.h", "kernel/skinny.cu", "kernel/receive.cu", "scripts/build-kernels"}
+var FatbinSources = [...]string{"kernel/skinny.h", "kernel/skinny_prims.cuh", "kernel/skinny.cu", "kernel/receive.cu", "kernel/families.tsv", "scripts/build-kernels"}
 
 // Fatbin returns a copy of the embedded fatbin, ready for cuModuleLoadData.
-// Its functions: tprun_receive and tprun_skinny_m<M><variant>, see
+// Its functions: tprun_receive and tprun_skinny_m<M>_<family>, see
 // LaunchConfig.Function.
 func Fatbin() []byte { return []byte(fatbin) }
 
 // FatbinEnv names a fatbin file that Load uses instead of the embedded one.
-// It is for kernel development only: a fatbin built by scripts/build-kernels
+// It is for kernel development: a fatbin built by scripts/build-kernels
 // from changed sources can be tried without rebuilding the Go binaries. Its
-// entry points and parameter blocks must be this build's (same skinny.h).
+// entry points and parameter blocks must be this build's (same skinny.h
+// and families.tsv).
 const FatbinEnv = "TPRUN_KERNELS_FATBIN"
 
 // FatbinOverride is the path in FatbinEnv, or "" when the embedded fatbin

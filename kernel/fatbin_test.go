@@ -97,8 +97,8 @@ func TestFatbinIsAFatbin(t *testing.T) {
 		t.Fatalf("embedded kernels.fatbin (%d bytes) does not start with the fatbin magic", len(b))
 	}
 	// Every entry point ConfigFor can name, as a whole symbol (the name
-	// and its NUL: "tprun_skinny_m8_d8" alone also matches "..._d8p").
-	for _, name := range append(skinnyFunctions(), "tprun_receive") {
+	// and its NUL: "tprun_skinny_m8_d8p" alone also matches "..._d8p1").
+	for _, name := range append(mustSkinnyFunctions(), receiveName) {
 		if !bytes.Contains(b, append([]byte(name), 0)) {
 			t.Errorf("fatbin has no symbol %s", name)
 		}

@@ -383,7 +383,6 @@ func runSkinnyMatrix(e *env, rng *rand.Rand, spec matrixSpec) {
 	x := &matrix{env: e, rng: rng, spec: spec, maxM: slices.Max(spec.ms)}
 	blockLen := x.maxM * maxHidden
 	x.dLat = e.alloc(2*x.maxM*maxLatent, "latent")
-	x.dW = e.alloc(2*maxShard*maxLatent, "weight")
 	x.dWp = e.alloc(2*PackedWeightLen(maxShard, maxLatent), "packed weight")
 	x.hWp = make([]BF16, PackedWeightLen(maxShard, maxLatent))
 	x.dShared = e.alloc(2*blockLen, "shared")
@@ -395,17 +394,15 @@ func runSkinnyMatrix(e *env, rng *rand.Rand, spec matrixSpec) {
 	x.hShared = make([]BF16, blockLen)
 	x.first = make([]BF16, blockLen)
 	x.other = make([]BF16, blockLen)
-	x.packedFirst = make([]BF16, blockLen)
 	x.outs = make([][]BF16, x.maxM+1)
-	x.packed = make([][]BF16, x.maxM+1)
 	start := time.Now()
 	for _, shard := range spec.shards {
 		for _, K := range spec.latents {
 			x.pair(shard, K)
 		}
 	}
-	e.t.Logf("%d shapes in %v; GPU and CPU kernels at most %d bf16 ulp apart; %d shapes with a packed entry point that adds in its own order (\"_d8pl\"; \"_t32pw\" at 16 warps, no cluster, M <= 2), checked on their own",
-		len(spec.ms)*len(spec.shards)*len(spec.latents), time.Since(start).Round(time.Millisecond), x.worstULP, x.ownOrder)
+	e.t.Logf("%d shapes in %v; GPU and CPU kernels at most %d bf16 ulp apart",
+		len(spec.ms)*len(spec.shards)*len(spec.latents), time.Since(start).Round(time.Millisecond), x.worstULP)
 }
 
 // matrix is the state of runSkinnyMatrix: buffers sized for the largest
@@ -415,17 +412,14 @@ type matrix struct {
 	rng                *rand.Rand
 	spec               matrixSpec
 	maxM               int
-	dLat, dW, dShared  cuda.DevicePtr
+	dLat, dShared      cuda.DevicePtr
 	dWp                cuda.DevicePtr // the weight in the packed layout (PackWeight)
 	dDst               [3]cuda.DevicePtr
 	hLat, hW, hShared  []BF16
 	hWp                []BF16
 	first, other       []BF16   // downloads: run 0 destination 0, and the rest
-	packedFirst        []BF16   // run 2 destination 0 where it may differ from run 0 (runM)
 	outs               [][]BF16 // outs[M]: run 0 destination 0 for M rows
-	packed             [][]BF16 // packed[M]: run 2 destination 0 where it may differ from outs[M], else empty
 	failures, worstULP int
-	ownOrder           int // shapes whose packed runs were checked on their own (runM)
 }
 
 func (x *matrix) fail(format string, args ...any) {
@@ -449,7 +443,6 @@ func (x *matrix) pair(shard, K int) {
 	fillRandom(x.rng, w, float32(1/math.Sqrt(float64(K))))
 	fillRandom(x.rng, shared, 1)
 	x.upload(x.dLat, cuda.AsBytes(lat), "latent")
-	x.upload(x.dW, cuda.AsBytes(w), "weight")
 	wp := x.hWp[:PackedWeightLen(shard, K)]
 	if err := PackWeight(wp, w, shard, K); err != nil {
 		t.Fatal(err)
@@ -487,26 +480,20 @@ func (x *matrix) pair(shard, K int) {
 	worst, pairULP := 0.0, 0
 	for _, M := range x.spec.ms {
 		s := Shape{M: M, Hidden: hidden, Latent: K, TP: tp}
-		blocks := [][]BF16{x.outs[M]}
-		if len(x.packed[M]) > 0 {
-			blocks = append(blocks, x.packed[M])
+		out := x.outs[M][rank*shard:]
+		res, err := exp.rows(M).Check(out, hidden)
+		if err != nil {
+			t.Fatalf("%v: Check: %v", s, err)
 		}
-		for b, block := range blocks {
-			out := block[rank*shard:]
-			res, err := exp.rows(M).Check(out, hidden)
-			if err != nil {
-				t.Fatalf("%v: Check: %v", s, err)
-			}
-			if res.Wrong > 0 {
-				x.fail("%v rank %d (config %s, %s weight): %d of %d elements outside the float64 tolerance, first %v",
-					s, rank, configString(s), [...]string{"row-major", "packed"}[b], res.Wrong, res.Checked, res.First)
-			}
-			worst = max(worst, res.Worst)
-			for m := range M {
-				for c := range shard {
-					d := ordered(out[m*hidden+c]) - ordered(cpu[m*shard+c])
-					pairULP = max(pairULP, d, -d)
-				}
+		if res.Wrong > 0 {
+			x.fail("%v rank %d (config %s): %d of %d elements outside the float64 tolerance, first %v",
+				s, rank, configString(s), res.Wrong, res.Checked, res.First)
+		}
+		worst = max(worst, res.Worst)
+		for m := range M {
+			for c := range shard {
+				d := ordered(out[m*hidden+c]) - ordered(cpu[m*shard+c])
+				pairULP = max(pairULP, d, -d)
 			}
 		}
 	}
@@ -515,96 +502,41 @@ func (x *matrix) pair(shard, K int) {
 		shard, K, tp, rank, x.spec.ms, worst, cpuRes.Worst, pairULP)
 }
 
-// runM runs shape s into the three poisoned destinations: run 0 and run 1
-// (another destination order, with PDL) read the row-major weight, run 2 the
-// packed one. Run 1 must be bit-identical to run 0. Where the packed entry
-// point sums its fragments in the same order as its row-major twin (every
-// one but "_d8pl", and "_t32pw" at 16 warps, no cluster and M <= 2:
-// sumsLikeTwin), so must run 2. "_d8pl" adds the products of a chunk
-// pair's even and odd chunks in separate accumulators, and that "_t32pw"
-// sums the warps in another order, so they may round an element
-// differently from their twins: run 2 is then checked on its own
-// (x.packed[s.M], against the float64 tolerance in pair), and a run 3
-// (packed, other order, PDL) must be bit-identical to it. Run 0's
-// destination 0 is kept in x.outs[s.M].
+// runM runs shape s into the three poisoned destinations twice: run 1
+// with the destinations in another order and with PDL. Every destination
+// of both runs must be bit-identical to run 0's destination 0, which is
+// kept in x.outs[s.M] for the tolerance check in pair.
 func (x *matrix) runM(s Shape, rank int) {
 	shard, hidden := s.Shard(), s.Hidden
 	n := x.maxM * hidden
-	a := SkinnyArgs{Shape: s, Rank: rank, Latent: x.dLat, Weight: x.dW,
+	a := SkinnyArgs{Shape: s, Rank: rank, Latent: x.dLat, Weight: x.dWp, WeightPacked: true,
 		Shared: x.dShared + cuda.DevicePtr(2*rank*shard), SharedStride: hidden, Dst: x.dDst[:]}
 	where := fmt.Sprintf("%v rank %d (config %s)", s, rank, configString(s))
-	sameOrder := sumsLikeRowMajor(s)
-	runs := 3
-	if !sameOrder {
-		runs = 4
-		x.ownOrder++
-	}
-	for run := range runs {
+	for run := range 2 {
 		for i, d := range x.dDst {
 			x.fill(d, poisonWord, n/2, fmt.Sprintf("destination %d", i))
 		}
-		if run == 1 || run == 3 {
-			// Same inputs, the destinations in another order, with PDL.
+		a.Dst = x.dDst[:]
+		if run == 1 {
 			a.Dst = []cuda.DevicePtr{x.dDst[2], x.dDst[0], x.dDst[1]}
-		} else {
-			a.Dst = x.dDst[:]
 		}
-		if run >= 2 {
-			a.Weight, a.WeightPacked = x.dWp, true
-		}
-		x.skinny(a, run == 1 || run == 3)
-		// What every destination of this run must equal: run 0's
-		// destination 0, or for the packed runs of another order, run 2's.
-		// The first run of each sets it.
-		ref, refName, sets := x.first, "run 0 destination 0", run == 0
-		if run >= 2 && !sameOrder {
-			ref, refName, sets = x.packedFirst, "run 2 destination 0", run == 2
-		}
+		x.skinny(a, run == 1)
 		for i, d := range x.dDst {
-			if sets && i == 0 {
-				x.download(cuda.AsBytes(ref[:n]), d, where+" destination 0")
-				if probs := blockProblems(ref[:n], hidden, s.M, rank*shard, shard); len(probs) > 0 {
+			if run == 0 && i == 0 {
+				x.download(cuda.AsBytes(x.first[:n]), d, where+" destination 0")
+				if probs := blockProblems(x.first[:n], hidden, s.M, rank*shard, shard); len(probs) > 0 {
 					x.fail("%s: run %d: %v", where, run, probs)
 				}
 				continue
 			}
 			x.download(cuda.AsBytes(x.other[:n]), d, fmt.Sprintf("%s destination %d", where, i))
-			if j := firstDiff(x.other[:n], ref[:n]); j >= 0 {
-				x.fail("%s: run %d destination %d differs from %s at element (%d, %d): %#04x vs %#04x",
-					where, run, i, refName, j/hidden, j%hidden, uint16(x.other[j]), uint16(ref[j]))
+			if j := firstDiff(x.other[:n], x.first[:n]); j >= 0 {
+				x.fail("%s: run %d destination %d differs from run 0 destination 0 at element (%d, %d): %#04x vs %#04x",
+					where, run, i, j/hidden, j%hidden, uint16(x.other[j]), uint16(x.first[j]))
 			}
 		}
 	}
 	x.outs[s.M] = append(x.outs[s.M][:0], x.first[:n]...)
-	x.packed[s.M] = x.packed[s.M][:0]
-	if !sameOrder {
-		x.packed[s.M] = append(x.packed[s.M], x.packedFirst[:n]...)
-	}
-}
-
-// sumsLikeRowMajor reports whether the packed entry point that s launches
-// adds its products in the same order as the row-major one, so that the
-// two give bit-identical results (sumsLikeTwin).
-func sumsLikeRowMajor(s Shape) bool {
-	return sumsLikeTwin(ConfigForLayout(s.M, s.Shard(), s.Latent, true), s.M)
-}
-
-// sumsLikeTwin reports whether packed config c, run for m rows, adds in
-// the same order as its row-major twin (twin: the same geometry): true but
-// for the line-wise "_d8pl" (stage 3, skinny_lines in skinny.cu), and for
-// "_t32pw" (stage 4, the M = 8 code) where "_t32" takes the warp-per-vector
-// epilogue and the M = 8 code cannot (skinny.cu, warp_epilogue: no cluster,
-// at most max(4, warps/2) and at most warps output vectors, 4 per row of
-// the tile code at 32 rows; "_t32" of M = 1 runs the M = 2 code).
-func sumsLikeTwin(c LaunchConfig, m int) bool {
-	switch c.Stage {
-	case 3:
-		return false
-	case 4:
-		nv := 4 * max(m, 2)
-		return !(c.Cluster == 1 && nv <= max(4, c.Warps/2) && nv <= c.Warps)
-	}
-	return true
 }
 
 func firstDiff(a, b []BF16) int {
@@ -616,12 +548,21 @@ func firstDiff(a, b []BF16) int {
 	return -1
 }
 
-// configString names the configs runM launches: the row-major one (runs 0
-// and 1) and the packed one (run 2).
+// configString names the config runM launches.
 func configString(s Shape) string {
-	r := ConfigForLayout(s.M, s.Shard(), s.Latent, false)
-	p := ConfigForLayout(s.M, s.Shard(), s.Latent, true)
-	return fmt.Sprintf("%s / %s %dw c%d grid %d smem %d", r.Function, p.Function, r.Warps, r.Cluster, r.GridX, r.SharedBytes)
+	c := ConfigFor(s.M, s.Shard(), s.Latent)
+	return fmt.Sprintf("%s %dw c%d grid %d smem %d", c.Function, c.Warps, c.Cluster, c.GridX, c.SharedBytes)
+}
+
+// uploadPacked packs w, a row-major [shard][latent] weight, and uploads it
+// to new device memory (the only layout the kernels read).
+func (e *env) uploadPacked(w []BF16, shard, latent int, what string) cuda.DevicePtr {
+	e.t.Helper()
+	p := make([]BF16, PackedWeightLen(shard, latent))
+	e.must(PackWeight(p, w, shard, latent), "PackWeight(%s)", what)
+	d := e.alloc(2*len(p), what)
+	e.upload(d, cuda.AsBytes(p), what)
+	return d
 }
 
 // randomWords returns n mailbox words holding random bf16 pairs, none of
@@ -839,18 +780,18 @@ func TestGPUStepInGraph(t *testing.T) {
 	rng := testRand(t)
 	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
 		t.Run(mode.String(), func(t *testing.T) {
-			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3, mode, false)
+			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3, mode)
 		})
 	}
 	// tp 2, shard 3584: the fused rank runs the step table's config
-	// (StepConfigForLayout; "_t32pn" in clusters of 4 since 2026-12-01am).
+	// (StepConfigFor).
 	for _, m := range []int{1, 5, 8} {
 		for _, mode := range []stepReceive{receiveFused, receiveFusedSkip} {
 			s := Shape{M: m, Hidden: 7168, Latent: 3584, TP: 2}
 			t.Run(fmt.Sprintf("tp 2 M %d %v", m, mode), func(t *testing.T) {
-				c := StepConfigForLayout(m, s.Shard(), s.Latent, true)
+				c := StepConfigFor(m, s.Shard(), s.Latent)
 				t.Logf("fused rank's config: %s, %d warps, cluster %d, carveout %d", c.Function, c.Warps, c.Cluster, c.Carveout)
-				runStepInGraph(e.sub(t), rng, s, 3, mode, true)
+				runStepInGraph(e.sub(t), rng, s, 3, mode)
 			})
 		}
 	}
@@ -877,32 +818,19 @@ func (m stepReceive) String() string {
 // mode, the last rank's skinny kernel does the receive (SkinnyArgs.Receive)
 // and no receive kernel is launched; with receiveFusedSkip that rank also
 // stores its slice into Out instead of the slot, and its receive skips it.
-//
-// With packed, every rank's weight slice is in the packed layout
-// (PackWeight), so the launches take the tables' packed entry points.
-func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepReceive, packed bool) {
+func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepReceive) {
 	t := e.t
 	shard, K, block := s.Shard(), s.Latent, s.M*s.Hidden
 	dLat := e.alloc(2*s.M*K, "latent")
-	dW := e.alloc(2*s.Hidden*K, "weight")
 	dShared := e.alloc(2*block, "shared")
 	dSlot := e.alloc(2*block, "slot")
 	dOut := e.alloc(2*block, "out")
 	dStatus := e.alloc(4*ReceiveStatusWords, "status")
 	lat, w, shared := make([]BF16, s.M*K), make([]BF16, s.Hidden*K), make([]BF16, block)
 	fillRandom(rng, w, float32(1/math.Sqrt(float64(K))))
-	e.upload(dW, cuda.AsBytes(w), "weight")
-	var dWp cuda.DevicePtr
-	plen := PackedWeightLen(shard, K)
-	if packed {
-		dWp = e.alloc(2*s.TP*plen, "packed weight")
-		wp := make([]BF16, s.TP*plen)
-		for r := range s.TP {
-			if err := PackWeight(wp[r*plen:(r+1)*plen], w[r*shard*K:(r+1)*shard*K], shard, K); err != nil {
-				t.Fatal(err)
-			}
-		}
-		e.upload(dWp, cuda.AsBytes(wp), "packed weight")
+	dW := make([]cuda.DevicePtr, s.TP) // each rank's slice, packed
+	for r := range s.TP {
+		dW[r] = e.uploadPacked(w[r*shard*K:(r+1)*shard*K], shard, K, fmt.Sprintf("rank %d's weight", r))
 	}
 	e.fill(dSlot, Sentinel, block/2, "slot")
 	e.fill(dStatus, 0, ReceiveStatusWords, "status")
@@ -927,11 +855,8 @@ func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepRecei
 		}
 		order = append(order, fr)
 		for i, r := range order {
-			a := SkinnyArgs{Shape: s, Rank: r, Latent: dLat, Weight: dW + cuda.DevicePtr(2*r*shard*K),
+			a := SkinnyArgs{Shape: s, Rank: r, Latent: dLat, Weight: dW[r], WeightPacked: true,
 				Shared: dShared + cuda.DevicePtr(2*r*shard), SharedStride: s.Hidden, Dst: []cuda.DevicePtr{dSlot}}
-			if packed {
-				a.Weight, a.WeightPacked = dWp+cuda.DevicePtr(2*r*plen), true
-			}
 			if mode != receiveKernel && r == fr {
 				a.Receive = &recv
 				if mode == receiveFusedSkip {
@@ -1009,8 +934,6 @@ func runPDLChain(e *env, rng *rand.Rand, s1 Shape, shard2, iters int) {
 	s2 := Shape{M: s1.M, Hidden: shard2, Latent: s1.Hidden, TP: 1}
 	n1, n2 := s1.M*s1.Hidden, s2.M*s2.Hidden
 	dLat := e.alloc(2*s1.M*s1.Latent, "latent")
-	dW1 := e.alloc(2*s1.Hidden*s1.Latent, "weight 1")
-	dW2 := e.alloc(2*s2.Hidden*s2.Latent, "weight 2")
 	dSh1 := e.alloc(2*n1, "shared 1")
 	dSh2 := e.alloc(2*n2, "shared 2")
 	dMid := e.alloc(2*n1, "first output")
@@ -1026,11 +949,13 @@ func runPDLChain(e *env, rng *rand.Rand, s1 Shape, shard2, iters int) {
 		p cuda.DevicePtr
 		b []BF16
 		n string
-	}{{dLat, lat, "latent"}, {dW1, w1, "weight 1"}, {dW2, w2, "weight 2"}, {dSh1, sh1, "shared 1"}, {dSh2, sh2, "shared 2"}} {
+	}{{dLat, lat, "latent"}, {dSh1, sh1, "shared 1"}, {dSh2, sh2, "shared 2"}} {
 		e.upload(u.p, cuda.AsBytes(u.b), u.n)
 	}
-	a1 := SkinnyArgs{Shape: s1, Latent: dLat, Weight: dW1, Shared: dSh1, SharedStride: s1.Hidden, Dst: []cuda.DevicePtr{dMid}}
-	a2 := SkinnyArgs{Shape: s2, Latent: dMid, Weight: dW2, Shared: dSh2, SharedStride: s2.Hidden, Dst: []cuda.DevicePtr{dOut}}
+	dW1 := e.uploadPacked(w1, s1.Hidden, s1.Latent, "weight 1")
+	dW2 := e.uploadPacked(w2, s2.Hidden, s2.Latent, "weight 2")
+	a1 := SkinnyArgs{Shape: s1, Latent: dLat, Weight: dW1, WeightPacked: true, Shared: dSh1, SharedStride: s1.Hidden, Dst: []cuda.DevicePtr{dMid}}
+	a2 := SkinnyArgs{Shape: s2, Latent: dMid, Weight: dW2, WeightPacked: true, Shared: dSh2, SharedStride: s2.Hidden, Dst: []cuda.DevicePtr{dOut}}
 	mid, out := make([]BF16, n1), make([]BF16, n2)
 	mid0, out0 := make([]BF16, n1), make([]BF16, n2)
 	for i := range iters {
@@ -1093,13 +1018,13 @@ func runNegativeZero(e *env, rng *rand.Rand) {
 	for n := range s.Hidden {
 		shared[n] = NegZero
 	}
-	dLat, dW, dShared := e.alloc(2*len(lat), "latent"), e.alloc(2*len(w), "weight"), e.alloc(2*len(shared), "shared")
+	dLat, dShared := e.alloc(2*len(lat), "latent"), e.alloc(2*len(shared), "shared")
+	dW := e.uploadPacked(w, shard, K, "weight")
 	dDst := e.alloc(2*len(shared), "destination")
 	e.upload(dLat, cuda.AsBytes(lat), "latent")
-	e.upload(dW, cuda.AsBytes(w), "weight")
 	e.upload(dShared, cuda.AsBytes(shared), "shared")
 	e.fill(dDst, poisonWord, len(shared)/2, "destination")
-	e.skinny(SkinnyArgs{Shape: s, Rank: rank, Latent: dLat, Weight: dW, Shared: dShared + 2*rank*cuda.DevicePtr(shard),
+	e.skinny(SkinnyArgs{Shape: s, Rank: rank, Latent: dLat, Weight: dW, WeightPacked: true, Shared: dShared + 2*rank*cuda.DevicePtr(shard),
 		SharedStride: s.Hidden, Dst: []cuda.DevicePtr{dDst}}, false)
 	out := make([]BF16, len(shared))
 	e.download(cuda.AsBytes(out), dDst, "destination")
@@ -1144,7 +1069,7 @@ func runSmall(t *testing.T, e *env, rng *rand.Rand, timeout time.Duration) {
 	})
 	t.Run("step in a graph", func(t *testing.T) {
 		for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
-			runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, mode, false)
+			runStepInGraph(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, mode)
 		}
 	})
 	t.Run("receive, skip a rank", func(t *testing.T) { runReceiveSkip(e.sub(t), rng, 2, 216, 72, 1) })

@@ -21,7 +21,6 @@ type KernelDriver interface {
 	ModuleLoadData(image []byte) (cuda.Module, error)
 	ModuleUnload(m cuda.Module) error
 	ModuleGetFunction(m cuda.Module, name string) (cuda.Function, error)
-	FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error
 	LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error
 }
 
@@ -38,15 +37,20 @@ const (
 	ReceiveParamsSize = 48
 )
 
-// skinnyFunctions lists every skinny entry point ConfigFor can name.
-func skinnyFunctions() []string {
+// skinnyFunctions lists every skinny entry point: M 1..MaxM of every
+// family of families.tsv.
+func skinnyFunctions() ([]string, error) {
+	fams, err := families()
+	if err != nil {
+		return nil, err
+	}
 	var names []string
 	for m := 1; m <= MaxM; m++ {
-		for _, v := range variants {
-			names = append(names, fmt.Sprintf("tprun_skinny_m%d%s", m, v.suffix))
+		for _, f := range fams {
+			names = append(names, fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name))
 		}
 	}
-	return names
+	return names, nil
 }
 
 var (
@@ -82,15 +86,16 @@ type Kernels struct {
 }
 
 // Load loads the embedded fatbin into the current context and looks up
-// every entry point ConfigFor and ReceiveConfigFor can name. It lets every
-// skinny function use up to MaxStagedShared bytes of dynamic shared memory:
-// any entry point may be picked for any shape, and the limit is only a
-// ceiling (what a launch uses is what it asks for). The caller closes the
-// result before it releases the context.
+// every entry point ConfigFor and ReceiveConfigFor can name. The caller
+// closes the result before it releases the context.
 func Load(drv KernelDriver) (*Kernels, error) {
 	image, err := image()
 	if err != nil {
 		return nil, err
+	}
+	names, err := skinnyFunctions()
+	if err != nil {
+		return nil, fmt.Errorf("kernel: load kernels: the family spec: %w", err)
 	}
 	if _, err := measured(); err != nil {
 		return nil, fmt.Errorf("kernel: load kernels: the launch table: %w", err)
@@ -109,19 +114,15 @@ func Load(drv KernelDriver) (*Kernels, error) {
 		}
 		return nil, err
 	}
-	for _, name := range skinnyFunctions() {
+	for _, name := range names {
 		f, err := drv.ModuleGetFunction(mod, name)
 		if err != nil {
 			return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", name, err))
 		}
-		if err := drv.FuncSetAttribute(f, cuda.FuncAttrMaxDynamicSharedSizeBytes, MaxStagedShared); err != nil {
-			return fail(fmt.Errorf("kernel: load kernels: %s: allow %d bytes of dynamic shared memory: %w", name, MaxStagedShared, err))
-		}
 		k.skinny[name] = f
 	}
-	name := ReceiveConfigFor(1, 8).Function
-	if k.receive, err = drv.ModuleGetFunction(mod, name); err != nil {
-		return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", name, err))
+	if k.receive, err = drv.ModuleGetFunction(mod, receiveName); err != nil {
+		return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", receiveName, err))
 	}
 	return k, nil
 }
@@ -147,9 +148,10 @@ type SkinnyArgs struct {
 	Shape Shape
 	Rank  int
 	// Latent is [M, latent_dim] (row stride latent_dim); Weight is the
-	// rank's [shard, latent_dim] rows of the full weight, row-major, or
-	// with WeightPacked in the packed layout (PackWeight), which the table
-	// measured faster for most shapes (PreferPacked).
+	// rank's [shard, latent_dim] rows of the full weight in the packed
+	// layout (PackWeight, PackedWeightLen elements), the only one the
+	// kernels read: a row-major weight is packed once where it is uploaded.
+	// WeightPacked must be true, to say so.
 	Latent, Weight cuda.DevicePtr
 	WeightPacked   bool
 	// Shared points at element (0, 0) of the rank's own columns: element
@@ -173,8 +175,8 @@ type SkinnyArgs struct {
 }
 
 // LaunchSkinny queues the fused up-projection for a's shape and rank on
-// stream, with the launch configuration ConfigForLayout picks for the shape
-// and a.WeightPacked (StepConfigForLayout's when a.Receive is set).
+// stream, with the launch configuration ConfigFor picks for the shape
+// (StepConfigFor's when a.Receive is set).
 // With pdl the launch carries programmatic stream serialization: it may
 // start while the previous kernel on stream runs, streaming its weights,
 // and reads latent and shared only after that kernel completed. The
@@ -188,11 +190,11 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", a.Shape, a.Rank, err)
 	}
 	s := a.Shape
-	configFor := ConfigForLayout
+	configFor := ConfigFor
 	if a.Receive != nil {
-		configFor = StepConfigForLayout
+		configFor = StepConfigFor
 	}
-	c := configFor(s.M, s.Shard(), s.Latent, a.WeightPacked)
+	c := configFor(s.M, s.Shard(), s.Latent)
 	if err := c.Validate(s.M, s.Shard(), s.Latent); err != nil {
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
 	}
@@ -200,15 +202,9 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 	switch {
 	case !ok:
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): launch config %+v names a function Load did not look up", s, a.Rank, c)
-	case c.SharedBytes > MaxStagedShared:
-		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): launch config %+v needs %d bytes of dynamic shared memory, Load allowed %d",
-			s, a.Rank, c, c.SharedBytes, MaxStagedShared)
 	}
 	p.TileRows = int32(c.TileRows)
 	p.L2Prefetch = int32(c.L2Prefetch)
-	if c.Packed {
-		p.Flags = SkinnyPacked
-	}
 	grid := c.GridX
 	if a.Receive != nil {
 		grid += ReceiveCTAs(s.M, a.Receive.polledColumns(), c.BlockX, c.Cluster)
@@ -265,6 +261,9 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 	}
 	ptr("Latent", a.Latent)
 	ptr("Weight", a.Weight)
+	if !a.WeightPacked {
+		bad("WeightPacked", "false", "the kernels read only the packed layout (PackWeight): pack the weight where it is uploaded")
+	}
 	ptr("Shared", a.Shared)
 	if n := len(a.Dst); n < 1 || n > MaxDst {
 		bad("len(Dst)", fmt.Sprint(n), fmt.Sprintf("must be in 1..%d", MaxDst))
@@ -298,7 +297,7 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 		RecvSlot: rp.Slot, RecvOut: rp.Out, RecvStatus: rp.Status, RecvTimeoutNs: rp.TimeoutNs, RecvFlags: rp.Flags,
 		Latent: uint64(a.Latent), Weight: uint64(a.Weight), Shared: uint64(a.Shared),
 		LatentDim: int32(s.Latent), Shard: int32(shard), Hidden: int32(s.Hidden), Rank: int32(a.Rank),
-		SharedStride: int32(a.SharedStride), NDst: int32(len(a.Dst)),
+		SharedStride: int32(a.SharedStride), NDst: int32(len(a.Dst)), Flags: SkinnyPacked,
 	}
 	for i, d := range a.Dst {
 		p.Dst[i] = uint64(d)
@@ -472,6 +471,58 @@ func encodeReceiveParams(p *ReceiveParams) [ReceiveParamsSize]byte {
 	}
 	return b
 }
+
+// SkinnyParams mirrors tprun_skinny_params (kernel/skinny.h) byte for byte;
+// encodeSkinnyParams lays it out. Device addresses are CUdeviceptr values.
+type SkinnyParams struct {
+	Latent       uint64     // bf16 [M][LatentDim]
+	Weight       uint64     // bf16, packed (PackWeight)
+	Shared       uint64     // bf16, element (m,n) at Shared[m*SharedStride+n]
+	Dst          [16]uint64 // bf16 [M][Hidden] each; first NDst used
+	LatentDim    int32
+	Shard        int32
+	Hidden       int32
+	Rank         int32
+	SharedStride int32 // elements
+	NDst         int32 // 1..16
+	TileRows     int32 // LaunchConfig.TileRows
+	L2Prefetch   int32 // LaunchConfig.L2Prefetch
+	// The fused receive (SkinnyArgs.Receive; RecvSlot 0: none).
+	RecvSlot, RecvOut, RecvStatus, RecvTimeoutNs uint64
+	RecvFlags                                    int32 // as ReceiveParams.Flags
+	Flags                                        int32 // SkinnyPacked
+}
+
+// SkinnyPacked is the tprun_skinny_params.flags bit of a packed weight
+// (TPRUN_SKINNY_PACKED); every launch sets it.
+const SkinnyPacked = 1
+
+// ReceiveParams mirrors tprun_receive_params (kernel/skinny.h).
+type ReceiveParams struct {
+	Slot      uint64 // bf16 [M][Hidden], the local mailbox slot
+	Out       uint64 // bf16 [M][Hidden]
+	Status    uint64 // uint32 [ReceiveStatusWords], zeroed by the caller before the launch
+	TimeoutNs uint64
+	M         int32
+	Hidden    int32
+	Shard     int32
+	Flags     int32 // ReceiveAbortable, ReceiveSkip with the rank at ReceiveSkipRankShift, or 0
+}
+
+// Receive flags and the abort word (skinny.h, TPRUN_RECEIVE_ABORTABLE,
+// TPRUN_RECEIVE_SKIP): with ReceiveSkip the receive leaves the columns of
+// the rank in bits ReceiveSkipRankShift.. (8 bits) alone.
+const (
+	ReceiveAbortable     = 1
+	ReceiveSkip          = 2
+	ReceiveSkipRankShift = 8
+	ReceiveAbortWord     = 32
+)
+
+// ReceiveStatusWords is the length of the receive kernel's status array:
+// word 0 is 1 after a timeout, word 1+r is 1 when rank r's slice (r < 16)
+// was incomplete at the deadline.
+const ReceiveStatusWords = 1 + MaxTP
 
 // DecodeReceiveStatus reads the receive kernel's status words: whether it
 // timed out, and the ranks (ascending) some word of whose slice never

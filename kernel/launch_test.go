@@ -150,7 +150,7 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 	rng := testRand(t)
 	for _, ndst := range []int{1, 3, MaxDst} {
 		s := Shape{M: 1 + rng.IntN(MaxM), Hidden: 8 * 7 * (1 + rng.IntN(200)), Latent: 8 * (1 + rng.IntN(1000)), TP: 7}
-		a := SkinnyArgs{Shape: s, Rank: 1 + rng.IntN(6), Latent: alignedPtr(rng), Weight: alignedPtr(rng),
+		a := SkinnyArgs{Shape: s, Rank: 1 + rng.IntN(6), Latent: alignedPtr(rng), Weight: alignedPtr(rng), WeightPacked: true,
 			Shared: alignedPtr(rng), SharedStride: s.Hidden + 8*rng.IntN(4)}
 		for range ndst {
 			a.Dst = append(a.Dst, alignedPtr(rng))
@@ -177,7 +177,7 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 			"dst": dst, "latent_dim": {uint64(s.Latent)}, "shard": {uint64(s.Shard())},
 			"hidden": {uint64(s.Hidden)}, "rank": {uint64(a.Rank)}, "shared_stride": {uint64(a.SharedStride)},
 			"ndst": {uint64(ndst)}, "tile_rows": {32}, "l2_prefetch": {uint64(p.L2Prefetch)},
-			"recv_slot": {0}, "recv_out": {0}, "recv_status": {0}, "recv_timeout_ns": {0}, "recv_flags": {0}, "flags": {0},
+			"recv_slot": {0}, "recv_out": {0}, "recv_status": {0}, "recv_timeout_ns": {0}, "recv_flags": {0}, "flags": {SkinnyPacked},
 		}
 		if r := a.Receive; r != nil {
 			flags := uint64(0)
@@ -232,7 +232,7 @@ func TestReceiveParamsMatchHeader(t *testing.T) {
 
 func goodSkinnyArgs() SkinnyArgs {
 	return SkinnyArgs{Shape: Shape{M: 4, Hidden: 7168, Latent: 3584, TP: 8}, Rank: 3,
-		Latent: 0x7f0000000000, Weight: 0x7f0000100000, Shared: 0x7f0000200000 + 3*896*2, SharedStride: 7168,
+		Latent: 0x7f0000000000, Weight: 0x7f0000100000, WeightPacked: true, Shared: 0x7f0000200000 + 3*896*2, SharedStride: 7168,
 		Dst: []cuda.DevicePtr{0x7f0000300000, 0x7f0000400000}}
 }
 
@@ -257,6 +257,7 @@ func TestSkinnyParamsReject(t *testing.T) {
 		{"shared stride unaligned", func(a *SkinnyArgs) { a.SharedStride = 7172 }, ErrArgs, []string{"SharedStride = 7172", "multiple of 8"}},
 		{"latent misaligned", func(a *SkinnyArgs) { a.Latent += 8 }, ErrArgs, []string{"Latent = 0x7f0000000008", "16-byte"}},
 		{"null weight", func(a *SkinnyArgs) { a.Weight = 0 }, ErrArgs, []string{"Weight = 0x0"}},
+		{"row-major weight", func(a *SkinnyArgs) { a.WeightPacked = false }, ErrArgs, []string{"WeightPacked = false", "PackWeight"}},
 		{"shared misaligned", func(a *SkinnyArgs) { a.Shared += 2 }, ErrArgs, []string{"Shared = 0x7f0000201502"}},
 		{"no destination", func(a *SkinnyArgs) { a.Dst = nil }, ErrArgs, []string{"len(Dst) = 0"}},
 		{"17 destinations", func(a *SkinnyArgs) { a.Dst = make([]cuda.DevicePtr, 17) }, ErrArgs, []string{"len(Dst) = 17", "1..16"}},
@@ -369,7 +370,6 @@ type fakeDriver struct {
 	image    []byte
 	funcs    map[string]cuda.Function
 	unloaded []cuda.Module
-	attrs    []string
 	launches []fakeLaunch
 	fail     error // returned by LaunchKernelEx when set
 }
@@ -382,9 +382,19 @@ type fakeLaunch struct {
 
 const fakeModule cuda.Module = 0xa0d
 
+// mustSkinnyFunctions is skinnyFunctions for the tests: the embedded spec
+// parses (TestFamilies).
+func mustSkinnyFunctions() []string {
+	names, err := skinnyFunctions()
+	if err != nil {
+		panic(err)
+	}
+	return names
+}
+
 func newFakeDriver(missing string) *fakeDriver {
 	d := &fakeDriver{funcs: map[string]cuda.Function{}}
-	for i, name := range skinnyFunctions() {
+	for i, name := range mustSkinnyFunctions() {
 		d.funcs[name] = cuda.Function(0xf00 + i)
 	}
 	d.funcs[receiveName] = 0xfee
@@ -409,11 +419,6 @@ func (d *fakeDriver) ModuleGetFunction(m cuda.Module, name string) (cuda.Functio
 	return 0, cuda.ErrNotFound
 }
 
-func (d *fakeDriver) FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error {
-	d.attrs = append(d.attrs, fmt.Sprintf("%#x:%d=%d", uintptr(f), attr, v))
-	return nil
-}
-
 func (d *fakeDriver) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
 	if d.fail != nil {
 		return d.fail
@@ -427,7 +432,7 @@ func (d *fakeDriver) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, para
 }
 
 func TestLoadNamesMissingEntryPoint(t *testing.T) {
-	all := skinnyFunctions()
+	all := mustSkinnyFunctions()
 	for _, missing := range []string{all[0], all[len(all)-1], receiveName} {
 		t.Run(missing, func(t *testing.T) {
 			d := newFakeDriver(missing)
@@ -451,12 +456,8 @@ func TestLoadAndClose(t *testing.T) {
 	if len(d.image) == 0 || len(d.image) != len(Fatbin()) {
 		t.Errorf("ModuleLoadData got %d bytes, the embedded fatbin has %d", len(d.image), len(Fatbin()))
 	}
-	var want []string
-	for _, name := range skinnyFunctions() {
-		want = append(want, fmt.Sprintf("%#x:%d=%d", uintptr(d.funcs[name]), cuda.FuncAttrMaxDynamicSharedSizeBytes, MaxStagedShared))
-	}
-	if len(want) < MaxM || !slices.Equal(d.attrs, want) {
-		t.Errorf("function attributes set: %v\nwant every skinny function allowed MaxStagedShared: %v", d.attrs, want)
+	if n := len(k.skinny); n != len(mustSkinnyFunctions()) || n < MaxM {
+		t.Errorf("%d skinny functions looked up, want every entry point (%d)", n, len(mustSkinnyFunctions()))
 	}
 	for i := range 2 {
 		if err := k.Close(); err != nil {
@@ -478,8 +479,8 @@ func TestLoadAndClose(t *testing.T) {
 func TestLaunchSkinnyConfig(t *testing.T) {
 	for _, pdl := range []bool{false, true} {
 		for _, m := range []int{1, 5, 8} {
-			for _, packed := range []bool{false, true} {
-				t.Run(fmt.Sprintf("M%d/pdl=%v/packed=%v", m, pdl, packed), func(t *testing.T) {
+			{
+				t.Run(fmt.Sprintf("M%d/pdl=%v", m, pdl), func(t *testing.T) {
 					d := newFakeDriver("")
 					k, err := Load(d)
 					if err != nil {
@@ -487,12 +488,11 @@ func TestLaunchSkinnyConfig(t *testing.T) {
 					}
 					a := goodSkinnyArgs()
 					a.Shape.M = m
-					a.WeightPacked = packed
 					const stream cuda.Stream = 0x5157
 					if err := k.LaunchSkinny(stream, a, pdl); err != nil {
 						t.Fatalf("LaunchSkinny: %v", err)
 					}
-					c := ConfigForLayout(m, a.Shape.Shard(), a.Shape.Latent, packed)
+					c := ConfigFor(m, a.Shape.Shard(), a.Shape.Latent)
 					if len(d.launches) != 1 {
 						t.Fatalf("%d launches", len(d.launches))
 					}
@@ -518,8 +518,8 @@ func TestLaunchSkinnyConfig(t *testing.T) {
 					if tr := binary.LittleEndian.Uint32(p[176:]); int(tr) != c.TileRows {
 						t.Errorf("tile_rows %d, config says %d", tr, c.TileRows)
 					}
-					if f, want := binary.LittleEndian.Uint32(p[220:]), map[bool]uint32{false: 0, true: SkinnyPacked}[packed]; f != want {
-						t.Errorf("flags %#x, want %#x for packed=%v", f, want, packed)
+					if f := binary.LittleEndian.Uint32(p[220:]); f != SkinnyPacked {
+						t.Errorf("flags %#x, want %#x", f, SkinnyPacked)
 					}
 					if r := binary.LittleEndian.Uint32(p[164:]); r != 3 {
 						t.Errorf("rank %d, want 3", r)
@@ -581,9 +581,6 @@ func TestLaunchReceiveConfig(t *testing.T) {
 		})
 	}
 }
-
-// receiveName is the receive kernel's entry point.
-var receiveName = ReceiveConfigFor(1, 8).Function
 
 // ---- An emulated device, to run the GPU tests' harness on the CPU.
 //
@@ -669,7 +666,7 @@ func (d *emuDevice) ModuleLoadData(image []byte) (cuda.Module, error) {
 	if len(image) == 0 {
 		return 0, cuda.ErrInvalidImage
 	}
-	for _, name := range skinnyFunctions() {
+	for _, name := range mustSkinnyFunctions() {
 		d.funcs[cuda.Function(d.id())] = name
 	}
 	d.funcs[cuda.Function(d.id())] = receiveName
@@ -686,8 +683,6 @@ func (d *emuDevice) ModuleGetFunction(_ cuda.Module, name string) (cuda.Function
 	}
 	return 0, cuda.ErrNotFound
 }
-
-func (d *emuDevice) FuncSetAttribute(cuda.Function, cuda.FuncAttribute, int) error { return nil }
 
 func (d *emuDevice) MemAlloc(size uint64) (cuda.DevicePtr, error) {
 	p := d.next
@@ -837,15 +832,17 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 		}
 		d.launches["l2 prefetch"]++
 	}
-	// The launch must be what the table picks for the shape and the
-	// weight's layout (the kernel traps on a tile_rows or a layout flag
-	// that is not its entry point's), and within the limits of skinny.h.
-	flags := le.Uint32(p[220:])
-	if flags&^SkinnyPacked != 0 {
+	// The launch must be what the table picks for the shape (the kernel
+	// traps on a tile_rows that is not its family's or without the packed
+	// flag), and within the limits of skinny.h.
+	if flags := le.Uint32(p[220:]); flags != SkinnyPacked {
 		return fmt.Errorf("emu: %s with flags %#x", name, flags)
 	}
-	packed := flags == SkinnyPacked
-	c := ConfigForLayout(m, shard, K, packed)
+	configFor := ConfigFor
+	if le.Uint64(p[184:]) != 0 {
+		configFor = StepConfigFor
+	}
+	c := configFor(m, shard, K)
 	recvCTAs := 0 // the receive CTAs of a fused receive (skinny.h)
 	if le.Uint64(p[184:]) != 0 {
 		polled := int(le.Uint32(p[160:])) // hidden, less the skipped rank's columns
@@ -855,7 +852,7 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 		recvCTAs = ReceiveCTAs(m, polled, int(cfg.Block[0]), cluster)
 	}
 	switch {
-	case c.Function != name || c.Packed != packed || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster ||
+	case c.Function != name || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster ||
 		c.GridX+recvCTAs != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem) || c.L2Prefetch != int(le.Uint32(p[180:])):
 		return fmt.Errorf("emu: %s launch %+v with tile_rows %d, but ConfigFor(%d, %d, %d) = %+v", name, cfg, tile, m, shard, K, c)
 	case tile != 16 && tile != 32, warps < 1 || warps > 16, cfg.Block[0]%32 != 0, cluster < 1 || cluster > MaxCluster,
@@ -876,7 +873,7 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 		copy(recv[44:48], p[216:220]) // flags
 	}
 	return d.enqueue(func() error {
-		if err := d.runSkinny(m, p, packed, early); err != nil || recv == nil {
+		if err := d.runSkinny(m, p, early); err != nil || recv == nil {
 			return err
 		}
 		return d.runReceive(recv)
@@ -884,9 +881,9 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 }
 
 // runSkinny is the skinny kernel on the CPU, reading its parameters the
-// way skinny.h lays them out, and a packed weight the way the kernel's
+// way skinny.h lays them out, and the packed weight the way the kernel's
 // lanes read it (unpackWeight).
-func (d *emuDevice) runSkinny(M int, p []byte, packed, early bool) error {
+func (d *emuDevice) runSkinny(M int, p []byte, early bool) error {
 	le := binary.LittleEndian
 	i32 := func(off int) int { return int(int32(le.Uint32(p[off:]))) }
 	K, shard, hidden, rank, stride, ndst := i32(152), i32(156), i32(160), i32(164), i32(168), i32(172)
@@ -900,18 +897,12 @@ func (d *emuDevice) runSkinny(M int, p []byte, packed, early bool) error {
 	}
 	s := Shape{M: M, Hidden: hidden, Latent: K, TP: hidden / shard}
 	lat, err1 := d.bf16s(cuda.DevicePtr(le.Uint64(p[0:])), M*K)
-	wlen := shard * K
-	if packed {
-		wlen = PackedWeightLen(shard, K)
-	}
-	w, err2 := d.bf16s(cuda.DevicePtr(le.Uint64(p[8:])), wlen)
+	w, err2 := d.bf16s(cuda.DevicePtr(le.Uint64(p[8:])), PackedWeightLen(shard, K))
 	sh, err3 := d.bf16s(cuda.DevicePtr(le.Uint64(p[16:])), (M-1)*stride+shard)
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return fmt.Errorf("emu: skinny operands: %w", err)
 	}
-	if packed {
-		w = unpackWeight(w, shard, K)
-	}
+	w = unpackWeight(w, shard, K)
 	if early {
 		// What a kernel reading before griddepcontrol.wait could see.
 		lat = slices.Repeat([]BF16{poison}, len(lat))
@@ -1018,7 +1009,7 @@ func TestHarnessOnEmulator(t *testing.T) {
 	runReceiveTimeouts(t, e, rng, 20*time.Millisecond)
 	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
 		t.Run("graph, "+mode.String(), func(t *testing.T) {
-			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, mode, false)
+			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 1024, Latent: 512, TP: 4}, 3, mode)
 		})
 	}
 	t.Run("PDL chain", func(t *testing.T) {
@@ -1093,13 +1084,13 @@ func TestHarnessCatchesBugs(t *testing.T) {
 		{"stores negative zero", runNegativeZero},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) { runReceiveFull(e, rng, 2, 216, 72) }},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveKernel, false)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveKernel)
 		}},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFused, false)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFused)
 		}},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
-			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFusedSkip, false)
+			runStepInGraph(e, rng, Shape{M: 2, Hidden: 216, Latent: 64, TP: 3}, 2, receiveFusedSkip)
 		}},
 		{"receive ignores the skip", func(e *env, rng *rand.Rand) { runReceiveSkip(e, rng, 2, 216, 72, 1) }},
 		{"receive skips the wrong rank", func(e *env, rng *rand.Rand) { runReceiveSkip(e, rng, 2, 216, 72, 2) }},
@@ -1130,7 +1121,7 @@ func TestHarnessCatchesBugs(t *testing.T) {
 // skinnyM is the M of a skinny entry point "tprun_skinny_m<M><variant>".
 func skinnyM(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, "tprun_skinny_m")
-	if !ok || rest == "" || rest[0] < '1' || rest[0] > '0'+MaxM || !slices.Contains(skinnyFunctions(), name) {
+	if !ok || rest == "" || rest[0] < '1' || rest[0] > '0'+MaxM || !slices.Contains(mustSkinnyFunctions(), name) {
 		return 0, false
 	}
 	return int(rest[0] - '0'), true
@@ -1225,7 +1216,7 @@ func TestReceiveSkipFlagsAndGrid(t *testing.T) {
 		}
 	}
 	s := Shape{M: 8, Hidden: 7168, Latent: 3584, TP: 2}
-	c := ConfigFor(s.M, s.Shard(), s.Latent)
+	c := StepConfigFor(s.M, s.Shard(), s.Latent)
 	for _, skip := range []bool{false, true} {
 		d := newFakeDriver("")
 		k, err := Load(d)
@@ -1234,7 +1225,7 @@ func TestReceiveSkipFlagsAndGrid(t *testing.T) {
 		}
 		r := fusedReceive(s)
 		r.SkipSlice, r.SkipRank = skip, 1
-		a := SkinnyArgs{Shape: s, Rank: 1, Latent: 0x7f0000000000, Weight: 0x7f0000100000,
+		a := SkinnyArgs{Shape: s, Rank: 1, Latent: 0x7f0000000000, Weight: 0x7f0000100000, WeightPacked: true,
 			Shared: 0x7f0000200000 + 2*3584, SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000, r.Out}, Receive: r}
 		if err := k.LaunchSkinny(0, a, true); err != nil {
 			t.Fatalf("skip %v: %v", skip, err)
@@ -1259,11 +1250,10 @@ func TestReceiveSkipFlagsAndGrid(t *testing.T) {
 // 3584, shard 3584, M 3: the kernel table's config with another L2 prefetch
 // plan, so a launch that ignored the step table fails here whatever the
 // measured tables hold. The launch must keep the step config's plan (the
-// kernel counts its tiles from the shard, not the grid, since 2026-11-30b).
+// kernel counts its tiles from the shard, not the grid).
 func TestLaunchSkinnyFusedReceive(t *testing.T) {
 	s := Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 2}
-	packed := PreferPacked(s.Shard(), s.Latent)
-	kc := ConfigForLayout(s.M, s.Shard(), s.Latent, packed)
+	kc := ConfigFor(s.M, s.Shard(), s.Latent)
 	kernelTable, err := measured()
 	if err != nil {
 		t.Fatal(err)
@@ -1284,7 +1274,7 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 	saved := stepMeasured
 	stepMeasured = func() ([]tableEntry, error) { return entries, nil }
 	t.Cleanup(func() { stepMeasured = saved })
-	sc := StepConfigForLayout(s.M, s.Shard(), s.Latent, packed)
+	sc := StepConfigFor(s.M, s.Shard(), s.Latent)
 	if sc.L2Prefetch != plan || sc == kc {
 		t.Fatalf("the test's step table was not used: step config %+v, kernel config %+v", sc, kc)
 	}
@@ -1296,7 +1286,7 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 		}
 		a := SkinnyArgs{Shape: s, Rank: 1, Latent: 0x7f0000000000, Weight: 0x7f0000100000,
 			Shared: 0x7f0000200000 + 2*cuda.DevicePtr(s.Shard()), SharedStride: 7168, Dst: []cuda.DevicePtr{0x7f0000300000},
-			WeightPacked: packed}
+			WeightPacked: true}
 		want, wantGrid, wantSlot := kc, kc.GridX, uint64(0)
 		if fused {
 			a.Receive = fusedReceive(s)

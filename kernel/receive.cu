@@ -1,8 +1,9 @@
-// The Lamport receive of one rank (../shared/DESIGN.md, "The mailbox"):
-// wait until every 32-bit word of the first m*hidden elements of the local
-// slot (less a skipped rank's columns, TPRUN_RECEIVE_SKIP) differs from the
-// sentinel, copy the block out, re-arm the slot with the sentinel. A deadline from %globaltimer makes a missing peer a reported
-// failure instead of a hang. Parameters and status words: skinny.h.
+// The Lamport receive of one rank (docs/design.md, "The mailbox"): wait
+// until every 32-bit word of the first m*hidden elements of the local slot
+// (less a skipped rank's columns, TPRUN_RECEIVE_SKIP) differs from the
+// sentinel, copy the block out, re-arm the slot with the sentinel. A
+// deadline from %globaltimer makes a missing peer a reported failure
+// instead of a hang. Parameters and status words: skinny.h.
 //
 // receive_block is also the tail of the skinny kernel's fused receive
 // (skinny.h, recv_slot), so this file comes first in the translation unit
@@ -46,8 +47,8 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 // (< m*hidden/8) of slot: poll each until it holds no sentinel word, copy it
 // to out, re-arm it. With TPRUN_RECEIVE_SKIP in flags the vectors are
 // numbered over the other ranks' columns only (< m*(hidden-shard)/8), so
-// the skipped rank's columns are never touched. A thread stops waiting at the deadline (timeout_ns
-// after it got here) or, with TPRUN_RECEIVE_ABORTABLE in flags, when the
+// the skipped rank's columns are never touched. A thread stops waiting at
+// the deadline (timeout_ns after it got here) or, with TPRUN_RECEIVE_ABORTABLE in flags, when the
 // host sets status[TPRUN_RECEIVE_ABORT_WORD] (looked at every 200 µs once
 // it has waited that long); it then records in status which ranks'
 // vectors never arrived (skinny.h, tprun_receive).

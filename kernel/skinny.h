@@ -1,9 +1,10 @@
 // Parameter blocks of tprun's CUDA kernels (kernel ABI).
 //
 // Each kernel takes exactly ONE by-value parameter: one of the structs below.
-// The Go launcher mirrors them byte for byte (docs/contracts.md, "kernel
-// ABI"), so the layout is spelled out: only 8-byte and 4-byte fields, 8-byte
-// aligned, no implicit padding, sizes checked by the static_asserts below.
+// The Go launcher mirrors them byte for byte (kernel/launch.go, checked
+// against this file by kernel/launch_test.go), so the layout is spelled
+// out: only 8-byte and 4-byte fields, 8-byte aligned, no implicit padding,
+// sizes checked by the static_asserts below.
 // Device addresses are plain 64-bit integers (CUdeviceptr on the Go side).
 #ifndef TPRUN_SKINNY_H
 #define TPRUN_SKINNY_H
@@ -28,31 +29,27 @@
 #define TPRUN_PF_SIXTEENTHS(x) (((x) >> 16) & 0xff)
 #define TPRUN_PF_OWN(x) (((x) >> 24) & 1)
 #define TPRUN_PF_LSU(x) (((x) >> 25) & 1)
-// tprun_skinny_params.flags: the weight is in the packed layout below
-// (entry points "...p"); without it, row-major [shard][latent_dim].
+// tprun_skinny_params.flags: the weight is in the packed layout below.
+// Every entry point reads that layout and traps without this bit.
 #define TPRUN_SKINNY_PACKED 1
 
-// tprun_skinny_m<M><variant> (M = 1..8; variant "", "_d8", "_t32", "_s8",
-// "_s32", "_c", or on a packed weight "_d8p", "_t32p", "_t32pw", "_t32pn",
-// "_s8p", "_d8p1", "_d8pl", see kernel/skinny.cu): rank `rank` of the fused up-projection
+// tprun_skinny_m<M>_<family> (M = 1..8; the families are the rows of
+// kernel/families.tsv, see kernel/skinny.cu): rank `rank` of the fused
+// up-projection
 //   out[m][n] = bf16(f32(bf16(sum_k latent[m][k]*weight[n][k])) + shared[m][n])
 // for m < M and n < shard, stored (negative zero as +0) at element
 // m*hidden + rank*shard + n of every dst[0..ndst).
 //
 // Launch (kernel/config.go, LaunchConfig, computes all of these):
-//   function = "tprun_skinny_m" M variant; "_t32", "_s32", "_t32p", "_t32pw" and "_t32pn" have
-//              tile_rows 32, the others 16 (p.tile_rows must match, and
-//              p.flags must have TPRUN_SKINNY_PACKED exactly for the "p"
-//              entry points: the kernel traps otherwise)
-//   block    = (32*warps, 1, 1); warps 1..8 for "", 1..16 for the others
+//   function = "tprun_skinny_m" M "_" family; p.tile_rows must be the
+//              family's tile_rows and p.flags must have
+//              TPRUN_SKINNY_PACKED (the kernel traps otherwise)
+//   block    = (32*warps, 1, 1); warps 1..the family's warps
 //   cluster  = (cluster, 1, 1) through the cluster-dimension launch
 //              attribute, cluster 1..8: the CTAs of a cluster split K
 //   grid     = (ceil(shard / tile_rows) * cluster, 1, 1)
-//   dynamic shared memory = (warps + cluster) * 8 * (tile_rows + 4) * 4 bytes,
-//              plus R * (ceil(ceil(latent_dim/32)/cluster) | 1) * 64 with
-//              R = M for "_s8"/"_s32"/"_s8p" and R = M + 16 for "_c" (0 otherwise)
-//              (above 48 KiB the function's MAX_DYNAMIC_SHARED_SIZE_BYTES
-//              attribute must be raised first)
+//   dynamic shared memory = (warps + cluster) * 8 * (tile_rows + 4) * 4 bytes
+//              (at most 27,648: under the 48 KiB every function gets)
 //   programmatic stream serialization allowed (PDL): weight loads are issued
 //   before griddepcontrol.wait, latent and shared are read after it, and
 //   griddepcontrol.launch_dependents comes right after the weight loads.
@@ -72,7 +69,7 @@
 //       loads; helpers skip their own tile unless O is set, and with O
 //       every tile (helpers included) prefetches itself.
 // Prefetches are hints: the result never depends on them.
-// Packed weight layout (flags & TPRUN_SKINNY_PACKED, the "p" entry points):
+// Packed weight layout (flags & TPRUN_SKINNY_PACKED):
 // rows in groups of 16, k in chunks of 32 (G = ceil(shard/16) groups,
 // C = ceil(latent_dim/32) chunks); block (g, c) is 512 elements (1 KB) at
 // element (g*C + c)*512, and within it element (q*32 + l)*8 + e holds
@@ -87,7 +84,7 @@
 // shard % 8 == 0; hidden % 8 == 0; shared_stride % 8 == 0; 1 <= ndst <= 16.
 typedef struct tprun_skinny_params {
   unsigned long long latent;   // offset   0: bf16 [M][latent_dim], row stride latent_dim
-  unsigned long long weight;   // offset   8: bf16 [shard][latent_dim], this rank's rows (or packed, see flags)
+  unsigned long long weight;   // offset   8: bf16, this rank's [shard][latent_dim] rows in the packed layout
   unsigned long long shared;   // offset  16: bf16, element (m,n) at shared[m*shared_stride + n]
   unsigned long long dst[TPRUN_MAX_DST];  // offset 24: bf16 [M][hidden] each; first ndst used
   int latent_dim;              // offset 152
@@ -96,7 +93,7 @@ typedef struct tprun_skinny_params {
   int rank;                    // offset 164
   int shared_stride;           // offset 168: in elements
   int ndst;                    // offset 172
-  int tile_rows;               // offset 176: 16 or 32 (the entry point's), columns per CTA
+  int tile_rows;               // offset 176: 16 or 32 (the family's), columns per CTA
   int l2_prefetch;             // offset 180: see above; 0 = none
   // The fused receive (recv_slot != 0): the grid has R extra CTAs after the
   // tiles' (grid = ceil(shard/tile_rows)*cluster + R, R >= 1 a multiple of
@@ -117,7 +114,7 @@ typedef struct tprun_skinny_params {
   unsigned long long recv_status;      // offset 200
   unsigned long long recv_timeout_ns;  // offset 208
   int recv_flags;                      // offset 216: TPRUN_RECEIVE_ABORTABLE, TPRUN_RECEIVE_SKIP (rank in bits 8-15) or 0
-  int flags;                           // offset 220: TPRUN_SKINNY_PACKED or 0 (other bits 0)
+  int flags;                           // offset 220: TPRUN_SKINNY_PACKED (other bits 0)
 } tprun_skinny_params;         // size 224, alignment 8
 
 // tprun_receive: the Lamport receive of one rank. Polls the first m*hidden

@@ -184,7 +184,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 		size, cfg.Hidden, cfg.Latent, shard, up.Backend(), p.reason)
 	layout := "row-major"
 	if rig.packed {
-		layout = "packed (kernel.PreferPacked)"
+		layout = "packed (kernel.PackWeight)"
 	}
 	out.printf("# per rank: weight shard %.1f MB, %s, rotated through %d copies (%.0f MB) so that it streams from HBM;\n",
 		float64(sb)/1e6, layout, rig.k, float64(rig.k*rig.shardBytes)/1e6)

@@ -140,13 +140,9 @@ type cudaStepper struct {
 	rank                        int
 }
 
-// deviceWeight is the weight shard as the kernels read it fastest: packed
-// (kernel.PackWeight) when kernel.PreferPacked says so for the shape, else
-// row-major as drawn.
+// deviceWeight is the weight shard as the kernels read it: packed
+// (kernel.PackWeight).
 func deviceWeight(w []kernel.BF16, shard, latent int) ([]kernel.BF16, bool, error) {
-	if !kernel.PreferPacked(shard, latent) {
-		return w, false, nil
-	}
 	p := make([]kernel.BF16, kernel.PackedWeightLen(shard, latent))
 	if err := kernel.PackWeight(p, w, shard, latent); err != nil {
 		return nil, false, fmt.Errorf("packing the weight shard: %w", err)
