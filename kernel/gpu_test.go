@@ -1077,3 +1077,190 @@ func runSmall(t *testing.T, e *env, rng *rand.Rand, timeout time.Duration) {
 		runPDLChain(e.sub(t), rng, Shape{M: 3, Hidden: 136, Latent: 520, TP: 1}, 40, 3)
 	})
 }
+
+// TestGPUSlotRotation plays whole steps of several ranks on one GPU with
+// device-side slot rotation (SlotRotation): one step captured once and
+// replayed, the mailbox slot chosen and advanced by the kernels.
+func TestGPUSlotRotation(t *testing.T) {
+	e := openGPU(t)
+	rng := testRand(t)
+	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
+		t.Run(mode.String(), func(t *testing.T) {
+			runRotation(e.sub(t), rng, Shape{M: 3, Hidden: 4 * 72, Latent: 520, TP: 4}, 3, 1000, mode, 5*time.Second)
+		})
+	}
+	// tp 2 at shard 3584: launches in clusters of 4 (the tables' configs
+	// for that shard), so the tile leaders that arrive are one CTA in four.
+	for _, mode := range []stepReceive{receiveKernel, receiveFused} {
+		t.Run("tp 2 M 8 "+mode.String(), func(t *testing.T) {
+			runRotation(e.sub(t), rng, Shape{M: 8, Hidden: 7168, Latent: 3584, TP: 2}, 2, 20, mode, 5*time.Second)
+		})
+	}
+}
+
+// runRotation plays s.TP ranks on one GPU, each with a mailbox of `slots`
+// slots (plain device memory, every slot `stride` bytes apart, more than
+// a block, all armed with the sentinel), its own rotation counter and its
+// own output. One step is captured once: every rank's skinny kernel
+// stores its slice into slot 0 of every rank's mailbox as given (PDL
+// between them), with the rank's Rotation, then every rank's receive
+// (mode: receive kernels, or the last rank's fused into its skinny kernel,
+// with its own slice straight into its output for receiveFusedSkip). The
+// graph is replayed `replays` times, each on fresh inputs with poisoned
+// outputs, and after each: every rank's output is the whole block within
+// the float64 tolerance (no negative zero) and bit-identical on every
+// rank, every counter names the next slot with no arrivals left, no
+// receive timed out, and every word of every mailbox is the sentinel
+// again (the slot used re-armed, the others never written). timeout: the
+// receives' deadline.
+func runRotation(e *env, rng *rand.Rand, s Shape, slots, replays int, mode stepReceive, timeout time.Duration) {
+	t := e.t
+	shard, K, block := s.Shard(), s.Latent, s.M*s.Hidden
+	stride := uint64(2*block+255) &^ 15 // more than a block: the stride, not the block, steps the slots
+	dLat := e.alloc(2*s.M*K, "latent")
+	dShared := e.alloc(2*block, "shared")
+	lat, w, shared := make([]BF16, s.M*K), make([]BF16, s.Hidden*K), make([]BF16, block)
+	fillRandom(rng, w, float32(1/math.Sqrt(float64(K))))
+	type rank struct {
+		w, mailbox, counter, out, status cuda.DevicePtr
+		rot                              SlotRotation
+	}
+	ranks := make([]rank, s.TP)
+	for r := range ranks {
+		x := &ranks[r]
+		x.w = e.uploadPacked(w[r*shard*K:(r+1)*shard*K], shard, K, fmt.Sprintf("rank %d's weight", r))
+		x.mailbox = e.alloc(int(stride)*slots, fmt.Sprintf("rank %d's mailbox", r))
+		x.counter = e.alloc(16, fmt.Sprintf("rank %d's counter", r))
+		x.out = e.alloc(2*block, fmt.Sprintf("rank %d's output", r))
+		x.status = e.alloc(4*ReceiveStatusWords, fmt.Sprintf("rank %d's status", r))
+		x.rot = SlotRotation{Counter: x.counter, Slots: slots, Stride: stride}
+		e.fill(x.mailbox, Sentinel, int(stride)*slots/4, "mailbox")
+		e.fill(x.counter, 0, 4, "counter")
+		e.fill(x.status, 0, ReceiveStatusWords, "status")
+	}
+	e.sync("preparing the ranks")
+
+	// The rank whose kernel receives is launched last (a middle rank with
+	// its own slice into its output, so the receive steps over a slice).
+	fr := -1
+	switch mode {
+	case receiveFused:
+		fr = s.TP - 1
+	case receiveFusedSkip:
+		fr = s.TP / 2
+	}
+	recv := func(r int) ReceiveArgs {
+		return ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: shard, Slot: ranks[r].mailbox, Out: ranks[r].out,
+			Status: ranks[r].status, Timeout: timeout, Rotation: ranks[r].rot}
+	}
+	e.must(e.dev.StreamBeginCapture(e.stream, cuda.CaptureModeThreadLocal), "StreamBeginCapture")
+	capture := func() error {
+		var order []int
+		for r := range s.TP {
+			if r != fr {
+				order = append(order, r)
+			}
+		}
+		if fr >= 0 {
+			order = append(order, fr)
+		}
+		launches := 0
+		for _, r := range order {
+			a := SkinnyArgs{Shape: s, Rank: r, Latent: dLat, Weight: ranks[r].w, WeightPacked: true,
+				Shared: dShared + cuda.DevicePtr(2*r*shard), SharedStride: s.Hidden, Rotation: ranks[r].rot}
+			for q := range s.TP {
+				a.Dst = append(a.Dst, ranks[q].mailbox)
+			}
+			if r == fr {
+				ra := recv(r)
+				if mode == receiveFusedSkip {
+					ra.SkipSlice, ra.SkipRank = true, r
+					a.Dst[r] = ranks[r].out
+				}
+				a.Receive = &ra
+			}
+			if err := e.k.LaunchSkinny(e.stream, a, launches > 0); err != nil {
+				return err
+			}
+			launches++
+		}
+		for r := range s.TP {
+			if r != fr {
+				if err := e.k.LaunchReceive(e.stream, recv(r), true); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	cerr := capture()
+	g, err := e.dev.StreamEndCapture(e.stream)
+	e.must(errors.Join(cerr, err), "capturing one step of %d ranks", s.TP)
+	t.Cleanup(func() {
+		if err := e.dev.GraphDestroy(g); err != nil {
+			t.Errorf("GraphDestroy: %v", err)
+		}
+	})
+	x, err := e.dev.GraphInstantiate(g, 0)
+	e.must(err, "GraphInstantiate")
+	t.Cleanup(func() {
+		if err := e.dev.GraphExecDestroy(x); err != nil {
+			t.Errorf("GraphExecDestroy: %v", err)
+		}
+	})
+	e.must(e.dev.GraphUpload(x, e.stream), "GraphUpload")
+
+	full := Shape{M: s.M, Hidden: s.Hidden, Latent: K, TP: 1}
+	out, first := make([]BF16, block), make([]BF16, block)
+	mailbox := make([]uint32, int(stride)*slots/4)
+	var counter [2]uint32
+	worst := 0.0
+	start := time.Now()
+	for i := range replays {
+		fillRandom(rng, lat, 1)
+		fillRandom(rng, shared, 1)
+		e.upload(dLat, cuda.AsBytes(lat), "latent")
+		e.upload(dShared, cuda.AsBytes(shared), "shared")
+		for r := range ranks {
+			e.fill(ranks[r].out, poisonWord, block/2, "output")
+		}
+		e.must(e.dev.GraphLaunch(x, e.stream), "GraphLaunch #%d", i)
+		exp, err := Expect(full, lat, w, shared, s.Hidden)
+		e.must(err, "Expect(%v)", full)
+		for r := range ranks {
+			if timedOut, missing := e.status(ranks[r].status); timedOut || len(missing) > 0 {
+				t.Fatalf("replay %d rank %d: receive timed out %v, missing ranks %v (slot %d)", i, r, timedOut, missing, i%slots)
+			}
+			e.download(cuda.AsBytes(counter[:]), ranks[r].counter, "counter")
+			if want := uint32((i + 1) % slots); counter != [2]uint32{want, 0} {
+				t.Fatalf("replay %d rank %d: counter {%d, %d}, want {%d, 0}", i, r, counter[0], counter[1], want)
+			}
+			e.download(cuda.AsBytes(mailbox), ranks[r].mailbox, "mailbox")
+			if j := slices.IndexFunc(mailbox, func(w uint32) bool { return w != Sentinel }); j >= 0 {
+				t.Fatalf("replay %d rank %d: mailbox word %d (slot %d) = %#08x, want the sentinel (slot %d used)",
+					i, r, j, 4*j/int(stride), mailbox[j], i%slots)
+			}
+			dst := out
+			if r == 0 {
+				dst = first
+			}
+			e.download(cuda.AsBytes(dst), ranks[r].out, "output")
+			if r > 0 {
+				if j := firstDiff(out, first); j >= 0 {
+					t.Fatalf("replay %d: rank %d's output differs from rank 0's at element (%d, %d): %#04x vs %#04x",
+						i, r, j/s.Hidden, j%s.Hidden, uint16(out[j]), uint16(first[j]))
+				}
+				continue
+			}
+			res, err := exp.Check(first, s.Hidden)
+			e.must(err, "Check(%v)", full)
+			if res.Wrong > 0 {
+				t.Fatalf("replay %d of %v (slot %d): %d of %d elements wrong, first %v (rank %d's slice)",
+					i, s, i%slots, res.Wrong, res.Checked, res.First, res.First.N/shard)
+			}
+			worst = max(worst, res.Worst)
+		}
+	}
+	t.Logf("%v, %d slots, %s: %d replays of one captured step in %v, counters advancing, 0 wrong (worst error %.2f of tolerance)",
+		s, slots, mode, replays, time.Since(start).Round(time.Millisecond), worst)
+}

@@ -33,8 +33,8 @@ const (
 	MaxDst = 16
 	// SkinnyParamsSize and ReceiveParamsSize are sizeof the parameter
 	// structs tprun_skinny_params and tprun_receive_params.
-	SkinnyParamsSize  = 224
-	ReceiveParamsSize = 48
+	SkinnyParamsSize  = 248
+	ReceiveParamsSize = 72
 )
 
 // skinnyFunctions lists every skinny entry point: M 1..MaxM of every
@@ -172,6 +172,55 @@ type SkinnyArgs struct {
 	// the tiles then store this rank's columns of Out, the receive the
 	// others'.
 	Receive *ReceiveArgs
+	// Rotation, with a nonzero Counter, makes the mailbox slot a choice of
+	// the device (SlotRotation): every Dst that is not Receive.Out, and
+	// Receive.Slot, is then the address of slot 0. With Receive set the
+	// launch ends the step and advances the counter (Receive.Rotation must
+	// then be zero or the same); without it, it only reads the counter and
+	// the LaunchReceive that follows it with the same Rotation advances it.
+	Rotation SlotRotation
+}
+
+// SlotRotation makes the mailbox slot a device-side choice, so that a
+// graph holding one step can be replayed: step t uses slot t mod Slots,
+// and the index lives on the device and advances there (skinny.h, "Slot
+// rotation").
+type SlotRotation struct {
+	// Counter is the device address of two uint32 words, 8-byte aligned,
+	// both zero when the op is set up: word 0 is the slot index of the
+	// next step (0..Slots-1), word 1 an arrival count the kernels use.
+	// Zero Counter: no rotation (the addresses are used as given, and
+	// Slots and Stride are not looked at).
+	Counter cuda.DevicePtr
+	Slots   int    // >= 2
+	Stride  uint64 // bytes from one slot to the next, for every Dst and Receive.Slot
+}
+
+// rotationParams validates r and returns its parameter fields (all zero
+// without rotation).
+func rotationParams(r SlotRotation) (counter, stride uint64, slots int32, err error) {
+	if r.Counter == 0 {
+		return 0, 0, 0, nil
+	}
+	var errs []error
+	bad := func(field, value, rule string) {
+		errs = append(errs, &ArgError{Field: "Rotation." + field, Value: value, Rule: rule})
+	}
+	if r.Counter%8 != 0 {
+		bad("Counter", fmt.Sprintf("%#x", uint64(r.Counter)), "must be 8-byte aligned (two uint32 words read as one)")
+	}
+	if r.Slots < 2 || r.Slots > math.MaxInt32 {
+		bad("Slots", fmt.Sprint(r.Slots), "must be at least 2 (and fit the kernel's 32-bit int)")
+	}
+	if r.Stride == 0 || r.Stride%16 != 0 {
+		bad("Stride", fmt.Sprint(r.Stride), "must be a positive multiple of 16 bytes (every slot 16-byte aligned)")
+	} else if r.Slots >= 2 && r.Stride > math.MaxUint64/uint64(r.Slots) {
+		bad("Stride", fmt.Sprint(r.Stride), fmt.Sprintf("times %d slots overflows a 64-bit address", r.Slots))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return 0, 0, 0, err
+	}
+	return uint64(r.Counter), r.Stride, int32(r.Slots), nil
 }
 
 // LaunchSkinny queues the fused up-projection for a's shape and rank on
@@ -179,8 +228,9 @@ type SkinnyArgs struct {
 // (StepConfigFor's when a.Receive is set).
 // With pdl the launch carries programmatic stream serialization: it may
 // start while the previous kernel on stream runs, streaming its weights,
-// and reads latent and shared only after that kernel completed. The
-// arguments are validated first; nothing is launched on error.
+// and reads latent and shared only after that kernel completed (and, with
+// a.Rotation, the counter). The arguments are validated first; nothing is
+// launched on error.
 func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error {
 	if k.closed {
 		return ErrClosed
@@ -285,10 +335,18 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 		if r.SkipSlice && !slices.Contains(a.Dst, r.Out) {
 			bad("Receive.Out", fmt.Sprintf("%#x", uint64(r.Out)), "must be one of Dst with SkipSlice: the receive leaves this rank's columns to the tiles")
 		}
+		if r.Rotation != (SlotRotation{}) && r.Rotation != a.Rotation {
+			bad("Receive.Rotation", fmt.Sprintf("%+v", r.Rotation), fmt.Sprintf("must be zero or the launch's Rotation (%+v): a fused receive reads the launch's slot", a.Rotation))
+		}
+		r.Rotation = SlotRotation{} // the launch's, below
 		var err error
 		if rp, err = receiveParams(r); err != nil {
 			errs = append(errs, fmt.Errorf("fused receive: %w", err))
 		}
+	}
+	counter, stride, slots, err := rotationParams(a.Rotation)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return SkinnyParams{}, err
@@ -298,9 +356,15 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 		Latent: uint64(a.Latent), Weight: uint64(a.Weight), Shared: uint64(a.Shared),
 		LatentDim: int32(s.Latent), Shard: int32(shard), Hidden: int32(s.Hidden), Rank: int32(a.Rank),
 		SharedStride: int32(a.SharedStride), NDst: int32(len(a.Dst)), Flags: SkinnyPacked,
+		RotCounter: counter, RotStride: stride, RotSlots: slots,
 	}
 	for i, d := range a.Dst {
 		p.Dst[i] = uint64(d)
+		// Every destination is a slot but a fused receive's Out (SkipSlice:
+		// the tiles store this rank's columns there).
+		if counter != 0 && (a.Receive == nil || d != a.Receive.Out) {
+			p.RotDstMask |= 1 << i
+		}
 	}
 	return p, nil
 }
@@ -338,6 +402,10 @@ func encodeSkinnyParams(p *SkinnyParams) [SkinnyParamsSize]byte {
 	le.PutUint64(b[208:], p.RecvTimeoutNs)
 	le.PutUint32(b[216:], uint32(p.RecvFlags))
 	le.PutUint32(b[220:], uint32(p.Flags))
+	le.PutUint64(b[224:], p.RotCounter)
+	le.PutUint64(b[232:], p.RotStride)
+	le.PutUint32(b[240:], uint32(p.RotSlots))
+	le.PutUint32(b[244:], uint32(p.RotDstMask))
 	return b
 }
 
@@ -367,6 +435,10 @@ type ReceiveArgs struct {
 	// into Out (in place of its local slot) receives only the others'.
 	SkipSlice bool
 	SkipRank  int
+	// Rotation, with a nonzero Counter, makes Slot the address of slot 0:
+	// the kernel receives the slot the counter names and advances it,
+	// ending the step (SkinnyArgs.Rotation).
+	Rotation SlotRotation
 }
 
 // polledColumns is how many columns of each row the receive polls.
@@ -381,7 +453,8 @@ func (a ReceiveArgs) polledColumns() int {
 // first M*Hidden elements of the slot (less rank SkipRank's columns with
 // SkipSlice) hold no sentinel word, copy them to Out and re-arm the slot.
 // With pdl it may be scheduled before the previous kernel on stream ends
-// (it waits for it before touching memory).
+// (it waits for it before touching memory). With a.Rotation it receives
+// the slot the counter names and advances the counter: it ends the step.
 // Read the outcome from Status with DecodeReceiveStatus after the stream
 // has synchronized.
 func (k *Kernels) LaunchReceive(stream cuda.Stream, a ReceiveArgs, pdl bool) error {
@@ -443,6 +516,10 @@ func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
 			bad(f.name, fmt.Sprintf("%#x", uint64(f.v)), fmt.Sprintf("must be a non-null %d-byte aligned device address", f.align))
 		}
 	}
+	counter, stride, slots, err := rotationParams(a.Rotation)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return ReceiveParams{}, err
 	}
@@ -455,7 +532,7 @@ func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
 	}
 	return ReceiveParams{Slot: uint64(a.Slot), Out: uint64(a.Out), Status: uint64(a.Status),
 		TimeoutNs: uint64(a.Timeout.Nanoseconds()), M: int32(a.M), Hidden: int32(a.Hidden), Shard: int32(a.Shard),
-		Flags: flags}, nil
+		Flags: flags, RotCounter: counter, RotStride: stride, RotSlots: slots}, nil
 }
 
 // encodeReceiveParams lays p out as tprun_receive_params (skinny.h).
@@ -469,6 +546,9 @@ func encodeReceiveParams(p *ReceiveParams) [ReceiveParamsSize]byte {
 	for i, v := range [...]int32{p.M, p.Hidden, p.Shard, p.Flags} {
 		le.PutUint32(b[32+4*i:], uint32(v))
 	}
+	le.PutUint64(b[48:], p.RotCounter)
+	le.PutUint64(b[56:], p.RotStride)
+	le.PutUint32(b[64:], uint32(p.RotSlots))
 	return b
 }
 
@@ -491,6 +571,10 @@ type SkinnyParams struct {
 	RecvSlot, RecvOut, RecvStatus, RecvTimeoutNs uint64
 	RecvFlags                                    int32 // as ReceiveParams.Flags
 	Flags                                        int32 // SkinnyPacked
+	// Slot rotation (SkinnyArgs.Rotation; RotCounter 0: none).
+	RotCounter, RotStride uint64
+	RotSlots              int32
+	RotDstMask            int32 // bit d: Dst[d] is a slot
 }
 
 // SkinnyPacked is the tprun_skinny_params.flags bit of a packed weight
@@ -507,6 +591,9 @@ type ReceiveParams struct {
 	Hidden    int32
 	Shard     int32
 	Flags     int32 // ReceiveAbortable, ReceiveSkip with the rank at ReceiveSkipRankShift, or 0
+	// Slot rotation (ReceiveArgs.Rotation; RotCounter 0: none).
+	RotCounter, RotStride uint64
+	RotSlots              int32
 }
 
 // Receive flags and the abort word (skinny.h, TPRUN_RECEIVE_ABORTABLE,

@@ -160,6 +160,18 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 			a.Receive = &ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: s.Shard(), Slot: alignedPtr(rng), Out: alignedPtr(rng),
 				Status: alignedPtr(rng) + 4, Timeout: time.Duration(1 + rng.Int64N(int64(10*time.Second))), Abortable: rng.IntN(2) == 1}
 		}
+		// With rotation (two cases of three), the fused receive's Out among
+		// the destinations (its own slice straight into it): not a slot.
+		rotated := ndst != 1
+		outAt := -1
+		if rotated {
+			a.Rotation = SlotRotation{Counter: alignedPtr(rng) + 8, Slots: 2 + rng.IntN(100), Stride: 16 * (1 + rng.Uint64N(1<<20))}
+			if fused {
+				outAt = rng.IntN(ndst)
+				a.Dst[outAt] = a.Receive.Out
+				a.Receive.SkipSlice, a.Receive.SkipRank = true, a.Rank
+			}
+		}
 		p, err := skinnyParams(a)
 		if err != nil {
 			t.Fatalf("skinnyParams(%+v): %v", a, err)
@@ -178,6 +190,16 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 			"hidden": {uint64(s.Hidden)}, "rank": {uint64(a.Rank)}, "shared_stride": {uint64(a.SharedStride)},
 			"ndst": {uint64(ndst)}, "tile_rows": {32}, "l2_prefetch": {uint64(p.L2Prefetch)},
 			"recv_slot": {0}, "recv_out": {0}, "recv_status": {0}, "recv_timeout_ns": {0}, "recv_flags": {0}, "flags": {SkinnyPacked},
+			"rot_counter": {0}, "rot_stride": {0}, "rot_slots": {0}, "rot_dst_mask": {0},
+		}
+		if rotated {
+			mask := uint64(1)<<ndst - 1
+			if outAt >= 0 {
+				mask &^= 1 << outAt
+			}
+			r := a.Rotation
+			want["rot_counter"], want["rot_stride"], want["rot_slots"] = []uint64{uint64(r.Counter)}, []uint64{r.Stride}, []uint64{uint64(r.Slots)}
+			want["rot_dst_mask"] = []uint64{mask}
 		}
 		if r := a.Receive; r != nil {
 			flags := uint64(0)
@@ -185,6 +207,9 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 				flags = ReceiveAbortable
 			}
 			want["recv_slot"], want["recv_out"], want["recv_status"] = []uint64{uint64(r.Slot)}, []uint64{uint64(r.Out)}, []uint64{uint64(r.Status)}
+			if r.SkipSlice {
+				flags |= ReceiveSkip | uint64(r.SkipRank)<<ReceiveSkipRankShift
+			}
 			want["recv_timeout_ns"], want["recv_flags"] = []uint64{uint64(r.Timeout)}, []uint64{flags}
 		}
 		for name, w := range want {
@@ -206,6 +231,7 @@ func TestReceiveParamsMatchHeader(t *testing.T) {
 		Out: alignedPtr(rng), Status: alignedPtr(rng) + 4, Timeout: time.Duration(1 + rng.Int64N(int64(10*time.Second)))}
 	a.Shard = a.Hidden / 4
 	a.Abortable = rng.IntN(2) == 1
+	a.Rotation = SlotRotation{Counter: alignedPtr(rng) + 8, Slots: 2 + rng.IntN(100), Stride: 16 * (1 + rng.Uint64N(1<<20))}
 	p, err := receiveParams(a)
 	if err != nil {
 		t.Fatalf("receiveParams(%+v): %v", a, err)
@@ -216,6 +242,8 @@ func TestReceiveParamsMatchHeader(t *testing.T) {
 		"slot": {uint64(a.Slot)}, "out": {uint64(a.Out)}, "status": {uint64(a.Status)},
 		"timeout_ns": {uint64(a.Timeout)}, "m": {uint64(a.M)}, "hidden": {uint64(a.Hidden)},
 		"shard": {uint64(a.Shard)}, "flags": {uint64(p.Flags)},
+		"rot_counter": {uint64(a.Rotation.Counter)}, "rot_stride": {a.Rotation.Stride}, "rot_slots": {uint64(a.Rotation.Slots)},
+		"rot_reserved": {0},
 	}
 	for name, w := range want {
 		if !slices.Equal(got[name], w) {
@@ -273,6 +301,22 @@ func TestSkinnyParamsReject(t *testing.T) {
 			a.Receive.SkipSlice, a.Receive.SkipRank = true, a.Rank+1
 			a.Dst = append(a.Dst, a.Receive.Out)
 		}, ErrArgs, []string{"Receive.SkipRank", "own rank"}},
+		{"rotation counter misaligned", func(a *SkinnyArgs) { a.Rotation = goodRotation(); a.Rotation.Counter += 4 },
+			ErrArgs, []string{"Rotation.Counter = 0x7f0000800004", "8-byte"}},
+		{"rotation of one slot", func(a *SkinnyArgs) { a.Rotation = goodRotation(); a.Rotation.Slots = 1 },
+			ErrArgs, []string{"Rotation.Slots = 1"}},
+		{"rotation stride unaligned", func(a *SkinnyArgs) { a.Rotation = goodRotation(); a.Rotation.Stride = 7176 },
+			ErrArgs, []string{"Rotation.Stride = 7176", "multiple of 16"}},
+		{"rotation stride zero", func(a *SkinnyArgs) { a.Rotation = goodRotation(); a.Rotation.Stride = 0 },
+			ErrArgs, []string{"Rotation.Stride = 0"}},
+		{"rotation past the address space", func(a *SkinnyArgs) { a.Rotation = goodRotation(); a.Rotation.Stride = 1 << 63 },
+			ErrArgs, []string{"Rotation.Stride", "overflows"}},
+		{"fused receive with its own rotation", func(a *SkinnyArgs) {
+			a.Rotation = goodRotation()
+			a.Receive = fusedReceive(a.Shape)
+			a.Receive.Rotation = goodRotation()
+			a.Receive.Rotation.Counter += 8
+		}, ErrArgs, []string{"Receive.Rotation", "zero or the launch's"}},
 		{"fused receive skipping into an output the tiles do not write", func(a *SkinnyArgs) {
 			a.Receive = fusedReceive(a.Shape)
 			a.Receive.SkipSlice, a.Receive.SkipRank = true, a.Rank
@@ -305,6 +349,10 @@ func TestSkinnyParamsReject(t *testing.T) {
 	})
 }
 
+func goodRotation() SlotRotation {
+	return SlotRotation{Counter: 0x7f0000800000, Slots: 3, Stride: 7168 * 8 * 2}
+}
+
 func goodReceiveArgs() ReceiveArgs {
 	return ReceiveArgs{M: 8, Hidden: 7168, Shard: 896, Slot: 0x7f0000000000, Out: 0x7f0000100000, Status: 0x7f0000200004, Timeout: time.Second}
 }
@@ -327,6 +375,9 @@ func TestReceiveParamsReject(t *testing.T) {
 		{"status misaligned", func(a *ReceiveArgs) { a.Status += 2 }, "Status = 0x7f0000200006"},
 		{"skip past the last rank", func(a *ReceiveArgs) { a.SkipSlice, a.SkipRank = true, 8 }, "SkipRank = 8"},
 		{"skip a negative rank", func(a *ReceiveArgs) { a.SkipSlice, a.SkipRank = true, -1 }, "SkipRank = -1"},
+		{"rotation counter misaligned", func(a *ReceiveArgs) { a.Rotation = goodRotation(); a.Rotation.Counter++ }, "Rotation.Counter"},
+		{"rotation of no slots", func(a *ReceiveArgs) { a.Rotation = goodRotation(); a.Rotation.Slots = 0 }, "Rotation.Slots = 0"},
+		{"rotation stride unaligned", func(a *ReceiveArgs) { a.Rotation = goodRotation(); a.Rotation.Stride = 8 }, "Rotation.Stride = 8"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -871,6 +922,7 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 		copy(recv[36:40], p[160:164]) // hidden
 		copy(recv[40:44], p[156:160]) // shard
 		copy(recv[44:48], p[216:220]) // flags
+		copy(recv[48:68], p[224:244]) // rot_counter, rot_stride, rot_slots: the receive ends the step
 	}
 	return d.enqueue(func() error {
 		if err := d.runSkinny(m, p, early); err != nil || recv == nil {
@@ -910,8 +962,25 @@ func (d *emuDevice) runSkinny(M int, p []byte, early bool) error {
 	if d.bug == "ignores destinations after the first" {
 		ndst = 1
 	}
+	// Slot rotation: the slot the counter names, read and not advanced
+	// (the receive of the step advances it, fused or not).
+	var rot uint64
+	if counter := cuda.DevicePtr(le.Uint64(p[224:])); counter != 0 {
+		s, _, err := d.rotation(counter, le.Uint64(p[232:]), i32(240))
+		if err != nil {
+			return err
+		}
+		rot = s
+		if d.bug == "skinny uses slot 0" {
+			rot = 0
+		}
+	}
+	mask := uint32(i32(244))
 	for i := range ndst {
 		dp := cuda.DevicePtr(le.Uint64(p[24+8*i:]))
+		if mask>>i&1 != 0 || d.bug == "skinny rotates every destination" {
+			dp += cuda.DevicePtr(rot)
+		}
 		if dp%16 != 0 {
 			return fmt.Errorf("emu: skinny dst[%d] misaligned", i)
 		}
@@ -941,13 +1010,45 @@ func (d *emuDevice) runSkinny(M int, p []byte, early bool) error {
 	return nil
 }
 
+// rotation reads the slot rotation counter at counter (skinny.h, "Slot
+// rotation"): the byte offset of the slot it names, and the advance that
+// the kernel ending the step makes (word 0 to the next slot, word 1, the
+// arrival count, back to 0). It checks the launch's fields and that the
+// counter is between steps (no arrivals counted, a slot in range).
+func (d *emuDevice) rotation(counter cuda.DevicePtr, stride uint64, slots int) (uint64, func(), error) {
+	if counter%8 != 0 || slots < 2 || stride == 0 || stride%16 != 0 {
+		return 0, nil, fmt.Errorf("emu: rotation counter %#x, %d slots, stride %d", uint64(counter), slots, stride)
+	}
+	w, err := d.words(counter, 2)
+	if err != nil {
+		return 0, nil, fmt.Errorf("emu: rotation counter: %w", err)
+	}
+	if int(w[0]) >= slots || w[1] != 0 {
+		return 0, nil, fmt.Errorf("emu: rotation counter {%d, %d} with %d slots", w[0], w[1], slots)
+	}
+	s := uint64(w[0])
+	return s * stride, func() { w[0], w[1] = uint32((s+1)%uint64(slots)), 0 }, nil
+}
+
 // runReceive is the receive kernel in Go, one 16-byte vector at a time
 // as the kernel works; a missing vector costs the timeout once.
 func (d *emuDevice) runReceive(p []byte) error {
 	le := binary.LittleEndian
 	m, hidden, shard := int(le.Uint32(p[32:])), int(le.Uint32(p[36:])), int(le.Uint32(p[40:]))
 	timeout := time.Duration(le.Uint64(p[24:]))
-	slot, err1 := d.words(cuda.DevicePtr(le.Uint64(p[0:])), m*hidden/2)
+	slotAddr := cuda.DevicePtr(le.Uint64(p[0:]))
+	if counter := cuda.DevicePtr(le.Uint64(p[48:])); counter != 0 {
+		// The slot the counter names; the receive ends the step.
+		rot, advance, err := d.rotation(counter, le.Uint64(p[56:]), int(int32(le.Uint32(p[64:]))))
+		if err != nil {
+			return err
+		}
+		slotAddr += cuda.DevicePtr(rot)
+		if d.bug != "receive never advances the slot" {
+			advance()
+		}
+	}
+	slot, err1 := d.words(slotAddr, m*hidden/2)
 	out, err2 := d.words(cuda.DevicePtr(le.Uint64(p[8:])), m*hidden/2)
 	status, err3 := d.words(cuda.DevicePtr(le.Uint64(p[16:])), ReceiveStatusWords)
 	if err := errors.Join(err1, err2, err3); err != nil {
@@ -1015,6 +1116,11 @@ func TestHarnessOnEmulator(t *testing.T) {
 	t.Run("PDL chain", func(t *testing.T) {
 		runPDLChain(e.sub(t), rng, Shape{M: 4, Hidden: 1024, Latent: 1024, TP: 1}, 448, 3)
 	})
+	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
+		t.Run("slot rotation, "+mode.String(), func(t *testing.T) {
+			runRotation(e.sub(t), rng, Shape{M: 3, Hidden: 4 * 72, Latent: 520, TP: 4}, 3, 7, mode, 20*time.Millisecond)
+		})
+	}
 	runSmall(t, e, rng, 20*time.Millisecond)
 	if len(d.allocs) != 0 {
 		t.Errorf("%d allocations not freed", len(d.allocs))
@@ -1071,6 +1177,11 @@ func TestHarnessCatchesBugs(t *testing.T) {
 	timeout := func(e *env, rng *rand.Rand) {
 		runReceiveTimeout(e, rng, receiveTimeoutCases[0], 2, 72, 20*time.Millisecond)
 	}
+	rotation := func(mode stepReceive) func(*env, *rand.Rand) {
+		return func(e *env, rng *rand.Rand) {
+			runRotation(e, rng, Shape{M: 2, Hidden: 3 * 40, Latent: 64, TP: 3}, 2, 3, mode, 20*time.Millisecond)
+		}
+	}
 	tests := []struct {
 		bug  string
 		body func(*env, *rand.Rand)
@@ -1096,6 +1207,13 @@ func TestHarnessCatchesBugs(t *testing.T) {
 		{"receive skips the wrong rank", func(e *env, rng *rand.Rand) { runReceiveSkip(e, rng, 2, 216, 72, 2) }},
 		{"receive blames the wrong rank", timeout},
 		{"receive gives up early", timeout},
+		{"skinny uses slot 0", rotation(receiveKernel)},
+		{"skinny uses slot 0", rotation(receiveFused)},
+		{"skinny rotates every destination", rotation(receiveFusedSkip)},
+		{"receive never advances the slot", rotation(receiveKernel)},
+		{"receive never advances the slot", rotation(receiveFused)},
+		{"receive does not re-arm", rotation(receiveKernel)},
+		{"stores negative zero", rotation(receiveFused)},
 		{"PDL reads latent early", func(e *env, rng *rand.Rand) {
 			runPDLChain(e, rng, Shape{M: 2, Hidden: 64, Latent: 64, TP: 1}, 16, 2)
 		}},

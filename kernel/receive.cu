@@ -7,10 +7,10 @@
 //
 // receive_block is also the tail of the skinny kernel's fused receive
 // (skinny.h, recv_slot), so this file comes first in the translation unit
-// (scripts/build-kernels).
+// (scripts/build-kernels). The slot rotation is in skinny_prims.cuh.
 #include <stdint.h>
 
-#include "skinny.h"
+#include "skinny_prims.cuh"
 
 namespace tprun {
 
@@ -127,6 +127,12 @@ extern "C" __global__ void __launch_bounds__(1024)
   // step too, not just the polling.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  tprun::receive_block(p.slot, p.out, p.status, p.timeout_ns, p.flags, p.m, p.hidden, p.shard,
+  unsigned long long slot = p.slot;
+  if (p.rot_counter != 0) {
+    // Every CTA reads the slot and arrives: this kernel ends the step.
+    __shared__ uint32_t rot_slot;
+    slot = tprun::rotated_receive_slot(slot, p.rot_counter, p.rot_stride, p.rot_slots, gridDim.x, &rot_slot);
+  }
+  tprun::receive_block(slot, p.out, p.status, p.timeout_ns, p.flags, p.m, p.hidden, p.shard,
                        (long long)blockIdx.x * blockDim.x + threadIdx.x, (long long)gridDim.x * blockDim.x);
 }

@@ -139,6 +139,18 @@ __device__ __forceinline__ void tile_prologue_end(const tprun_skinny_params& p, 
   griddep_wait();
 }
 
+// Slot rotation in the tile code (skinny.h, "Slot rotation"): thread 0 of
+// a cluster leader, the CTA that stores the tile, reads the counter right
+// after griddepcontrol.wait, beside the latent loads: with the fused
+// receive the launch ends the step, so it arrives (rotation_arrive), else
+// it reads word 0. The value is needed only by the epilogue (reduce_store,
+// tile_slot), so the round trip overlaps the MMAs. 0 without rotation and
+// in every other thread.
+__device__ __forceinline__ unsigned long long tile_rotation(const tprun_skinny_params& p, int crank) {
+  if (p.rot_counter == 0 || crank != 0 || threadIdx.x != 0) return 0;
+  return p.recv_slot != 0 ? rotation_arrive(p.rot_counter) : rotation_read(p.rot_counter);
+}
+
 // The register-ring tile: U (the family's Depth) chunks of 32 k of weight
 // loads in flight per warp (U*TR*8 registers, U*TR KB per warp), the latent
 // streamed from L2 through a ring of UB registers. mrows (<= M): the latent
@@ -202,6 +214,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
 #pragma unroll
   for (int u = 0; u < UB; ++u) lb[u] = ld_act<L2ONLY>(lp + 32 * u, lrow && u < nj && 32 * u < kleft);
   const EpilogueSlot es = epilogue_slot<M, ROWS, CL, L2ONLY>(p, t, mrows);
+  const unsigned long long rv = tile_rotation(p, crank);
 
   // Two accumulator sets per tile (first and second k half of each chunk):
   // two independent MMA dependency chains.
@@ -242,7 +255,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
     lp += 32 * U;
   }
 
-  reduce_store<M, TR, CL>(p, red, parts, acc, n0, es.shv, es.eok, es.em, es.ec);
+  reduce_store<M, TR, CL>(p, red, parts, acc, n0, es.shv, es.eok, es.em, es.ec, rv);
 }
 
 // The line-wise tile (LineLoads): the latent read by whole 128-byte lines.
@@ -341,6 +354,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
 #pragma unroll
     for (int b = 0; b < NB; ++b) lb[u][b] = ld_act(lp[b] + 64 * u, lok[b] && u < np && lat_ok(u));
   const EpilogueSlot es = epilogue_slot<M, ROWS, CL>(p, t, mrows);
+  const unsigned long long rv = tile_rotation(p, crank);
 
   // acc[r][b][s]: tile r, latent rows 4b.., the weights of chunk slot s.
   float acc[TR][NB][2][4];
@@ -410,7 +424,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
       out[r][0][q] = (lo ? acc[r][0][0][q] : o1) + recv;
       out[r][1][q] = 0.f;
     }
-  reduce_store<M, TR, CL>(p, red, parts, out, n0, es.shv, es.eok, es.em, es.ec);
+  reduce_store<M, TR, CL>(p, red, parts, out, n0, es.shv, es.eok, es.em, es.ec, rv);
 }
 
 // The receive CTAs of a launch with a fused receive (skinny.h, recv_slot):
@@ -419,17 +433,25 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
 // for the previous one; then they do this step's Lamport receive, the
 // vectors spread over their threads. Being last in the grid they are placed
 // after every tile CTA, so their polling never keeps a tile CTA off an SM.
-// Returns whether this CTA was one of them.
+// With slot rotation each of them is one arrival of the step (tile_slot
+// counts them). smem: the launch's dynamic shared memory, which these CTAs
+// use only to hand the slot around. Returns whether this CTA was one of
+// them.
 template <int M>
-__device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p) {
+__device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p, float* smem) {
   if (p.recv_slot == 0) return false;
   const unsigned csize = cg::this_cluster().num_blocks();
-  const unsigned first = (unsigned)((p.shard + p.tile_rows - 1) / p.tile_rows) * csize;
+  const unsigned ntiles = (unsigned)((p.shard + p.tile_rows - 1) / p.tile_rows);
+  const unsigned first = ntiles * csize;
   if (blockIdx.x < first) return false;
   griddep_launch_dependents();
   griddep_wait();
+  unsigned long long slot = p.recv_slot;
+  if (p.rot_counter != 0)
+    slot = rotated_receive_slot(slot, p.rot_counter, p.rot_stride, p.rot_slots, ntiles + (gridDim.x - first),
+                                reinterpret_cast<uint32_t*>(smem));
   const long long r = (long long)(blockIdx.x - first), nr = (long long)(gridDim.x - first);
-  receive_block(p.recv_slot, p.recv_out, p.recv_status, p.recv_timeout_ns, p.recv_flags, M, p.hidden, p.shard,
+  receive_block(slot, p.recv_out, p.recv_status, p.recv_timeout_ns, p.recv_flags, M, p.hidden, p.shard,
                 r * blockDim.x + threadIdx.x, nr * blockDim.x);
   return true;
 }
@@ -459,8 +481,8 @@ constexpr int code_rows() {
 template <int M, class F>
 __device__ __forceinline__ void skinny_entry(const tprun_skinny_params& p) {
   extern __shared__ float4 tprun_smem[];
-  if (receive_cta<M>(p)) return;
   float* smem = reinterpret_cast<float*>(tprun_smem);
+  if (receive_cta<M>(p, smem)) return;
   constexpr int CODE = code_rows<M, F>();
   // The latent ring: 4 chunks of the register ring, or for the line-wise
   // tile 4 pairs (8 chunks, the weight ring's depth) at M 1-4 and 1 pair at

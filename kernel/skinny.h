@@ -115,7 +115,15 @@ typedef struct tprun_skinny_params {
   unsigned long long recv_timeout_ns;  // offset 208
   int recv_flags;                      // offset 216: TPRUN_RECEIVE_ABORTABLE, TPRUN_RECEIVE_SKIP (rank in bits 8-15) or 0
   int flags;                           // offset 220: TPRUN_SKINNY_PACKED (other bits 0)
-} tprun_skinny_params;         // size 224, alignment 8
+  // Slot rotation (rot_counter != 0, see "Slot rotation" below): dst[d]
+  // for the bits d of rot_dst_mask, and recv_slot, are the addresses of
+  // slot 0; the kernel adds s * rot_stride to them. A launch with the fused
+  // receive advances the counter; one without only reads it.
+  unsigned long long rot_counter;      // offset 224: 0 = no rotation (the addresses as given)
+  unsigned long long rot_stride;       // offset 232: bytes from one slot to the next
+  int rot_slots;                       // offset 240: slots in the rotation, >= 2
+  int rot_dst_mask;                    // offset 244: bit d: dst[d] is a mailbox slot (rotated)
+} tprun_skinny_params;         // size 248, alignment 8
 
 // tprun_receive: the Lamport receive of one rank. Polls the first m*hidden
 // elements of the local slot with volatile 16-byte loads until no 32-bit word
@@ -149,19 +157,46 @@ typedef struct tprun_receive_params {
   int hidden;                     // offset 36
   int shard;                      // offset 40
   int flags;                      // offset 44: TPRUN_RECEIVE_ABORTABLE, TPRUN_RECEIVE_SKIP (rank in bits 8-15) or 0
-} tprun_receive_params;           // size 48, alignment 8
+  // Slot rotation (rot_counter != 0, see "Slot rotation" below): slot is
+  // the address of slot 0; the kernel receives slot s at slot + s *
+  // rot_stride and advances the counter.
+  unsigned long long rot_counter; // offset 48: 0 = no rotation (slot as given)
+  unsigned long long rot_stride;  // offset 56: bytes from one slot to the next
+  int rot_slots;                  // offset 64: slots in the rotation, >= 2
+  int rot_reserved;               // offset 68: 0
+} tprun_receive_params;           // size 72, alignment 8
+
+// Slot rotation. A graph that holds one step of the op and is replayed
+// must use the next mailbox slot at every replay, so the slot index lives
+// on the device: rot_counter is the address of two uint32 words, 8-byte
+// aligned and both zero when the op is set up: word 0 is the slot index s
+// of the next step (0..rot_slots-1), word 1 counts the CTAs of the current
+// step that have read s (zero between steps). A kernel reads s after
+// griddepcontrol.wait, before it touches a slot. The kernel that ends a
+// step advances the counter: the skinny kernel with the fused receive, or
+// else the tprun_receive that follows a skinny kernel without it (that
+// skinny kernel only reads word 0). In the advancing kernel every CTA
+// that needs s reads it and counts itself in word 1 with one 64-bit atomic
+// on the pair; the CTA that completes the count (every CTA of
+// tprun_receive; of the skinny kernel the cluster leaders of the tiles and
+// the receive CTAs) stores word 0 = (s + 1) % rot_slots and word 1 = 0.
+// The host may read word 0 back to learn which slot the next step uses.
 
 #ifdef __cplusplus
 #include <cstddef>
-static_assert(sizeof(tprun_skinny_params) == 224, "tprun_skinny_params size");
+static_assert(sizeof(tprun_skinny_params) == 248, "tprun_skinny_params size");
+static_assert(offsetof(tprun_skinny_params, rot_counter) == 224, "rot_counter offset");
+static_assert(offsetof(tprun_skinny_params, rot_dst_mask) == 244, "rot_dst_mask offset");
 static_assert(offsetof(tprun_skinny_params, recv_slot) == 184, "recv_slot offset");
 static_assert(offsetof(tprun_skinny_params, recv_flags) == 216, "recv_flags offset");
 static_assert(offsetof(tprun_skinny_params, dst) == 24, "dst offset");
 static_assert(offsetof(tprun_skinny_params, latent_dim) == 152, "latent_dim offset");
 static_assert(offsetof(tprun_skinny_params, tile_rows) == 176, "tile_rows offset");
 static_assert(alignof(tprun_skinny_params) == 8, "tprun_skinny_params alignment");
-static_assert(sizeof(tprun_receive_params) == 48, "tprun_receive_params size");
+static_assert(sizeof(tprun_receive_params) == 72, "tprun_receive_params size");
 static_assert(offsetof(tprun_receive_params, m) == 32, "m offset");
+static_assert(offsetof(tprun_receive_params, rot_counter) == 48, "receive rot_counter offset");
+static_assert(offsetof(tprun_receive_params, rot_slots) == 64, "receive rot_slots offset");
 #endif
 
 #endif  // TPRUN_SKINNY_H

@@ -1,6 +1,6 @@
-// Primitives of the skinny kernel (skinny.cu): loads, the L2 prefetch
-// plan, the cluster sum, PDL and cluster helpers, the MMA, and the epilogue
-// with its stores. Nothing here knows a tile shape beyond its template
+// Primitives of the skinny kernel (skinny.cu) and the receive (receive.cu):
+// loads, the L2 prefetch plan, the cluster sum, PDL and cluster helpers,
+// the slot rotation, the MMA, and the epilogue with its stores. Nothing here knows a tile shape beyond its template
 // arguments; the tile code and its families are in skinny.cu.
 #ifndef TPRUN_SKINNY_PRIMS_CUH
 #define TPRUN_SKINNY_PRIMS_CUH
@@ -259,6 +259,68 @@ __device__ __forceinline__ void griddep_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// ---------------------------------------------------------------- slot rotation
+
+// Slot rotation (skinny.h, "Slot rotation"): the counter pair {slot,
+// arrivals} is read and written as one 64-bit word (little endian: word 0
+// is the low half).
+//
+// rotation_arrive reads the pair and counts this CTA in word 1 in one
+// atomic; rotation_settle, called later by the same thread with what it
+// returned, is where the CTA that completed the count (the target-th
+// arrival) stores {(s + 1) % slots, 0}. Why that is correct with no fence,
+// also when the CTAs of a grid are not all resident at once and under PDL:
+// - Within the grid every access to the 8 bytes is an atomic on them or
+//   that one store, so all are in a single coherence order: every arrival
+//   comes before the last arrival's atomic, which comes before its store
+//   (program order, same address). So every CTA reads the same s, and no
+//   CTA ever waits for another: which CTAs are resident when is
+//   irrelevant, and the store may come as late as the last arrival likes.
+// - The next step's kernels read the pair only after griddepcontrol.wait,
+//   which returns once this whole grid has completed and its memory
+//   operations are performed and visible (as does an ordinary kernel
+//   boundary without PDL). A plain relaxed store at any point in the grid
+//   therefore reaches them: no release or fence is needed, and none is
+//   paid for.
+// The atomic is issued right after griddepcontrol.wait, beside the latent
+// loads, and its value is needed only by the epilogue stores (or the
+// receive): its round trip to L2 is off the critical path.
+__device__ __forceinline__ unsigned long long rotation_arrive(unsigned long long counter) {
+  unsigned long long v;
+  asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(v) : "l"(counter), "l"(1ull << 32) : "memory");
+  return v;
+}
+
+// The slot of the step from rotation_arrive's value v; the last of target
+// arrivals advances the counter.
+__device__ __forceinline__ uint32_t rotation_settle(unsigned long long counter, unsigned long long v, int slots,
+                                                    uint32_t target) {
+  const uint32_t s = (uint32_t)v;
+  if ((uint32_t)(v >> 32) + 1 == target) {
+    const unsigned long long next = (unsigned long long)((s + 1) % (uint32_t)slots);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(counter), "l"(next) : "memory");
+  }
+  return s;
+}
+
+// Word 0 alone, for a kernel that reads the slot without ending the step.
+__device__ __forceinline__ uint32_t rotation_read(unsigned long long counter) {
+  uint32_t s;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(s) : "l"(counter) : "memory");
+  return s;
+}
+
+// The receive's slot with rotation: thread 0 arrives for the CTA (one of
+// target) and hands the slot to the others through *word (shared memory).
+// Every thread of the CTA calls it.
+__device__ __forceinline__ unsigned long long rotated_receive_slot(unsigned long long slot, unsigned long long counter,
+                                                                   unsigned long long stride, int slots,
+                                                                   uint32_t target, uint32_t* word) {
+  if (threadIdx.x == 0) *word = rotation_settle(counter, rotation_arrive(counter), slots, target);
+  __syncthreads();
+  return slot + (unsigned long long)*word * stride;
+}
+
 // ---------------------------------------------------------------- MMA
 
 // D += A·B for one m16n8k16 tile; see the PTX ISA for the fragment layouts.
@@ -291,16 +353,38 @@ __device__ __forceinline__ uint32_t finish2(float lo, float hi, uint32_t sh) {
 
 // bf16 rounding, `shared` and the stores of one 16-byte output vector: the
 // 8 sums s of latent row em, columns n0+ec..n0+ec+7, one 16-byte store per
-// destination: whole words, as the receiver checks words.
+// destination: whole words, as the receiver checks words. rot: the bytes
+// from slot 0 to this step's slot, added to the destinations that are
+// slots (skinny.h, rot_dst_mask); 0 without rotation.
 __device__ __forceinline__ void store_vector(const tprun_skinny_params& p, const float (&s)[8], const uint4& shv,
-                                             int n0, int em, int ec) {
+                                             int n0, int em, int ec, unsigned long long rot) {
   uint4 o;
   o.x = finish2(s[0], s[1], shv.x);
   o.y = finish2(s[2], s[3], shv.y);
   o.z = finish2(s[4], s[5], shv.z);
   o.w = finish2(s[6], s[7], shv.w);
   const size_t off = (size_t)em * (size_t)p.hidden + (size_t)p.rank * (size_t)p.shard + n0 + ec;
-  for (int d = 0; d < p.ndst; ++d) st_v4(reinterpret_cast<uint16_t*>(p.dst[d]) + off, o);
+  for (int d = 0; d < p.ndst; ++d)
+    st_v4(reinterpret_cast<uint16_t*>(p.dst[d] + (((unsigned)p.rot_dst_mask >> d) & 1u ? rot : 0ull)) + off, o);
+}
+
+// The word of shared memory that hands the tile's slot from thread 0 to the
+// epilogue threads: in the padding of red's first row (column ROWS+2 of
+// warp 0's latent row 0, beside the cluster sum's barrier), which nothing
+// else reads or writes.
+template <int ROWS>
+__device__ __forceinline__ uint32_t* rot_slot_word(float* red) {
+  return reinterpret_cast<uint32_t*>(red + ROWS + 2);
+}
+
+// The tile's slot from rotation_read's or rotation_arrive's value rv
+// (tile_rotation in skinny.cu), by the thread that issued it: with the
+// fused receive the launch ends the step, and its arrivals are the tiles'
+// cluster leaders and the receive CTAs.
+__device__ __forceinline__ uint32_t tile_slot(const tprun_skinny_params& p, unsigned long long rv, int csize) {
+  if (p.recv_slot == 0) return (uint32_t)rv;
+  const uint32_t ntiles = (uint32_t)((p.shard + p.tile_rows - 1) / p.tile_rows);
+  return rotation_settle(p.rot_counter, rv, p.rot_slots, ntiles + (gridDim.x - ntiles * (uint32_t)csize));
 }
 
 // Whether a CTA takes the warp-per-vector epilogue of reduce_store: no
@@ -329,11 +413,13 @@ __device__ __forceinline__ bool warp_epilogue(int nv, int csize) {
 //   the leader's first NV threads wait for the other slots on the cluster
 //   sum's barrier, add the slots in rank order, add `shared` (shv,
 //   prefetched by them) and store.
-// Both orders are fixed: bit-identical reruns.
+// Both orders are fixed: bit-identical reruns. With slot rotation, thread
+// 0 of the leader settles the slot from rv (tile_rotation in skinny.cu)
+// and hands it to the epilogue threads across the first barrier.
 template <int M, int TR, int CL>
 __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float* red, float* parts,
                                              const float (&acc)[TR][2][4], int n0, const uint4& shv,
-                                             bool eok, int em, int ec) {
+                                             bool eok, int em, int ec, unsigned long long rv) {
   constexpr int ROWS = 16 * TR;
   constexpr int SP = ROWS + 4;
   constexpr int NV = M * ROWS / 8;
@@ -354,6 +440,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
       mine[(2 * tig + 1) * SP + 16 * r + g + 8] = acc[r][0][3] + acc[r][1][3];
     }
   }
+  if (p.rot_counter != 0 && crank == 0 && threadIdx.x == 0) *rot_slot_word<ROWS>(red) = tile_slot(p, rv, csize);
   __syncthreads();
   if (CL != kCluster && warp_epilogue(NV, csize)) {
     if (warp >= NV) return;
@@ -366,7 +453,10 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     float s[8];
 #pragma unroll
     for (int c = 0; c < 8; ++c) s[c] = __shfl_sync(0xffffffffu, t, 4 * c);
-    if (eok) store_vector(p, s, shv, n0, em, ec);  // lane 0 only (see the callers)
+    if (eok) {  // lane 0 only (see the callers)
+      const unsigned long long rot = p.rot_counter != 0 ? (unsigned long long)*rot_slot_word<ROWS>(red) * p.rot_stride : 0ull;
+      store_vector(p, s, shv, n0, em, ec, rot);
+    }
     return;
   }
   // Each CTA's sum over its warps goes to slot crank of the LEADER's parts,
@@ -422,7 +512,8 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     s[0] += a.x; s[1] += a.y; s[2] += a.z; s[3] += a.w;
     s[4] += b.x; s[5] += b.y; s[6] += b.z; s[7] += b.w;
   }
-  store_vector(p, s, shv, n0, em, ec);
+  const unsigned long long rot = p.rot_counter != 0 ? (unsigned long long)*rot_slot_word<ROWS>(red) * p.rot_stride : 0ull;
+  store_vector(p, s, shv, n0, em, ec, rot);
 }
 
 }  // namespace tprun
