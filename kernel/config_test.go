@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -399,5 +400,32 @@ func TestReceiveCTAs(t *testing.T) {
 		if got := ReceiveCTAs(tc.m, tc.hidden, tc.block, tc.cluster); got != tc.want {
 			t.Errorf("ReceiveCTAs(%d, %d, %d, %d) = %d, want %d", tc.m, tc.hidden, tc.block, tc.cluster, got, tc.want)
 		}
+	}
+}
+
+// The kernel harness's Python scripts (scripts/kernel-harness/cfgname.py)
+// read the families from families.tsv and write tables with TableHeader.
+func TestCfgnameReadsTheSpec(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	cmd := exec.Command(py, "-c", "import cfgname; print(repr(cfgname.TABLE_HEADER)); print(' '.join(cfgname.families()))")
+	cmd.Dir = filepath.Join("..", "scripts", "kernel-harness")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cfgname.py: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	fams, err := families()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range fams {
+		names = append(names, f.name)
+	}
+	if want := fmt.Sprintf("%q", TableHeader); len(lines) != 2 || strings.ReplaceAll(lines[0], "'", `"`) != want || lines[1] != strings.Join(names, " ") {
+		t.Errorf("cfgname.py says\n%s\nwant the header %s and the families %v", out, want, names)
 	}
 }

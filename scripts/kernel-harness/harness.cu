@@ -10,10 +10,16 @@
 //                                      format) at the benchmark shapes, plus copy bandwidth
 //   harness FATBIN readbw              the read ceiling: chains of kernels that only stream
 //                                      bytes (same PDL shape as the skinny kernel)
-// HARNESS_NBUF=1 makes every timed launch read the same weight (L2-resident
-// when it fits): the kernel's cost without HBM, for the notes.
+//   harness FATBIN ab                  interleaved A/B of configs (HARNESS_AB)
+// The entry point families are read from kernel/families.tsv (the spec the
+// Go package and scripts/build-kernels read; HARNESS_FAMILIES names another
+// file); a config is written family/warps/cluster[/pfH.S[o][l]][/sp|/lb][/coN]
+// (scripts/kernel-harness/cfgname.py). HARNESS_NBUF=1 makes every timed
+// launch read the same weight (L2-resident when it fits): the kernel's cost
+// without HBM.
 //
-// Built by scripts/bench-kernel with nvcc (-lcuda). Inputs are fresh random
+// A developer tool, not part of the product. Built by scripts/bench-kernel
+// with nvcc (-lcuda). Inputs are fresh random
 // numbers each run (the seed is printed); outputs are poisoned before every
 // launch.
 #include <cuda.h>
@@ -93,17 +99,79 @@ void fill_bf16(std::vector<uint16_t>& v, Rng& rng, float lo, float hi) {
   for (auto& x : v) x = bf16_rne(rng.uni(lo, hi));
 }
 
-// ---------------------------------------------------------------- module
+// ---------------------------------------------------------------- families
 
-constexpr int kNumVariants = 13;
+// One row of kernel/families.tsv: the compile-time options of an entry
+// point family (skinny.cu, Family) that the harness needs.
+struct Family {
+  std::string name;
+  int tile_rows = 0, depth = 0;
+  bool lines = false, wide = false, one = false, l2only = false;
+  int max_warps = 0;
+};
+std::vector<Family> g_fam;
+
+// Reads the family spec: comment lines (#), the header row, then one
+// tab-separated row per family. Exits on anything else.
+void load_families(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "cannot read the family spec %s\n", path);
+    exit(2);
+  }
+  char line[512];
+  bool header = false;
+  while (fgets(line, sizeof line, f)) {
+    std::string l(line);
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+    if (l.empty() || l[0] == '#') continue;
+    if (!header) {
+      if (l != "family\ttile_rows\tdepth\tlatent\twide\tone\tl2only\twarps") {
+        fprintf(stderr, "%s: unexpected header %s\n", path, l.c_str());
+        exit(2);
+      }
+      header = true;
+      continue;
+    }
+    std::vector<std::string> c;
+    std::stringstream q(l);
+    for (std::string t; std::getline(q, t, '\t');) c.push_back(t);
+    if (c.size() != 8 || (c[3] != "ring" && c[3] != "lines")) {
+      fprintf(stderr, "%s: cannot read row %s\n", path, l.c_str());
+      exit(2);
+    }
+    Family fam;
+    fam.name = c[0];
+    fam.tile_rows = atoi(c[1].c_str());
+    fam.depth = atoi(c[2].c_str());
+    fam.lines = c[3] == "lines";
+    fam.wide = c[4] == "1";
+    fam.one = c[5] == "1";
+    fam.l2only = c[6] == "1";
+    fam.max_warps = atoi(c[7].c_str());
+    g_fam.push_back(fam);
+  }
+  fclose(f);
+  if (g_fam.empty()) {
+    fprintf(stderr, "%s: no families\n", path);
+    exit(2);
+  }
+}
+
+// The index of the family of that name, or -1.
+int family_index(const std::string& name) {
+  for (size_t i = 0; i < g_fam.size(); ++i)
+    if (g_fam[i].name == name) return (int)i;
+  return -1;
+}
+
+// ---------------------------------------------------------------- module
 
 struct Kernels {
   CUmodule mod{};
-  CUfunction skinny[9][kNumVariants]{};  // [M][variant]
+  std::vector<CUfunction> skinny[9];  // [M][family]
   CUfunction receive{};
 };
-
-const char* const kSuffix[kNumVariants] = {"", "_d8", "_t32", "_s8", "_s32", "_c", "_d8p", "_t32p", "_s8p", "_d8p1", "_d8pl", "_t32pw", "_t32pn"};
 
 Kernels load(const char* path) {
   FILE* f = fopen(path, "rb");
@@ -119,21 +187,21 @@ Kernels load(const char* path) {
   Kernels k;
   CK(cuModuleLoadData(&k.mod, bytes.data()));
   for (int m = 1; m <= 8; ++m)
-    for (int v = 0; v < kNumVariants; ++v) {
-      char name[32];
-      snprintf(name, sizeof name, "tprun_skinny_m%d%s", m, kSuffix[v]);
-      // A fatbin built before an entry point family existed (or after one
-      // was dropped) lacks it: time_skinny then reports its configs as
-      // unable to launch, and the other configs of a run still time.
-      const CUresult fr = cuModuleGetFunction(&k.skinny[m][v], k.mod, name);
+    for (const Family& fam : g_fam) {
+      char name[64];
+      snprintf(name, sizeof name, "tprun_skinny_m%d_%s", m, fam.name.c_str());
+      // A fatbin built before a family existed lacks it: time_skinny then
+      // reports its configs as unable to launch, and the other configs of
+      // a run still time.
+      CUfunction fn = nullptr;
+      const CUresult fr = cuModuleGetFunction(&fn, k.mod, name);
       if (fr == CUDA_ERROR_NOT_FOUND) {
-        if (m == 1) fprintf(stderr, "note: %s has no %s entry points\n", path, kSuffix[v]);
-        k.skinny[m][v] = nullptr;
-        continue;
+        if (m == 1) fprintf(stderr, "note: %s has no %s entry points\n", path, fam.name.c_str());
+        fn = nullptr;
+      } else {
+        CK(fr);
       }
-      CK(fr);
-      // Staged variants need more than the default 48 KiB of shared memory.
-      CK(cuFuncSetAttribute(k.skinny[m][v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 200 * 1024));
+      k.skinny[m].push_back(fn);
     }
 
   CK(cuModuleGetFunction(&k.receive, k.mod, "tprun_receive"));
@@ -142,81 +210,63 @@ Kernels load(const char* path) {
 
 // ---------------------------------------------------------------- launch
 
-// A launch config: the entry point (tile_rows, depth, stage), warps per CTA
-// and CTAs per cluster (the K split).
+// A launch config: the family, warps per CTA, CTAs per cluster (the K
+// split) and the three hints of kernel.LaunchConfig.
 struct Cfg {
-  int tile_rows, depth, stage, warps, cluster;
-  int pf = 0;      // tprun_skinny_params.l2_prefetch
-  int packed = 0;  // packed weight layout (skinny.h, TPRUN_SKINNY_PACKED): the "p" entry points
-  int one = 0;     // "_d8p1": the "_d8p" tile code compiled once for every cluster size (skinny.cu)
-  int policy = 0;  // cluster scheduling policy preference (CUclusterSchedulingPolicy; 2: load balancing)
-  int carveout = 0;  // kernel.LaunchConfig.Carveout: preferred shared memory carveout, percent (0: the driver's)
-  int variant() const {
-    if (one) return 9;  // valid only with 16 rows, depth 8, stage 0, packed (exists())
-    if (stage == 3) return 10;  // "_d8pl": valid only with 16 rows, depth 8, packed
-    if (stage == 4) return 11;  // "_t32pw": valid only with 32 rows, depth 4, packed
-    if (stage == 5) return 12;  // "_t32pn": valid only with 32 rows, depth 4, packed
-    if (packed) return stage ? 8 : tile_rows == 32 ? 7 : 6;
-    if (stage == 2) return 5;
-    if (stage) return tile_rows == 32 ? 4 : 3;
-    return tile_rows == 32 ? 2 : depth == 8 ? 1 : 0;
-  }
-  CUfunction fn(const Kernels& k, int M) const { return k.skinny[M][variant()]; }
+  int fam = 0, warps = 0, cluster = 0;
+  int pf = 0;        // tprun_skinny_params.l2_prefetch
+  int policy = 0;    // cluster scheduling policy preference (CUclusterSchedulingPolicy; 2: load balancing)
+  int carveout = 0;  // preferred shared memory carveout, percent (0: the driver's)
+  const Family& f() const { return g_fam[fam]; }
+  int tile_rows() const { return f().tile_rows; }
+  CUfunction fn(const Kernels& k, int M) const { return k.skinny[M][fam]; }
   std::string str() const {
-    char b[96];
-    int n = snprintf(b, sizeof b, "%d/%d/%s/%d/%d", tile_rows, depth, stage == 5 ? "n" : stage == 4 ? "w" : stage == 3 ? "l" : stage == 2 ? "c" : stage ? "s" : "g", warps, cluster);
+    char b[128];
+    int n = snprintf(b, sizeof b, "%s/%d/%d", f().name.c_str(), warps, cluster);
     if (pf)
       n += snprintf(b + n, sizeof b - n, "/pf%d.%d%s%s", TPRUN_PF_HELPERS(pf), TPRUN_PF_SIXTEENTHS(pf),
                     TPRUN_PF_OWN(pf) ? "o" : "", TPRUN_PF_LSU(pf) ? "l" : "");
-    if (packed) n += snprintf(b + n, sizeof b - n, "/p");
-    if (one) n += snprintf(b + n, sizeof b - n, "/one");
     if (policy == 1) n += snprintf(b + n, sizeof b - n, "/sp");
     if (policy == 2) n += snprintf(b + n, sizeof b - n, "/lb");
     if (carveout) snprintf(b + n, sizeof b - n, "/co%d", carveout);
     return b;
   }
-  // Whether an entry point has this geometry (variant() maps the others
-  // onto one that traps or is not what was asked for).
-  bool exists() const {
+  // Whether the kernels take this config.
+  bool valid() const {
+    if (fam < 0 || fam >= (int)g_fam.size()) return false;
+    if (warps < 1 || warps > f().max_warps || cluster < 1 || cluster > 8) return false;
     if (policy < 0 || policy > 2 || (policy != 0 && cluster < 2)) return false;  // a policy needs clusters
-    if (carveout < 0 || carveout > 100) return false;
-    if (one) return packed == 1 && tile_rows == 16 && depth == 8 && stage == 0;
-    if (stage == 3) return packed == 1 && tile_rows == 16 && depth == 8;  // "_d8pl"
-    if (stage == 4) return packed == 1 && tile_rows == 32 && depth == 4;  // "_t32pw"
-    if (stage == 5) return packed == 1 && tile_rows == 32 && depth == 4;  // "_t32pn"
-    if (packed)  // "_d8p", "_s8p", "_t32p"
-      return (tile_rows == 16 && depth == 8 && (stage == 0 || stage == 1)) ||
-             (tile_rows == 32 && depth == 4 && stage == 0);
-    if (stage == 2) return tile_rows == 16 && depth == 0;  // "_c"
-    // "", "_d8", "_s8", "_t32", "_s32"
-    return (stage == 0 || stage == 1) &&
-           ((tile_rows == 32 && depth == 4) || (tile_rows == 16 && (depth == 8 || (depth == 4 && stage == 0))));
+    return carveout >= 0 && carveout <= 100;
   }
 };
 
-// Reads a config as Cfg::str() writes it: rows/depth/{g,s,c,l,w,n}/warps/cluster,
-// then optionally /pfH.S[o][l], /p, /one, /sp or /lb, and /coN (a carveout
-// of N percent). False when it is not one.
+// The config of family name (which must exist).
+Cfg make_cfg(const char* name, int warps, int cluster, int pf = 0) {
+  Cfg c;
+  c.fam = family_index(name);
+  if (c.fam < 0) {
+    fprintf(stderr, "no family %s in the family spec\n", name);
+    exit(2);
+  }
+  c.warps = warps;
+  c.cluster = cluster;
+  c.pf = pf;
+  return c;
+}
+
+// Reads a config as Cfg::str() writes it. False when it is not one.
 bool parse_cfg(const std::string& str, Cfg* out) {
   std::vector<std::string> f;
   std::stringstream q(str);
   for (std::string t; std::getline(q, t, '/');) f.push_back(t);
-  if (f.size() < 5 || f[2].size() != 1) return false;
-  Cfg c{atoi(f[0].c_str()), atoi(f[1].c_str()), 0, atoi(f[3].c_str()), atoi(f[4].c_str())};
-  const char st = f[2][0];
-  if (st == 'g') c.stage = 0;
-  else if (st == 's') c.stage = 1;
-  else if (st == 'c') c.stage = 2;
-  else if (st == 'l') c.stage = 3;
-  else if (st == 'w') c.stage = 4;
-  else if (st == 'n') c.stage = 5;
-  else return false;
-  for (size_t i = 5; i < f.size(); ++i) {
-    if (f[i] == "p") {
-      c.packed = 1;
-    } else if (f[i] == "one") {
-      c.one = 1;
-    } else if (f[i] == "sp") {
+  if (f.size() < 3) return false;
+  Cfg c;
+  c.fam = family_index(f[0]);
+  if (c.fam < 0) return false;
+  c.warps = atoi(f[1].c_str());
+  c.cluster = atoi(f[2].c_str());
+  for (size_t i = 3; i < f.size(); ++i) {
+    if (f[i] == "sp") {
       c.policy = 1;
     } else if (f[i] == "lb") {
       c.policy = 2;
@@ -236,13 +286,13 @@ bool parse_cfg(const std::string& str, Cfg* out) {
       return false;
     }
   }
-  if (c.str() != str || !c.exists()) return false;  // round trip: nothing was dropped
+  if (c.str() != str || !c.valid()) return false;  // round trip: nothing was dropped
   *out = c;
   return true;
 }
 
-// A group of the `ab` and `trace` specs: "SHARD:M,M,...:CFG,CFG,..." (CFG as
-// the sweep prints it, e.g. 16/8/g/8/1/p); groups are separated by ';'.
+// A group of the `ab` spec: "SHARD:M,M,...:CFG,CFG,..." (CFG as the sweep
+// prints it, e.g. d8p/8/1); groups are separated by ';'.
 struct Group {
   int shard;
   std::vector<int> ms;
@@ -277,7 +327,8 @@ bool parse_groups(const char* spec, std::vector<Group>* out) {
 }
 
 // The packed weight layout of skinny.h: 16-row groups x 32-k chunks, 1 KB
-// blocks in MMA fragment order, zero padding.
+// blocks in MMA fragment order, zero padding. (kernel.PackWeight is the
+// product's; this is the harness's own, checked by the results.)
 std::vector<uint16_t> pack_weight(const std::vector<uint16_t>& w, int shard, int K) {
   const int G = (shard + 15) / 16, C = (K + 31) / 32;
   std::vector<uint16_t> o((size_t)G * C * 512, 0);
@@ -293,28 +344,15 @@ std::vector<uint16_t> pack_weight(const std::vector<uint16_t>& w, int shard, int
   return o;
 }
 
-// stage 0: latent from L2; 1: latent slice in shared memory; 2 ("_c"): the
-// weight slab too, no register ring (depth 0).
-const Cfg kVariants[6] = {{16, 4, 0, 0, 0}, {16, 8, 0, 0, 0}, {32, 4, 0, 0, 0},
-                          {16, 8, 1, 0, 0}, {32, 4, 1, 0, 0}, {16, 0, 2, 0, 0}};
-
-// Dynamic shared memory: reduction buffers, plus the staged latent slice
-// ([M][pitch], pitch an odd multiple of 64 bytes) for the "_s" entry points.
-size_t smem_bytes(const Cfg& c, int M, int K) {
-  size_t b = (size_t)(c.warps + c.cluster) * 8 * (c.tile_rows + 4) * 4;
-  if (c.stage == 1 || c.stage == 2) {
-    int nchunks = (K + 31) / 32, per = (nchunks + c.cluster - 1) / c.cluster;
-    b += (size_t)(M + (c.stage == 2 ? c.tile_rows : 0)) * (per | 1) * 64;
-  }
-  return b;
-}
-int grid_x(const Cfg& c, int shard) { return (shard + c.tile_rows - 1) / c.tile_rows * c.cluster; }
+// Dynamic shared memory: the reduction buffers (kernel.SkinnySharedBytes).
+size_t smem_bytes(const Cfg& c) { return (size_t)(c.warps + c.cluster) * 8 * (c.tile_rows() + 4) * 4; }
+int grid_x(const Cfg& c, int shard) { return (shard + c.tile_rows() - 1) / c.tile_rows() * c.cluster; }
 
 CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg& c, CUstream s,
                        bool pdl) {
-  p.tile_rows = c.tile_rows;
+  p.tile_rows = c.tile_rows();
   p.l2_prefetch = c.pf;
-  p.flags = c.packed ? TPRUN_SKINNY_PACKED : 0;
+  p.flags = TPRUN_SKINNY_PACKED;
   CUlaunchAttribute at[4];
   memset(at, 0, sizeof at);
   int na = 0;
@@ -355,7 +393,7 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   lc.gridDimY = lc.gridDimZ = 1;
   lc.blockDimX = (unsigned)(32 * c.warps);
   lc.blockDimY = lc.blockDimZ = 1;
-  lc.sharedMemBytes = (unsigned)smem_bytes(c, M, p.latent_dim);
+  lc.sharedMemBytes = (unsigned)smem_bytes(c);
   lc.hStream = s;
   lc.attrs = at;
   lc.numAttrs = (unsigned)na;
@@ -387,38 +425,36 @@ CUresult launch_receive(const Kernels& k, const tprun_receive_params& p, CUstrea
   return cuLaunchKernelEx(&lc, k.receive, args, nullptr);
 }
 
-// Every config the check covers; ConfigFor only returns configs from it.
+// Every config the check covers; ConfigFor only returns configs from it
+// (kernel/config_test.go, checkedWarps and checkedClusters).
 std::vector<Cfg> all_configs() {
   std::vector<Cfg> v;
-  for (const Cfg& base : kVariants)
+  for (size_t fi = 0; fi < g_fam.size(); ++fi)
     for (int w : {1, 2, 4, 8, 16}) {
-      if (w == 16 && base.variant() == 0) continue;  // lean entry: at most 256 threads
+      if (w > g_fam[fi].max_warps) continue;
       for (int c : {1, 2, 3, 4, 6, 8}) {
-        v.push_back({base.tile_rows, base.depth, base.stage, w, c});
-        if (base.stage < 2 && base.variant() != 0 && base.variant() != 4) {
-          Cfg q{base.tile_rows, base.depth, base.stage, w, c};
-          q.packed = 1;
-          v.push_back(q);
-          if (base.variant() == 1) {  // "_d8p1"
-            q.one = 1;
-            v.push_back(q);
-          }
-          if (base.variant() == 1) {  // "_d8pl"
-            Cfg l{base.tile_rows, base.depth, 3, w, c};
-            l.packed = 1;
-            v.push_back(l);
-          }
-          if (base.variant() == 2) {  // "_t32pw", "_t32pn"
-            Cfg x{base.tile_rows, base.depth, 4, w, c};
-            x.packed = 1;
-            v.push_back(x);
-            x.stage = 5;
-            v.push_back(x);
-          }
-        }
+        Cfg q;
+        q.fam = (int)fi;
+        q.warps = w;
+        q.cluster = c;
+        v.push_back(q);
       }
     }
   return v;
+}
+
+// The family that differs from fam only in not taking L2-only loads, or -1:
+// the two must give the same results bit for bit.
+int plain_twin(int fam) {
+  const Family& a = g_fam[fam];
+  if (!a.l2only) return -1;
+  for (size_t i = 0; i < g_fam.size(); ++i) {
+    const Family& b = g_fam[i];
+    if (!b.l2only && b.tile_rows == a.tile_rows && b.depth == a.depth && b.lines == a.lines && b.wide == a.wide &&
+        b.one == a.one)
+      return (int)i;
+  }
+  return -1;
 }
 
 // ---------------------------------------------------------------- reference
@@ -581,9 +617,8 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
         fill_bf16(sh, rng, -16.f, 16.f);
         Ref ref = reference(M, shard, K, lat, w);
         const std::vector<uint16_t> wpk = pack_weight(w, shard, K);
-        DevBuf dl(lat.size() * 2), dw(w.size() * 2), dwp(wpk.size() * 2), dsh(sh.size() * 2);
+        DevBuf dl(lat.size() * 2), dwp(wpk.size() * 2), dsh(sh.size() * 2);
         CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
-        CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
         CK(cuMemcpyHtoD(dwp.p, wpk.data(), dwp.bytes));
         CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
         const size_t outn = (size_t)M * hidden;
@@ -594,7 +629,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
         tprun_skinny_params p;
         memset(&p, 0, sizeof p);
         p.latent = dl.p;
-        p.weight = dw.p;
+        p.weight = dwp.p;
         p.shared = dsh.p + (size_t)rank * shard * 2;
         p.dst[0] = dout[0]->p;
         p.latent_dim = K;
@@ -612,7 +647,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
             p.dst[d] = dout[d]->p;
           }
           p.ndst = ndst;
-          p.weight = c.packed ? dwp.p : dw.p;
+          p.weight = dwp.p;
           Cfg cc = c;
           // A third of the runs with a random L2 prefetch plan: a hint that
           // must never change the result.
@@ -659,19 +694,20 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
           total += v.total;
           worst = std::max(worst, v.maxerr_over_tol);
           worst_rel = std::max(worst_rel, sqrt(v.sq_err / std::max(v.sq_ref, 1e-300)));
-          // "_t32pn" differs from "_t32p" only in its latent and shared
-          // loads' cache operator: the same result bit for bit.
-          if (c.stage == 5) {
+          // A family with L2-only loads differs from its plain twin only in
+          // the latent and shared loads' cache operator: the same result
+          // bit for bit.
+          if (plain_twin(c.fam) >= 0) {
             const std::string first = ran;
             Cfg t = c;
-            t.stage = 0;
+            t.fam = plain_twin(c.fam);
             runs++;
             if (!run(t, 1, out2)) {
               failures++;
               continue;
             }
             if (out2 != out) {
-              printf("FAIL M=%d shard=%d K=%d cfg=%s: not bit-identical to its \"_t32p\" twin %s\n", M, shard, K,
+              printf("FAIL M=%d shard=%d K=%d cfg=%s: not bit-identical to its plain twin %s\n", M, shard, K,
                      first.c_str(), ran.c_str());
               failures++;
             }
@@ -884,7 +920,7 @@ int check_receive(const Kernels& k, Rng& rng, CUstream s, bool late = true, int 
 // The parameter block of the small cases: rank's columns of a [M][hidden]
 // shared tensor, no destinations yet.
 tprun_skinny_params small_params(const DevBuf& dl, const DevBuf& dw, const DevBuf& dsh, int K, int shard, int hidden,
-                                 int rank) {
+                                 int rank) {  // dw: the packed weight
   tprun_skinny_params p;
   memset(&p, 0, sizeof p);
   p.latent = dl.p;
@@ -908,7 +944,7 @@ int check_fused(const Kernels& k, Rng& rng, CUstream s, int M, int shard, int K,
     if (x == 0x8000) x = 0;
   DevBuf slot(n * 2), out(n * 2), status(64 * 4);
   int fails = 0;
-  for (const Cfg& cfg : {Cfg{16, 8, 0, 4, 1}, Cfg{32, 4, 0, 2, 3}})
+  for (const Cfg& cfg : {make_cfg("d8p", 4, 1), make_cfg("t32p", 2, 3)})
   for (int missing : {0, 1}) {
     // Slot: rank 0's columns hold peer data, rank 1's the sentinel.
     std::vector<uint16_t> init(n);
@@ -981,17 +1017,16 @@ int small_m(const Kernels& k, Rng& rng, CUstream s, int M, std::initializer_list
   fill_bf16(sh, rng, -16, 16);
   Ref ref = reference(M, shard, K, lat, w);
   const std::vector<uint16_t> wpk = pack_weight(w, shard, K);
-  DevBuf dl(lat.size() * 2), dw(w.size() * 2), dwp(wpk.size() * 2), dsh(sh.size() * 2), o0((size_t)M * hidden * 2),
+  DevBuf dl(lat.size() * 2), dwp(wpk.size() * 2), dsh(sh.size() * 2), o0((size_t)M * hidden * 2),
       o1((size_t)M * hidden * 2);
   CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
-  CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
   CK(cuMemcpyHtoD(dwp.p, wpk.data(), dwp.bytes));
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
   int fails = 0;
   for (const Cfg& c : cfgs) {
     fill16(o0.p, kPoison, (size_t)M * hidden);
     fill16(o1.p, kPoison, (size_t)M * hidden);
-    tprun_skinny_params p = small_params(dl, c.packed ? dwp : dw, dsh, K, shard, hidden, rank);
+    tprun_skinny_params p = small_params(dl, dwp, dsh, K, shard, hidden, rank);
     p.dst[0] = o0.p;
     p.dst[1] = o1.p;
     p.ndst = 2;
@@ -1004,33 +1039,30 @@ int small_m(const Kernels& k, Rng& rng, CUstream s, int M, std::initializer_list
     printf("small skinny M=%d cfg %s: %s %s\n", M, c.str().c_str(), v.ok ? "ok" : "FAIL", v.why.c_str());
     fails += !v.ok;
   }
-  if (M == 3) fails += check_fused(k, rng, s, M, shard, K, dl, dw, dsh, sh, ref);
+  if (M == 3) fails += check_fused(k, rng, s, M, shard, K, dl, dwp, dsh, sh, ref);
   return fails;
 }
 
-// The small cases of every kernel, for compute-sanitizer: M = 3 over many
-// geometries (a cluster, staging, the slab, prefetch plans, packed), M = 1
-// and 2 over the warp-per-vector epilogue and the M = 1-as-M = 2 entries,
-// M = 5 and 7 over the wide ("_t32pw") entries; the step's "_t32pn" in
-// clusters of 4 at M 1-3, 5 and 7, and without a cluster at M 3.
+// The small cases of every kernel, for compute-sanitizer: M = 3 over every
+// family with and without a cluster and prefetch plans in both forms, M = 1
+// and 2 over the warp-per-vector epilogue and the M = 1-as-M = 2 code,
+// M = 5 and 7 over the wide family (the M = 8 code) and the step's.
 int small(const Kernels& k, Rng& rng, CUstream s) {
+  const int own = 1 << 24, lsu = 1 << 25;
   int fails = small_m(k, rng, s, 3,
-                      {Cfg{32, 4, 0, 4, 3}, Cfg{16, 4, 0, 2, 1}, Cfg{16, 8, 0, 2, 2}, Cfg{16, 8, 1, 4, 3}, Cfg{32, 4, 1, 2, 1},
-                       Cfg{16, 0, 2, 4, 3}, Cfg{16, 0, 2, 1, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24)},
-                       Cfg{32, 4, 0, 2, 2, 1 | (5 << 16)}, Cfg{16, 8, 0, 2, 2, 0, 1}, Cfg{32, 4, 0, 4, 3, 0, 1},
-                       Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (1 << 24), 1},
-                       Cfg{16, 8, 0, 2, 1, 3 | (16 << 16) | (3 << 24), 1}, Cfg{32, 4, 0, 4, 1, 2 | (8 << 16) | (2 << 24)},
-                       Cfg{16, 8, 3, 4, 3, 0, 1}, Cfg{16, 8, 3, 2, 1, 0, 1}, Cfg{32, 4, 4, 4, 3, 0, 1},
-                       Cfg{32, 4, 4, 16, 2, 0, 1}, Cfg{32, 4, 5, 4, 4, 0, 1}, Cfg{32, 4, 5, 2, 1, 0, 1}});
+                      {make_cfg("d8p", 2, 1, 3 | (16 << 16) | own), make_cfg("d8p", 2, 2), make_cfg("d8p", 16, 1),
+                       make_cfg("d8p1", 2, 1, 3 | (16 << 16) | own | lsu), make_cfg("d8p1", 4, 3), make_cfg("d8pl", 4, 3),
+                       make_cfg("d8pl", 2, 1), make_cfg("t32p", 4, 3), make_cfg("t32p", 2, 2, 1 | (5 << 16)),
+                       make_cfg("t32p", 4, 1, 2 | (8 << 16) | lsu), make_cfg("t32pw", 4, 3), make_cfg("t32pw", 16, 2),
+                       make_cfg("t32pn", 4, 4), make_cfg("t32pn", 2, 1)});
   for (int M : {1, 2})
     fails += small_m(k, rng, s, M,
-                     {Cfg{16, 8, 0, 4, 1}, Cfg{16, 8, 1, 4, 1, 0, 1}, Cfg{32, 4, 0, 4, 1, 0, 1}, Cfg{16, 8, 0, 16, 1, 0, 1},
-                      Cfg{16, 4, 0, 2, 1}, Cfg{16, 0, 2, 4, 1}, Cfg{16, 8, 0, 2, 3, 0, 1}, Cfg{16, 8, 3, 16, 1, 0, 1},
-                      Cfg{32, 4, 4, 16, 2, 0, 1}, Cfg{32, 4, 5, 4, 4, 0, 1}});
-  // The wide entry points ("_t32pw": the M = 8 code) where rows M..7 exist
-  // in the code but not in the buffers.
+                     {make_cfg("d8p", 4, 1), make_cfg("d8p", 16, 1), make_cfg("t32p", 4, 1), make_cfg("d8p1", 2, 3),
+                      make_cfg("d8pl", 16, 1), make_cfg("t32pw", 16, 2), make_cfg("t32pn", 4, 4)});
+  // The wide family (the M = 8 code) where rows M..7 exist in the code but
+  // not in the buffers.
   for (int M : {5, 7})
-    fails += small_m(k, rng, s, M, {Cfg{32, 4, 4, 16, 2, 0, 1}, Cfg{32, 4, 4, 4, 1, 0, 1}, Cfg{32, 4, 5, 4, 4, 0, 1}});
+    fails += small_m(k, rng, s, M, {make_cfg("t32pw", 16, 2), make_cfg("t32pw", 4, 1), make_cfg("t32pn", 4, 4)});
   fails += check_receive(k, rng, s, false);
   fails += check_receive(k, rng, s, false, TPRUN_RECEIVE_ABORTABLE);
   return fails;
@@ -1129,43 +1161,6 @@ double replay_median(CUgraph g, int L, int reps, CUstream s) {
   return median(v);
 }
 
-// Trace mode (a fatbin built with -DTPRUN_TRACE): when g_trace is set,
-// time_skinny also replays its graph once with the kernel's trace buffer
-// cleared and writes one line per CTA record (skinny.cu, Trace).
-FILE* g_trace = nullptr;
-struct TraceRec {
-  unsigned long long g[7];
-  unsigned c[7];
-  unsigned smid, blk, wlo, nctas;
-};
-void trace_graph(const Kernels& k, CUgraph g, int M, int shard, const Cfg& c, CUstream s) {
-  CUdeviceptr n_p, buf_p;
-  size_t n_b, buf_b;
-  if (cuModuleGetGlobal(&n_p, &n_b, k.mod, "tprun_trace_n") != CUDA_SUCCESS ||
-      cuModuleGetGlobal(&buf_p, &buf_b, k.mod, "tprun_trace_buf") != CUDA_SUCCESS) {
-    fprintf(stderr, "trace: this fatbin was not built with -DTPRUN_TRACE\n");
-    exit(2);
-  }
-  CUgraphExec ge;
-  CK(cuGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cuGraphLaunch(ge, s));
-  CK(cuStreamSynchronize(s));
-  CK(cuMemsetD32Async(n_p, 0, 1, s));  // on s: ordered before the traced replay
-  CK(cuGraphLaunch(ge, s));
-  CK(cuStreamSynchronize(s));
-  unsigned n = 0;
-  CK(cuMemcpyDtoH(&n, n_p, 4));
-  n = std::min<unsigned>(n, (unsigned)(buf_b / sizeof(TraceRec)));
-  std::vector<TraceRec> v(n);
-  if (n) CK(cuMemcpyDtoH(v.data(), buf_p, n * sizeof(TraceRec)));
-  CK(cuGraphExecDestroy(ge));
-  for (const TraceRec& r : v)
-    fprintf(g_trace, "%d\t%d\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\t%u\n",
-            shard, M, c.str().c_str(), r.g[0], r.g[1], r.g[2], r.g[3], r.g[4], r.g[5], r.g[6], r.c[1], r.c[2], r.c[3],
-            r.c[4], r.c[5], r.c[6], r.smid, r.blk, r.wlo, r.nctas);
-  fflush(g_trace);
-}
-
 // Median time per launch (µs) of a captured graph of L launches rotating
 // through the pool, or a negative value when the config cannot launch.
 double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, int hidden, const Cfg& c,
@@ -1207,7 +1202,6 @@ double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, 
     fprintf(stderr, "capture failed: %s %s\n", errname(r), errname(re));
     return -1;
   }
-  if (g_trace) trace_graph(k, g, M, shard, c, s);
   return replay_median(g, L, reps, s);
 }
 
@@ -1236,12 +1230,23 @@ std::vector<int> env_ints(const char* name, std::vector<int> def) {
   return v;
 }
 
-// Every launch config at the benchmark shapes, row-major and packed
-// entry points; then, for the best configs of each layout, a few L2
-// prefetch plans in the LSU form (skinny.h, TPRUN_PF_LSU), the
-// load-balancing cluster policy, and the shared memory carveouts of
-// HARNESS_CARVEOUTS (percent, default 65,80) on the six fastest of all and
-// on the fastest of each geometry within 10 % of the best.
+// The columns of a sweep's TSV (and of kernel/config_table.tsv, which
+// scripts/kernel-harness/pick_table.py picks from them), last the time.
+const char* const kSweepHeader = "latent\tshard\tm\tfamily\twarps\tcluster\tl2_prefetch\tcluster_policy\tcarveout\tus\n";
+void sweep_row(FILE* f, int latent, int shard, int M, const Cfg& c, double us) {
+  fprintf(f, "%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%.3f\n", latent, shard, M, c.f().name.c_str(), c.warps, c.cluster,
+          c.pf, c.policy, c.carveout, us);
+}
+
+// Every launch config at the benchmark shapes: every family but the step's
+// (L2-only loads: scripts/step-sweep measures it in the step), the
+// line-wise ones at M <= 4 only (at M 5-8 they are far slower) and the
+// wide ones below M 8 (at M 8 they are the plain family); then a few L2
+// prefetch plans in the LSU form (skinny.h, TPRUN_PF_LSU) on the three
+// fastest, the load-balancing cluster policy on the four fastest cluster
+// configs, and the shared memory carveouts of HARNESS_CARVEOUTS (percent,
+// default 65,80) on the six fastest of all and on the fastest of each
+// geometry within 10 % of the best (a carveout reorders them).
 // HARNESS_SHARDS (latent-3584 shards only), HARNESS_LATENTS (only the
 // shapes of these latent sizes), HARNESS_WARPS and
 // HARNESS_CLUSTERS narrow or widen it (defaults: every benchmark shape,
@@ -1256,16 +1261,9 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
     fprintf(stderr, "cannot write %s\n", outpath);
     return 1;
   }
-  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tcluster_policy\tcarveout\tus\n");
-  auto row = [&](const Shape& sh, int M, const Cfg& c, double us) {
-    fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", sh.latent, sh.shard, M, c.tile_rows,
-            c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, c.policy, c.carveout, us);
-  };
-  // Carveouts tried on the fastest configs of each layout (HARNESS_CARVEOUTS;
-  // 2026-11-30aj: 65 and 80 % took 0.03-0.2 µs off shard 896).
+  fputs(kSweepHeader, f);
   const std::vector<int> carveouts = env_ints("HARNESS_CARVEOUTS", {65, 80});
   const int L = 1 << 25, O = 1 << 24;
-  // 48.8l: the step sweep's pick at shard 3584 (bench/NOTES-kernel.md, 2026-11-30m).
   const int lsu_plans[] = {L | O,      L | 20 | (8 << 16), L | 40 | (8 << 16), L | 48 | (8 << 16),
                            L | 64 | (16 << 16), L | O | 40 | (16 << 16)};
   for (const Shape& sh : bench_shapes()) {
@@ -1273,102 +1271,79 @@ int sweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
     if (!latents.empty() && std::find(latents.begin(), latents.end(), sh.latent) == latents.end()) continue;
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
+    auto row = [&](int M, const Cfg& c, double us) { sweep_row(f, sh.latent, sh.shard, M, c, us); };
     for (int M = 1; M <= 8; ++M) {
-      std::vector<std::pair<double, Cfg>> timed[2];  // per layout: every config that ran, then sorted
-      for (int pk : {0, 1})
-        for (const Cfg& base : kVariants) {
-          if (pk && (base.stage == 2 || (base.tile_rows == 16 && base.depth == 4))) continue;  // no packed twin
-          if (base.variant() == 4) continue;  // "_s32": never fastest in the 2026-11-29 sweeps
-          for (int w : warps)
-            for (int c : {1, 2, 3, 4, 6, 8}) {
-              if (w == 16 && base.variant() == 0) continue;
-              if (clusters.empty() ? sh.shard >= 896 && (c == 3 || c == 6 || c == 8)
-                                   : std::find(clusters.begin(), clusters.end(), c) == clusters.end())
-                continue;
-              Cfg cfg{base.tile_rows, base.depth, base.stage, w, c};
-              cfg.packed = pk;
-              // Times cfg in another form (one instance, another stage).
-              auto time_form = [&](int one, int stage) {
-                Cfg f = cfg;
-                f.one = one;
-                f.stage = stage;
-                const double us = time_skinny(k, pool, acts, M, sh.hidden, f, s, 7);
-                row(sh, M, f, us);
-                if (us > 0) timed[pk].push_back({us, f});
-              };
-              // "_d8p" in both forms: two instances, and one ("_d8p1").
-              time_form(0, base.stage);
-              if (pk && base.variant() == 1) time_form(1, base.stage);
-              // And reading the latent by whole lines ("_d8pl"), at M <= 4
-              // only: at M 5-8 it ran 0.9-1.4 us slower than the table's
-              // configs (bench/NOTES-kernel.md, 2026-11-30x).
-              if (pk && base.variant() == 1 && M <= 4) time_form(0, 3);
-              // And running the M = 8 code ("_t32pw") below M 8, where it
-              // is not "_t32p" itself (2026-11-30ak: with an 80 % carveout,
-              // 0.185-0.244 us faster at shard 896, M 2-6, 16/2).
-              if (pk && base.variant() == 2 && M < 8) time_form(0, 4);
-            }
-        }
-      // The plans on the three fastest configs of each layout: a plan can
-      // turn a close second into the best (2026-11-30p: at shard 3584 M 3
-      // the best without a plan was 16/8/g/4/2/p, and 32/4/g/4/4/pf48.8l/p
-      // was 0.26 µs faster in an A/B of the same session).
-      for (int pk : {0, 1}) {
-        auto by_time = [](const std::pair<double, Cfg>& a, const std::pair<double, Cfg>& b) { return a.first < b.first; };
-        std::stable_sort(timed[pk].begin(), timed[pk].end(), by_time);
-        std::vector<std::pair<double, Cfg>> planned;
-        for (size_t i = 0; i < timed[pk].size() && i < 3; ++i)
-          for (int plan : lsu_plans) {
-            Cfg cfg = timed[pk][i].second;
-            if (cfg.stage == 2) break;
-            cfg.pf = plan;
+      std::vector<std::pair<double, Cfg>> timed;  // every config that ran, then sorted
+      for (size_t fi = 0; fi < g_fam.size(); ++fi) {
+        const Family& fam = g_fam[fi];
+        if (fam.l2only || (fam.lines && M > 4) || (fam.wide && M == 8)) continue;
+        for (int w : warps)
+          for (int c : {1, 2, 3, 4, 6, 8}) {
+            if (w > fam.max_warps) continue;
+            if (clusters.empty() ? sh.shard >= 896 && (c == 3 || c == 6 || c == 8)
+                                 : std::find(clusters.begin(), clusters.end(), c) == clusters.end())
+              continue;
+            Cfg cfg;
+            cfg.fam = (int)fi;
+            cfg.warps = w;
+            cfg.cluster = c;
             const double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
-            row(sh, M, cfg, us);
-            if (us > 0) planned.push_back({us, cfg});
+            row(M, cfg, us);
+            if (us > 0) timed.push_back({us, cfg});
           }
-        // The load-balancing cluster scheduling policy on the four fastest
-        // cluster configs, plans included (2026-11-30s: 0.2-0.37 µs off
-        // 32/4/g/4/4/pf48.8l/p at shard 3584, but up to 0.4 µs slower on
-        // 32/4/g/8/4/p at shard 896, M 5-8).
-        planned.insert(planned.end(), timed[pk].begin(), timed[pk].end());
-        std::stable_sort(planned.begin(), planned.end(), by_time);
-        int tried = 0;
-        std::vector<std::pair<double, Cfg>> policied;
-        for (size_t i = 0; i < planned.size() && tried < 4; ++i) {
-          Cfg cfg = planned[i].second;
-          if (cfg.cluster < 2) continue;
-          cfg.policy = 2;
+      }
+      // The plans on the three fastest configs: a plan can turn a close
+      // second into the best.
+      auto by_time = [](const std::pair<double, Cfg>& a, const std::pair<double, Cfg>& b) { return a.first < b.first; };
+      std::stable_sort(timed.begin(), timed.end(), by_time);
+      std::vector<std::pair<double, Cfg>> planned;
+      for (size_t i = 0; i < timed.size() && i < 3; ++i)
+        for (int plan : lsu_plans) {
+          Cfg cfg = timed[i].second;
+          cfg.pf = plan;
           const double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
-          row(sh, M, cfg, us);
-          if (us > 0) policied.push_back({us, cfg});
-          ++tried;
+          row(M, cfg, us);
+          if (us > 0) planned.push_back({us, cfg});
         }
-        // The shared memory carveouts on the six fastest of all of them,
-        // and on the fastest of each geometry (entry point, warps,
-        // cluster) within 10 % of the best: a carveout reorders them
-        // (2026-11-30ak, shard 896 M 5: 32/4/w/16/2/p was 16th without
-        // one and 0.1 us faster than all at 80 %).
-        planned.insert(planned.end(), policied.begin(), policied.end());
-        std::stable_sort(planned.begin(), planned.end(), by_time);
-        std::vector<std::tuple<int, int, int>> geometries;
-        for (size_t i = 0; i < planned.size(); ++i) {
-          const Cfg& g = planned[i].second;
-          const std::tuple<int, int, int> geo{g.variant(), g.warps, g.cluster};
-          const bool seen = std::find(geometries.begin(), geometries.end(), geo) != geometries.end();
-          if (i >= 6 && (seen || planned[i].first > 1.1 * planned[0].first)) continue;
-          if (!seen) geometries.push_back(geo);
-          for (int co : carveouts) {
-            if (co < 1 || co > 100) continue;  // 0 is the default, timed above
-            Cfg cfg = planned[i].second;
-            cfg.carveout = co;
-            row(sh, M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
-          }
+      // The load-balancing cluster scheduling policy on the four fastest
+      // cluster configs, plans included (it helps some shards and costs
+      // others).
+      planned.insert(planned.end(), timed.begin(), timed.end());
+      std::stable_sort(planned.begin(), planned.end(), by_time);
+      int tried = 0;
+      std::vector<std::pair<double, Cfg>> policied;
+      for (size_t i = 0; i < planned.size() && tried < 4; ++i) {
+        Cfg cfg = planned[i].second;
+        if (cfg.cluster < 2) continue;
+        cfg.policy = 2;
+        const double us = time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7);
+        row(M, cfg, us);
+        if (us > 0) policied.push_back({us, cfg});
+        ++tried;
+      }
+      // The shared memory carveouts on the six fastest of all of them, and
+      // on the fastest of each geometry (family, warps, cluster) within
+      // 10 % of the best.
+      planned.insert(planned.end(), policied.begin(), policied.end());
+      std::stable_sort(planned.begin(), planned.end(), by_time);
+      std::vector<std::tuple<int, int, int>> geometries;
+      for (size_t i = 0; i < planned.size(); ++i) {
+        const Cfg& g = planned[i].second;
+        const std::tuple<int, int, int> geo{g.fam, g.warps, g.cluster};
+        const bool seen = std::find(geometries.begin(), geometries.end(), geo) != geometries.end();
+        if (i >= 6 && (seen || planned[i].first > 1.1 * planned[0].first)) continue;
+        if (!seen) geometries.push_back(geo);
+        for (int co : carveouts) {
+          if (co < 1 || co > 100) continue;  // 0 is the default, timed above
+          Cfg cfg = planned[i].second;
+          cfg.carveout = co;
+          row(M, cfg, time_skinny(k, pool, acts, M, sh.hidden, cfg, s, 7));
         }
       }
       fflush(f);
-      auto best = [&](int pk) { return timed[pk].empty() ? std::make_pair(1e30, Cfg{}) : timed[pk].front(); };
-      printf("sweep latent %d shard %d M %d: best row-major %.2f us with %s, packed %.2f us with %s\n", sh.latent,
-             sh.shard, M, best(0).first, best(0).second.str().c_str(), best(1).first, best(1).second.str().c_str());
+      if (!planned.empty())
+        printf("sweep latent %d shard %d M %d: best %.2f us with %s\n", sh.latent, sh.shard, M, planned[0].first,
+               planned[0].second.str().c_str());
       fflush(stdout);
     }
   }
@@ -1385,31 +1360,21 @@ int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
   const std::vector<int> ms = env_ints("HARNESS_MS", {1, 2, 3, 4, 5, 6, 7, 8});
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
-  fprintf(f, "latent\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tus\n");
+  fputs(kSweepHeader, f);
   std::vector<int> plans = {0, 1 << 24};
   for (int h : {8, 16, 32, 64, 128})
     for (int s16 : {8, 16}) plans.push_back(h | (s16 << 16) | (1 << 24));
   for (int h : {16, 32, 64}) plans.push_back(h | (16 << 16));
-  // Geometries per shard: the 2026-11-29 table's winners plus leaner ones
-  // (fewer registers: more CTAs of the next kernel resident early).
+  // Geometries per shard: the tables' winners plus leaner ones (fewer
+  // registers: more CTAs of the next kernel resident early).
   auto geos_for = [](int shard) -> std::vector<Cfg> {
-    if (shard >= 7168) return {{16, 8, 0, 4, 1}, {32, 4, 0, 8, 1}, {16, 4, 0, 8, 1}, {16, 8, 0, 8, 1}};
-    if (shard >= 3584) return {{16, 8, 1, 8, 1}, {16, 8, 0, 8, 1}, {16, 4, 0, 8, 1}, {16, 8, 0, 4, 1}, {16, 4, 0, 4, 1}};
-    if (shard >= 1792) return {{16, 8, 0, 8, 1}, {16, 8, 0, 16, 1}, {16, 8, 0, 8, 2}, {32, 4, 0, 16, 2}, {16, 4, 0, 8, 1}};
-    return {{16, 8, 1, 16, 1}, {16, 8, 0, 16, 1}, {32, 4, 0, 16, 2}, {16, 4, 0, 8, 1}, {16, 4, 0, 4, 1},
-            {16, 8, 0, 8, 1}, {16, 8, 0, 8, 2}};
+    if (shard >= 7168) return {make_cfg("d8p", 4, 1), make_cfg("t32p", 8, 1), make_cfg("d8p", 8, 1), make_cfg("t32p", 4, 4)};
+    if (shard >= 3584) return {make_cfg("d8p", 8, 1), make_cfg("d8p", 4, 1), make_cfg("t32p", 4, 4)};
+    if (shard >= 1792) return {make_cfg("d8p", 8, 1), make_cfg("d8p", 16, 1), make_cfg("d8p", 8, 2), make_cfg("t32p", 16, 2)};
+    return {make_cfg("d8p", 16, 1), make_cfg("t32p", 16, 2), make_cfg("d8p", 8, 1), make_cfg("d8p", 8, 2)};
   };
   for (int shard : shards) {
-    // Each geometry in both weight layouts where it has a packed twin
-    // (16 rows depth 8 unstaged or staged, 32 rows depth 4 unstaged).
-    std::vector<Cfg> geos;
-    for (Cfg g : geos_for(shard)) {
-      geos.push_back(g);
-      if ((g.tile_rows == 16 && g.depth == 8 && g.stage < 2) || (g.tile_rows == 32 && g.depth == 4 && g.stage == 0)) {
-        g.packed = 1;
-        geos.push_back(g);
-      }
-    }
+    const std::vector<Cfg> geos = geos_for(shard);
     Pool pool(shard, 3584, rng);
     Acts acts(3584, 7168, rng);
     for (int M : ms) {
@@ -1420,8 +1385,7 @@ int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
           Cfg c = g;
           c.pf = pf;
           double us = time_skinny(k, pool, acts, M, 7168, c, s, 7);
-          fprintf(f, "3584\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\n", shard, M, c.tile_rows, c.depth, c.stage,
-                  c.warps, c.cluster, pf, c.packed, us);
+          sweep_row(f, 3584, shard, M, c, us);
           if (us <= 0) continue;
           if (pf == 0 && us < best0) best0 = us, b0 = c;
           if (us < best) best = us, b = c;
@@ -1551,6 +1515,9 @@ int readbw(CUstream s) {
 }
 
 int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const char* outpath) {
+  // kernel/config_table.tsv's format: comments (#), the header row, then
+  // latent shard m family warps cluster l2_prefetch cluster_policy
+  // carveout median_us, tab-separated.
   std::map<std::tuple<int, int, int>, Cfg> table;
   FILE* tf = fopen(tablepath, "r");
   if (!tf) {
@@ -1558,38 +1525,41 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
     return 1;
   }
   char line[256];
+  bool header = false;
   while (fgets(line, sizeof line, tf)) {
     if (line[0] == '#') continue;
-    // latent shard m tile_rows depth stage warps cluster [l2_prefetch [packed [one [cluster_policy [carveout]]]] median_us]:
-    // 14 fields; 13 (no carveout column), 12 (no cluster_policy column), 11
-    // (no one column), 10 (no packed column) or 8-9 (no l2_prefetch) in
-    // older tables.
     std::vector<std::string> f;
-    for (char* t = strtok(line, " \t\n"); t; t = strtok(nullptr, " \t\n")) f.push_back(t);
+    for (char* t = strtok(line, "\t\n\r"); t; t = strtok(nullptr, "\t\n\r")) f.push_back(t);
     if (f.empty()) continue;
-    if (f.size() < 8 || f.size() > 14) {
-      fprintf(stderr, "table %s: a line of %zu fields\n", tablepath, f.size());
+    if (!header) {
+      if (f.size() != 10 || f[0] != "latent" || f[3] != "family") {
+        fprintf(stderr, "table %s: no header row (latent shard m family ...)\n", tablepath);
+        return 1;
+      }
+      header = true;
+      continue;
+    }
+    Cfg cfg;
+    cfg.fam = f.size() == 10 ? family_index(f[3]) : -1;
+    if (cfg.fam >= 0) {
+      cfg.warps = atoi(f[4].c_str());
+      cfg.cluster = atoi(f[5].c_str());
+      cfg.pf = atoi(f[6].c_str());
+      cfg.policy = atoi(f[7].c_str());
+      cfg.carveout = atoi(f[8].c_str());
+    }
+    if (!cfg.valid()) {
+      fprintf(stderr, "table %s: no entry point for the row of %s M %s\n", tablepath, f[0].c_str(), f.size() > 2 ? f[2].c_str() : "?");
       return 1;
     }
-    int v[8];
-    for (int i = 0; i < 8; ++i) v[i] = atoi(f[i].c_str());
-    Cfg cfg{v[3], v[4], v[5], v[6], v[7], f.size() >= 10 ? atoi(f[8].c_str()) : 0};
-    cfg.packed = f.size() >= 11 ? atoi(f[9].c_str()) : 0;
-    cfg.one = f.size() >= 12 ? atoi(f[10].c_str()) : 0;
-    cfg.policy = f.size() >= 13 ? atoi(f[11].c_str()) : 0;
-    cfg.carveout = f.size() == 14 ? atoi(f[12].c_str()) : 0;
-    if (!cfg.exists() || (cfg.packed != 0 && cfg.packed != 1) || (cfg.one != 0 && cfg.one != 1)) {
-      fprintf(stderr, "table %s: no entry point for %s\n", tablepath, cfg.str().c_str());
-      return 1;
-    }
-    table[{v[0], v[1], v[2]}] = cfg;
+    table[{atoi(f[0].c_str()), atoi(f[1].c_str()), atoi(f[2].c_str())}] = cfg;
   }
   fclose(tf);
   double bw0 = copy_bandwidth(s);
   FILE* f = fopen(outpath, "w");
   if (!f) return 1;
   fprintf(f, "# copy bandwidth (read+write) %.1f GB/s\n", bw0 / 1e9);
-  fprintf(f, "latent\thidden\tshard\tm\ttile_rows\tdepth\tstage\twarps\tcluster\tl2_prefetch\tpacked\tone\tcluster_policy\tcarveout\tours_us\tnopdl_us\tfloor_us\n");
+  fprintf(f, "latent\thidden\tshard\tm\tfamily\twarps\tcluster\tl2_prefetch\tcluster_policy\tcarveout\tours_us\tnopdl_us\tfloor_us\n");
   for (const Shape& sh : bench_shapes()) {
     Pool pool(sh.shard, sh.latent, rng);
     Acts acts(sh.latent, sh.hidden, rng);
@@ -1604,9 +1574,8 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
       double us2 = time_skinny(k, pool, acts, M, sh.hidden, c, s, 25);
       double nopdl = time_skinny(k, pool, acts, M, sh.hidden, c, s, 15, false);
       double floor_us = pool.weight_bytes() / bw0 * 1e6;
-      fprintf(f, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden,
-              sh.shard, M, c.tile_rows, c.depth, c.stage, c.warps, c.cluster, c.pf, c.packed, c.one, c.policy,
-              c.carveout, std::min(us, us2), nopdl, floor_us);
+      fprintf(f, "%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\n", sh.latent, sh.hidden, sh.shard, M,
+              c.f().name.c_str(), c.warps, c.cluster, c.pf, c.policy, c.carveout, std::min(us, us2), nopdl, floor_us);
       printf("bench latent %d shard %d M %d cfg %s: %.2f us (repeat %.2f, no PDL %.2f), floor %.2f, ratio %.2f\n",
              sh.latent, sh.shard, M, c.str().c_str(), us, us2, nopdl, floor_us, us / floor_us);
       fflush(stdout);
@@ -1623,7 +1592,7 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|pfsweep OUT|bench TABLE OUT|readbw|trace OUT\n");
+    fprintf(stderr, "usage: harness FATBIN check|small|sweep OUT|pfsweep OUT|bench TABLE OUT|readbw|ab\n");
     return 2;
   }
   const std::string mode = argv[2];
@@ -1644,14 +1613,16 @@ int main(int argc, char** argv) {
   CK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
   CK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   printf("device %s, cc %d.%d, %d SMs\n", name, major, minor, sms);
+  const char* fams = getenv("HARNESS_FAMILIES");
+  load_families(fams && *fams ? fams : "kernel/families.tsv");
   Kernels k = load(argv[1]);
   {
     int regs = 0, lsize = 0;
-    for (int v = 0; v < kNumVariants; ++v) {
+    for (size_t v = 0; v < g_fam.size(); ++v) {
       if (!k.skinny[8][v]) continue;  // not in this fatbin (load said so)
       CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k.skinny[8][v]));
       CK(cuFuncGetAttribute(&lsize, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.skinny[8][v]));
-      printf("tprun_skinny_m8%s: %d registers, %d bytes local\n", kSuffix[v], regs, lsize);
+      printf("tprun_skinny_m8_%s: %d registers, %d bytes local\n", g_fam[v].name.c_str(), regs, lsize);
     }
   }
   CUstream s;
@@ -1673,36 +1644,9 @@ int main(int argc, char** argv) {
     rc = sweep(k, rng, s, argv[3]);
   } else if (mode == "pfsweep" && argc >= 4) {
     rc = pfsweep(k, rng, s, argv[3]);
-  } else if (mode == "trace" && argc >= 4) {
-    // Per-CTA timelines of a few configs (a -DTPRUN_TRACE fatbin), for
-    // scripts/kernel-harness/trace_report.py.
-    g_trace = fopen(argv[3], "w");
-    if (!g_trace) return 1;
-    fprintf(g_trace, "shard\tm\tcfg\tg0\tg1\tg2\tg3\tg4\tg5\tg6\tc1\tc2\tc3\tc4\tc5\tc6\tsmid\tblk\twlo\tnctas\n");
-    // HARNESS_TRACE (the `ab` group format) picks the configs; without it, a
-    // fixed set at shards 3584 and 896.
-    std::vector<Group> gs;
-    if (const char* spec = getenv("HARNESS_TRACE")) {
-      if (!parse_groups(spec, &gs)) return 2;
-    } else {
-      const Cfg d8{16, 8, 0, 8, 1, 0, 1}, w16{16, 8, 0, 16, 1, 0, 1}, t32{32, 4, 0, 8, 4, 0, 1};
-      gs = {{3584, {2, 8}, {d8}}, {896, {2, 3}, {w16}}, {896, {3, 8}, {t32}}, {896, {8}, {w16}}};
-    }
-    for (const Group& gr : gs) {
-      Pool pool(gr.shard, 3584, rng);
-      Acts acts(3584, 7168, rng);
-      for (int M : gr.ms)
-        for (const Cfg& c : gr.cfgs) {
-          const double us = time_skinny(k, pool, acts, M, 7168, c, s, 7);
-          printf("trace shard %d M %d %s: %.3f us per launch\n", gr.shard, M, c.str().c_str(), us);
-          fflush(stdout);
-        }
-    }
-    fclose(g_trace);
-    g_trace = nullptr;
   } else if (mode == "ab") {
     // Interleaved A/B on one GPU: HARNESS_AB = "SHARD:M,M,...:CFG,CFG,...;..."
-    // (CFG as the sweep prints it, e.g. 16/8/g/8/1/p); every config of a
+    // (CFG as the sweep prints it, e.g. d8p/8/1); every config of a
     // group is timed in turn, HARNESS_AB_REPS rounds (default 5), so that
     // drift hits them alike.
     const char* spec = getenv("HARNESS_AB");

@@ -36,7 +36,7 @@ def main():
         print(c)
     tt = {(r["latent"], r["shard"], r["m"]): float(r["torch_us"]) for r in torch_rows}
     print()
-    print("| latent | shard | M | config (rows/depth/stage/warps/cluster[/L2 prefetch][/p: packed weight][/one: one instance][/lb: load-balancing cluster scheduling][/coN: N % shared memory carveout]) | ours µs | floor µs | ours/floor "
+    print("| latent | shard | M | config (family/warps/cluster[/L2 prefetch][/lb: load-balancing cluster scheduling][/coN: N % shared memory carveout]) | ours µs | floor µs | ours/floor "
           "| no-PDL µs | torch µs | speedup | target |")
     print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     misses = []
