@@ -1076,6 +1076,11 @@ func runSmall(t *testing.T, e *env, rng *rand.Rand, timeout time.Duration) {
 	t.Run("PDL chain", func(t *testing.T) {
 		runPDLChain(e.sub(t), rng, Shape{M: 3, Hidden: 136, Latent: 520, TP: 1}, 40, 3)
 	})
+	t.Run("slot rotation", func(t *testing.T) {
+		for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
+			runRotation(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 40, Latent: 520, TP: 3}, 2, 3, mode, timeout)
+		}
+	})
 }
 
 // TestGPUSlotRotation plays whole steps of several ranks on one GPU with
