@@ -471,19 +471,14 @@ struct Family {
   static_assert(!(LineLoads && (WideCode || OneInstance || L2OnlyLoads)), "the line-wise tile has none of these options");
 };
 
-// The rows of the tile code the entry point of M runs (latent_rows).
-template <int M, class F>
-constexpr int code_rows() {
-  return F::kWideCode ? 8 : (M == 1 ? 2 : M);
-}
-
 // The body of entry point tprun_skinny_m<M>_<family>.
 template <int M, class F>
 __device__ __forceinline__ void skinny_entry(const tprun_skinny_params& p) {
   extern __shared__ float4 tprun_smem[];
   float* smem = reinterpret_cast<float*>(tprun_smem);
   if (receive_cta<M>(p, smem)) return;
-  constexpr int CODE = code_rows<M, F>();
+  // The rows of the tile code it runs (latent_rows).
+  constexpr int CODE = F::kWideCode ? 8 : (M == 1 ? 2 : M);
   // The latent ring: 4 chunks of the register ring, or for the line-wise
   // tile 4 pairs (8 chunks, the weight ring's depth) at M 1-4 and 1 pair at
   // M 5-8, which keeps those within 128 registers at 512 threads.
