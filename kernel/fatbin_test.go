@@ -98,7 +98,7 @@ func TestFatbinIsAFatbin(t *testing.T) {
 	}
 	// Every entry point ConfigFor can name, as a whole symbol (the name
 	// and its NUL: "tprun_skinny_m8_d8p" alone also matches "..._d8p1").
-	for _, name := range append(mustSkinnyFunctions(), receiveName) {
+	for _, name := range append(mustSkinnyFunctions(), receiveName, receiveName+rotSuffix) {
 		if !bytes.Contains(b, append([]byte(name), 0)) {
 			t.Errorf("fatbin has no symbol %s", name)
 		}

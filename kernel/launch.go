@@ -37,8 +37,14 @@ const (
 	ReceiveParamsSize = 72
 )
 
+// rotSuffix names the entry point with slot rotation of a kernel
+// (skinny.cu, receive.cu): a launch with SlotRotation takes it, every other
+// launch the plain one, which runs exactly the code it ran before rotation
+// existed.
+const rotSuffix = "_rot"
+
 // skinnyFunctions lists every skinny entry point: M 1..MaxM of every
-// family of families.tsv.
+// family of families.tsv, each plain and with rotSuffix.
 func skinnyFunctions() ([]string, error) {
 	fams, err := families()
 	if err != nil {
@@ -47,7 +53,8 @@ func skinnyFunctions() ([]string, error) {
 	var names []string
 	for m := 1; m <= MaxM; m++ {
 		for _, f := range fams {
-			names = append(names, fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name))
+			name := fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name)
+			names = append(names, name, name+rotSuffix)
 		}
 	}
 	return names, nil
@@ -78,11 +85,12 @@ func (e *ArgError) Unwrap() error { return ErrArgs }
 // read-only after Load, so launches may come from several goroutines, each
 // with the module's context current on its thread.
 type Kernels struct {
-	drv     KernelDriver
-	mod     cuda.Module
-	skinny  map[string]cuda.Function // by LaunchConfig.Function
-	receive cuda.Function
-	closed  bool
+	drv        KernelDriver
+	mod        cuda.Module
+	skinny     map[string]cuda.Function // by LaunchConfig.Function, and that with rotSuffix
+	receive    cuda.Function
+	receiveRot cuda.Function // with slot rotation
+	closed     bool
 }
 
 // Load loads the embedded fatbin into the current context and looks up
@@ -123,6 +131,9 @@ func Load(drv KernelDriver) (*Kernels, error) {
 	}
 	if k.receive, err = drv.ModuleGetFunction(mod, receiveName); err != nil {
 		return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", receiveName, err))
+	}
+	if k.receiveRot, err = drv.ModuleGetFunction(mod, receiveName+rotSuffix); err != nil {
+		return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", receiveName+rotSuffix, err))
 	}
 	return k, nil
 }
@@ -248,10 +259,13 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 	if err := c.Validate(s.M, s.Shard(), s.Latent); err != nil {
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
 	}
-	f, ok := k.skinny[c.Function]
-	switch {
-	case !ok:
-		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): launch config %+v names a function Load did not look up", s, a.Rank, c)
+	name := c.Function
+	if p.RotCounter != 0 {
+		name += rotSuffix
+	}
+	f, ok := k.skinny[name]
+	if !ok {
+		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): launch config %+v names a function (%s) Load did not look up", s, a.Rank, c, name)
 	}
 	p.TileRows = int32(c.TileRows)
 	p.L2Prefetch = int32(c.L2Prefetch)
@@ -466,6 +480,10 @@ func (k *Kernels) LaunchReceive(stream cuda.Stream, a ReceiveArgs, pdl bool) err
 		return fmt.Errorf("kernel: LaunchReceive (M=%d hidden=%d shard=%d): %w", a.M, a.Hidden, a.Shard, err)
 	}
 	c := ReceiveConfigFor(a.M, a.polledColumns())
+	f := k.receive
+	if p.RotCounter != 0 {
+		f = k.receiveRot
+	}
 	b := encodeReceiveParams(&p)
 	cfg := cuda.LaunchConfig{
 		Grid:                      [3]uint32{uint32(c.GridX), 1, 1},
@@ -473,7 +491,7 @@ func (k *Kernels) LaunchReceive(stream cuda.Stream, a ReceiveArgs, pdl bool) err
 		Stream:                    stream,
 		ProgrammaticSerialization: pdl,
 	}
-	if err := k.drv.LaunchKernelEx(cfg, k.receive, b[:]); err != nil {
+	if err := k.drv.LaunchKernelEx(cfg, f, b[:]); err != nil {
 		return fmt.Errorf("kernel: LaunchReceive (M=%d hidden=%d shard=%d): %w", a.M, a.Hidden, a.Shard, err)
 	}
 	return nil

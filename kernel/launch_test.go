@@ -449,6 +449,7 @@ func newFakeDriver(missing string) *fakeDriver {
 		d.funcs[name] = cuda.Function(0xf00 + i)
 	}
 	d.funcs[receiveName] = 0xfee
+	d.funcs[receiveName+rotSuffix] = 0xfef
 	delete(d.funcs, missing)
 	return d
 }
@@ -484,7 +485,7 @@ func (d *fakeDriver) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, para
 
 func TestLoadNamesMissingEntryPoint(t *testing.T) {
 	all := mustSkinnyFunctions()
-	for _, missing := range []string{all[0], all[len(all)-1], receiveName} {
+	for _, missing := range []string{all[0], all[len(all)-1], receiveName, receiveName + rotSuffix} {
 		t.Run(missing, func(t *testing.T) {
 			d := newFakeDriver(missing)
 			k, err := Load(d)
@@ -721,6 +722,7 @@ func (d *emuDevice) ModuleLoadData(image []byte) (cuda.Module, error) {
 		d.funcs[cuda.Function(d.id())] = name
 	}
 	d.funcs[cuda.Function(d.id())] = receiveName
+	d.funcs[cuda.Function(d.id())] = receiveName + rotSuffix
 	return cuda.Module(d.id()), nil
 }
 
@@ -859,6 +861,17 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 	if cfg.ClusterDim[0] > 1 {
 		d.launches["cluster>1"]++
 	}
+	// The entry point with slot rotation for a launch with a counter, and
+	// only for one.
+	base, rot := strings.CutSuffix(name, rotSuffix)
+	if counterAt := map[bool]int{true: 48, false: 224}[base == receiveName]; len(p) >= counterAt+8 &&
+		rot != (binary.LittleEndian.Uint64(p[counterAt:]) != 0) {
+		return fmt.Errorf("emu: %s launched with rotation counter %#x", name, binary.LittleEndian.Uint64(p[counterAt:]))
+	}
+	if rot {
+		d.launches["rotation"]++
+	}
+	name = base
 	if name == receiveName {
 		if len(p) != ReceiveParamsSize || cfg.Block[0]%32 != 0 || cfg.Block[0] > 1024 || cfg.Grid[0] < 1 {
 			return fmt.Errorf("emu: receive launch %+v with %d parameter bytes: %w", cfg, len(p), cuda.ErrInvalidValue)
@@ -1128,7 +1141,7 @@ func TestHarnessOnEmulator(t *testing.T) {
 	// (No measured shape of the 2026-11-30 table splits K over a cluster,
 	// so "cluster>1" is not required here; the launch attribute is pinned by
 	// the fake-driver launch tests and every cluster size by the GPU harness.)
-	for _, name := range []string{"M=1", "M=8", receiveName, "pdl", "l2 prefetch", "fused receive"} {
+	for _, name := range []string{"M=1", "M=8", receiveName, "pdl", "l2 prefetch", "fused receive", "rotation"} {
 		if d.launches[name] == 0 {
 			t.Errorf("no launches of %s: %v", name, d.launches)
 		}
@@ -1239,7 +1252,7 @@ func TestHarnessCatchesBugs(t *testing.T) {
 // skinnyM is the M of a skinny entry point "tprun_skinny_m<M><variant>".
 func skinnyM(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, "tprun_skinny_m")
-	if !ok || rest == "" || rest[0] < '1' || rest[0] > '0'+MaxM || !slices.Contains(mustSkinnyFunctions(), name) {
+	if !ok || rest == "" || rest[0] < '1' || rest[0] > '0'+MaxM || strings.HasSuffix(name, rotSuffix) || !slices.Contains(mustSkinnyFunctions(), name) {
 		return 0, false
 	}
 	return int(rest[0] - '0'), true
@@ -1422,6 +1435,35 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 			k.skinny[want.Function], wantGrid, want.BlockX, want.Cluster, want.SharedBytes, want.TileRows, want.L2Prefetch, wantSlot)
 		if got != exp {
 			t.Errorf("fused %v (%s):\n got %s\nwant %s", fused, want.Function, got, exp)
+		}
+	}
+}
+
+// A launch with slot rotation takes the entry point with rotSuffix, and
+// only such a launch: without a counter, the plain one.
+func TestRotationEntryPoints(t *testing.T) {
+	d := newFakeDriver("")
+	k, err := Load(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ConfigFor(4, 896, 3584)
+	for _, rotated := range []bool{false, true} {
+		a, r := goodSkinnyArgs(), goodReceiveArgs()
+		skinny, receive := d.funcs[c.Function], d.funcs[receiveName]
+		if rotated {
+			a.Rotation, r.Rotation = goodRotation(), goodRotation()
+			skinny, receive = d.funcs[c.Function+rotSuffix], d.funcs[receiveName+rotSuffix]
+		}
+		d.launches = nil
+		if err := k.LaunchSkinny(0, a, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.LaunchReceive(0, r, true); err != nil {
+			t.Fatal(err)
+		}
+		if len(d.launches) != 2 || d.launches[0].f != skinny || d.launches[1].f != receive || skinny == 0 || receive == 0 {
+			t.Errorf("rotation %v: launched %#x and %#x, want %#x and %#x", rotated, d.launches[0].f, d.launches[1].f, skinny, receive)
 		}
 	}
 }

@@ -117,10 +117,9 @@ __device__ __forceinline__ void receive_block(unsigned long long slot_addr, unsi
   }
 }
 
-}  // namespace tprun
-
-extern "C" __global__ void __launch_bounds__(1024)
-    tprun_receive(const __grid_constant__ tprun_receive_params p) {
+// The receive kernel's body; ROT: with slot rotation (tprun_receive_rot).
+template <bool ROT>
+__device__ __forceinline__ void receive_kernel(const tprun_receive_params& p) {
   // The next step's kernel may launch now and start streaming its weights
   // (its blocks then wait for this grid at their own griddepcontrol.wait):
   // triggering first lets that prefetch overlap the skinny kernel of this
@@ -128,11 +127,23 @@ extern "C" __global__ void __launch_bounds__(1024)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   unsigned long long slot = p.slot;
-  if (p.rot_counter != 0) {
+  if constexpr (ROT) {
     // Every CTA reads the slot and arrives: this kernel ends the step.
     __shared__ uint32_t rot_slot;
-    slot = tprun::rotated_receive_slot(slot, p.rot_counter, p.rot_stride, p.rot_slots, gridDim.x, &rot_slot);
+    if (p.rot_counter == 0) __trap();  // the rotation's entry point without a counter
+    slot = rotated_receive_slot(slot, p.rot_counter, p.rot_stride, p.rot_slots, gridDim.x, &rot_slot);
   }
-  tprun::receive_block(slot, p.out, p.status, p.timeout_ns, p.flags, p.m, p.hidden, p.shard,
-                       (long long)blockIdx.x * blockDim.x + threadIdx.x, (long long)gridDim.x * blockDim.x);
+  receive_block(slot, p.out, p.status, p.timeout_ns, p.flags, p.m, p.hidden, p.shard,
+                (long long)blockIdx.x * blockDim.x + threadIdx.x, (long long)gridDim.x * blockDim.x);
+}
+
+}  // namespace tprun
+
+// The receive without slot rotation, and with it (a launch with rot_counter
+// set takes tprun_receive_rot, and only such a launch).
+extern "C" __global__ void __launch_bounds__(1024) tprun_receive(const __grid_constant__ tprun_receive_params p) {
+  tprun::receive_kernel<false>(p);
+}
+extern "C" __global__ void __launch_bounds__(1024) tprun_receive_rot(const __grid_constant__ tprun_receive_params p) {
+  tprun::receive_kernel<true>(p);
 }

@@ -139,15 +139,16 @@ __device__ __forceinline__ void tile_prologue_end(const tprun_skinny_params& p, 
   griddep_wait();
 }
 
-// Slot rotation in the tile code (skinny.h, "Slot rotation"): thread 0 of
-// a cluster leader, the CTA that stores the tile, reads the counter right
-// after griddepcontrol.wait, beside the latent loads: with the fused
-// receive the launch ends the step, so it arrives (rotation_arrive), else
-// it reads word 0. The value is needed only by the epilogue (reduce_store,
-// tile_slot), so the round trip overlaps the MMAs. 0 without rotation and
-// in every other thread.
+// Slot rotation in the tile code (skinny.h, "Slot rotation"; the entry
+// points with ROT): thread 0 of a cluster leader, the CTA that stores the
+// tile, reads the counter right after griddepcontrol.wait, beside the
+// latent loads: with the fused receive the launch ends the step, so it
+// arrives (rotation_arrive), else it reads word 0. The value is needed only
+// by the epilogue (reduce_store, tile_slot), so the round trip overlaps the
+// MMAs. 0 without ROT and in every other thread.
+template <bool ROT>
 __device__ __forceinline__ unsigned long long tile_rotation(const tprun_skinny_params& p, int crank) {
-  if (p.rot_counter == 0 || crank != 0 || threadIdx.x != 0) return 0;
+  if (!ROT || crank != 0 || threadIdx.x != 0) return 0;
   return p.recv_slot != 0 ? rotation_arrive(p.rot_counter) : rotation_read(p.rot_counter);
 }
 
@@ -155,8 +156,8 @@ __device__ __forceinline__ unsigned long long tile_rotation(const tprun_skinny_p
 // loads in flight per warp (U*TR*8 registers, U*TR KB per warp), the latent
 // streamed from L2 through a ring of UB registers. mrows (<= M): the latent
 // rows that exist; the code computes M (latent_rows). L2ONLY: ld_act's form
-// for the latent and shared loads.
-template <int M, int TR, int U, int UB, int CL, bool L2ONLY>
+// for the latent and shared loads. ROT: slot rotation (tile_rotation).
+template <int M, int TR, int U, int UB, int CL, bool L2ONLY, bool ROT>
 __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem, int mrows) {
   static_assert(U % UB == 0, "latent ring must divide the weight ring");
   constexpr int ROWS = 16 * TR;
@@ -214,7 +215,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
 #pragma unroll
   for (int u = 0; u < UB; ++u) lb[u] = ld_act<L2ONLY>(lp + 32 * u, lrow && u < nj && 32 * u < kleft);
   const EpilogueSlot es = epilogue_slot<M, ROWS, CL, L2ONLY>(p, t, mrows);
-  const unsigned long long rv = tile_rotation(p, crank);
+  const unsigned long long rv = tile_rotation<ROT>(p, crank);
 
   // Two accumulator sets per tile (first and second k half of each chunk):
   // two independent MMA dependency chains.
@@ -255,7 +256,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
     lp += 32 * U;
   }
 
-  reduce_store<M, TR, CL>(p, red, parts, acc, n0, es.shv, es.eok, es.em, es.ec, rv);
+  reduce_store<M, TR, CL, ROT>(p, red, parts, acc, n0, es.shv, es.eok, es.em, es.ec, rv);
 }
 
 // The line-wise tile (LineLoads): the latent read by whole 128-byte lines.
@@ -278,7 +279,7 @@ __device__ __forceinline__ void skinny(const tprun_skinny_params& p, float* smem
 // pairs in flight. A latent ring as long as the warp's run keeps every
 // latent load before the first MMA: with a shorter one, ptxas issued the
 // refills after it and a second L2 round trip showed in the kernel's time.
-template <int M, int TR, int U, int LP, int CL>
+template <int M, int TR, int U, int LP, int CL, bool ROT>
 __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float* smem, int mrows) {
   constexpr int UP = U / 2;
   constexpr int ST = UP > LP ? UP : LP;  // pairs per pass of the main loop: slots u % UP, u % LP
@@ -354,7 +355,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
 #pragma unroll
     for (int b = 0; b < NB; ++b) lb[u][b] = ld_act(lp[b] + 64 * u, lok[b] && u < np && lat_ok(u));
   const EpilogueSlot es = epilogue_slot<M, ROWS, CL>(p, t, mrows);
-  const unsigned long long rv = tile_rotation(p, crank);
+  const unsigned long long rv = tile_rotation<ROT>(p, crank);
 
   // acc[r][b][s]: tile r, latent rows 4b.., the weights of chunk slot s.
   float acc[TR][NB][2][4];
@@ -424,7 +425,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
       out[r][0][q] = (lo ? acc[r][0][0][q] : o1) + recv;
       out[r][1][q] = 0.f;
     }
-  reduce_store<M, TR, CL>(p, red, parts, out, n0, es.shv, es.eok, es.em, es.ec, rv);
+  reduce_store<M, TR, CL, ROT>(p, red, parts, out, n0, es.shv, es.eok, es.em, es.ec, rv);
 }
 
 // The receive CTAs of a launch with a fused receive (skinny.h, recv_slot):
@@ -437,7 +438,7 @@ __device__ __forceinline__ void skinny_lines(const tprun_skinny_params& p, float
 // counts them). smem: the launch's dynamic shared memory, which these CTAs
 // use only to hand the slot around. Returns whether this CTA was one of
 // them.
-template <int M>
+template <int M, bool ROT>
 __device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p, float* smem) {
   if (p.recv_slot == 0) return false;
   const unsigned csize = cg::this_cluster().num_blocks();
@@ -447,7 +448,7 @@ __device__ __forceinline__ bool receive_cta(const tprun_skinny_params& p, float*
   griddep_launch_dependents();
   griddep_wait();
   unsigned long long slot = p.recv_slot;
-  if (p.rot_counter != 0)
+  if constexpr (ROT)
     slot = rotated_receive_slot(slot, p.rot_counter, p.rot_stride, p.rot_slots, ntiles + (gridDim.x - first),
                                 reinterpret_cast<uint32_t*>(smem));
   const long long r = (long long)(blockIdx.x - first), nr = (long long)(gridDim.x - first);
@@ -471,12 +472,15 @@ struct Family {
   static_assert(!(LineLoads && (WideCode || OneInstance || L2OnlyLoads)), "the line-wise tile has none of these options");
 };
 
-// The body of entry point tprun_skinny_m<M>_<family>.
-template <int M, class F>
+// The body of entry point tprun_skinny_m<M>_<family> (ROT: of
+// tprun_skinny_m<M>_<family>_rot, the one with slot rotation: a launch
+// with rot_counter set takes it, and only such a launch).
+template <int M, class F, bool ROT>
 __device__ __forceinline__ void skinny_entry(const tprun_skinny_params& p) {
   extern __shared__ float4 tprun_smem[];
   float* smem = reinterpret_cast<float*>(tprun_smem);
-  if (receive_cta<M>(p, smem)) return;
+  if (ROT && p.rot_counter == 0) __trap();  // the rotation's entry point without a counter
+  if (receive_cta<M, ROT>(p, smem)) return;
   // The rows of the tile code it runs (latent_rows).
   constexpr int CODE = F::kWideCode ? 8 : (M == 1 ? 2 : M);
   // The latent ring: 4 chunks of the register ring, or for the line-wise
@@ -485,26 +489,32 @@ __device__ __forceinline__ void skinny_entry(const tprun_skinny_params& p) {
   constexpr int UB = F::kLineLoads ? (M > 4 ? 1 : 4) : 4;
   if constexpr (F::kLineLoads) {
     if (in_cluster())
-      skinny_lines<CODE, F::kTR, F::kDepth, UB, kCluster>(p, smem, latent_rows<M, CODE>());
+      skinny_lines<CODE, F::kTR, F::kDepth, UB, kCluster, ROT>(p, smem, latent_rows<M, CODE>());
     else
-      skinny_lines<CODE, F::kTR, F::kDepth, UB, kNoCluster>(p, smem, latent_rows<M, CODE>());
+      skinny_lines<CODE, F::kTR, F::kDepth, UB, kNoCluster, ROT>(p, smem, latent_rows<M, CODE>());
   } else if constexpr (F::kOneInstance) {
-    skinny<CODE, F::kTR, F::kDepth, UB, kAny, F::kL2OnlyLoads>(p, smem, latent_rows<M, CODE>());
+    skinny<CODE, F::kTR, F::kDepth, UB, kAny, F::kL2OnlyLoads, ROT>(p, smem, latent_rows<M, CODE>());
   } else if (in_cluster()) {
-    skinny<CODE, F::kTR, F::kDepth, UB, kCluster, F::kL2OnlyLoads>(p, smem, latent_rows<M, CODE>());
+    skinny<CODE, F::kTR, F::kDepth, UB, kCluster, F::kL2OnlyLoads, ROT>(p, smem, latent_rows<M, CODE>());
   } else {
-    skinny<CODE, F::kTR, F::kDepth, UB, kNoCluster, F::kL2OnlyLoads>(p, smem, latent_rows<M, CODE>());
+    skinny<CODE, F::kTR, F::kDepth, UB, kNoCluster, F::kL2OnlyLoads, ROT>(p, smem, latent_rows<M, CODE>());
   }
 }
 
 }  // namespace tprun
 
-// One entry point: M rows, family NAME (a tprun::Family), at most MAXT
-// threads per CTA.
+// The entry points of M rows and family NAME (a tprun::Family), at most
+// MAXT threads per CTA: without slot rotation, and with it ("_rot"). Two
+// functions rather than a branch in one: a launch without rotation runs
+// exactly the code it ran before rotation existed.
 #define TPRUN_SKINNY_ENTRY(MM, NAME, MAXT)                                                    \
   extern "C" __global__ void __launch_bounds__(MAXT, 1)                                       \
       tprun_skinny_m##MM##_##NAME(const __grid_constant__ tprun_skinny_params p) {           \
-    tprun::skinny_entry<MM, tprun_family_##NAME>(p);                                          \
+    tprun::skinny_entry<MM, tprun_family_##NAME, false>(p);                                   \
+  }                                                                                           \
+  extern "C" __global__ void __launch_bounds__(MAXT, 1)                                       \
+      tprun_skinny_m##MM##_##NAME##_rot(const __grid_constant__ tprun_skinny_params p) {     \
+    tprun::skinny_entry<MM, tprun_family_##NAME, true>(p);                                    \
   }
 // A family's options and its entry points for M = 1..8 (families.tsv:
 // tile_rows, depth, latent loads by lines, wide code, one instance, L2-only

@@ -353,9 +353,10 @@ __device__ __forceinline__ uint32_t finish2(float lo, float hi, uint32_t sh) {
 
 // bf16 rounding, `shared` and the stores of one 16-byte output vector: the
 // 8 sums s of latent row em, columns n0+ec..n0+ec+7, one 16-byte store per
-// destination: whole words, as the receiver checks words. rot: the bytes
-// from slot 0 to this step's slot, added to the destinations that are
-// slots (skinny.h, rot_dst_mask); 0 without rotation.
+// destination: whole words, as the receiver checks words. With ROT (slot
+// rotation), rot is the bytes from slot 0 to this step's slot, added to the
+// destinations that are slots (skinny.h, rot_dst_mask).
+template <bool ROT>
 __device__ __forceinline__ void store_vector(const tprun_skinny_params& p, const float (&s)[8], const uint4& shv,
                                              int n0, int em, int ec, unsigned long long rot) {
   uint4 o;
@@ -364,8 +365,18 @@ __device__ __forceinline__ void store_vector(const tprun_skinny_params& p, const
   o.z = finish2(s[4], s[5], shv.z);
   o.w = finish2(s[6], s[7], shv.w);
   const size_t off = (size_t)em * (size_t)p.hidden + (size_t)p.rank * (size_t)p.shard + n0 + ec;
-  for (int d = 0; d < p.ndst; ++d)
-    st_v4(reinterpret_cast<uint16_t*>(p.dst[d] + (((unsigned)p.rot_dst_mask >> d) & 1u ? rot : 0ull)) + off, o);
+  if constexpr (ROT) {
+    for (int d = 0; d < p.ndst; ++d)
+      st_v4(reinterpret_cast<uint16_t*>(p.dst[d] + (((unsigned)p.rot_dst_mask >> d) & 1u ? rot : 0ull)) + off, o);
+  } else {
+    for (int d = 0; d < p.ndst; ++d) st_v4(reinterpret_cast<uint16_t*>(p.dst[d]) + off, o);
+  }
+}
+
+// The bytes from slot 0 to the tile's slot, which thread 0 left in *word
+// before the barrier the caller has passed (reduce_store).
+__device__ __forceinline__ unsigned long long rot_bytes(const tprun_skinny_params& p, const uint32_t* word) {
+  return (unsigned long long)*word * p.rot_stride;
 }
 
 // The word of shared memory that hands the tile's slot from thread 0 to the
@@ -413,10 +424,11 @@ __device__ __forceinline__ bool warp_epilogue(int nv, int csize) {
 //   the leader's first NV threads wait for the other slots on the cluster
 //   sum's barrier, add the slots in rank order, add `shared` (shv,
 //   prefetched by them) and store.
-// Both orders are fixed: bit-identical reruns. With slot rotation, thread
-// 0 of the leader settles the slot from rv (tile_rotation in skinny.cu)
-// and hands it to the epilogue threads across the first barrier.
-template <int M, int TR, int CL>
+// Both orders are fixed: bit-identical reruns. With ROT (slot rotation),
+// thread 0 of the leader settles the slot from rv (tile_rotation in
+// skinny.cu) and hands it to the epilogue threads across the first
+// barrier; without it, rv is not looked at.
+template <int M, int TR, int CL, bool ROT>
 __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float* red, float* parts,
                                              const float (&acc)[TR][2][4], int n0, const uint4& shv,
                                              bool eok, int em, int ec, unsigned long long rv) {
@@ -440,7 +452,9 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
       mine[(2 * tig + 1) * SP + 16 * r + g + 8] = acc[r][0][3] + acc[r][1][3];
     }
   }
-  if (p.rot_counter != 0 && crank == 0 && threadIdx.x == 0) *rot_slot_word<ROWS>(red) = tile_slot(p, rv, csize);
+  if constexpr (ROT) {
+    if (crank == 0 && threadIdx.x == 0) *rot_slot_word<ROWS>(red) = tile_slot(p, rv, csize);
+  }
   __syncthreads();
   if (CL != kCluster && warp_epilogue(NV, csize)) {
     if (warp >= NV) return;
@@ -453,10 +467,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     float s[8];
 #pragma unroll
     for (int c = 0; c < 8; ++c) s[c] = __shfl_sync(0xffffffffu, t, 4 * c);
-    if (eok) {  // lane 0 only (see the callers)
-      const unsigned long long rot = p.rot_counter != 0 ? (unsigned long long)*rot_slot_word<ROWS>(red) * p.rot_stride : 0ull;
-      store_vector(p, s, shv, n0, em, ec, rot);
-    }
+    if (eok) store_vector<ROT>(p, s, shv, n0, em, ec, ROT ? rot_bytes(p, rot_slot_word<ROWS>(red)) : 0ull);  // lane 0 only (see the callers)
     return;
   }
   // Each CTA's sum over its warps goes to slot crank of the LEADER's parts,
@@ -512,8 +523,7 @@ __device__ __forceinline__ void reduce_store(const tprun_skinny_params& p, float
     s[0] += a.x; s[1] += a.y; s[2] += a.z; s[3] += a.w;
     s[4] += b.x; s[5] += b.y; s[6] += b.z; s[7] += b.w;
   }
-  const unsigned long long rot = p.rot_counter != 0 ? (unsigned long long)*rot_slot_word<ROWS>(red) * p.rot_stride : 0ull;
-  store_vector(p, s, shv, n0, em, ec, rot);
+  store_vector<ROT>(p, s, shv, n0, em, ec, ROT ? rot_bytes(p, rot_slot_word<ROWS>(red)) : 0ull);
 }
 
 }  // namespace tprun
