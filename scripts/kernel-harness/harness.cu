@@ -169,7 +169,8 @@ int family_index(const std::string& name) {
 
 struct Kernels {
   CUmodule mod{};
-  std::vector<CUfunction> skinny[9];  // [M][family]
+  std::vector<CUfunction> skinny[9];      // [M][family]
+  std::vector<CUfunction> skinny_rot[9];  // the same with slot rotation ("_rot")
   CUfunction receive{};
 };
 
@@ -187,22 +188,23 @@ Kernels load(const char* path) {
   Kernels k;
   CK(cuModuleLoadData(&k.mod, bytes.data()));
   for (int m = 1; m <= 8; ++m)
-    for (const Family& fam : g_fam) {
-      char name[64];
-      snprintf(name, sizeof name, "tprun_skinny_m%d_%s", m, fam.name.c_str());
-      // A fatbin built before a family existed lacks it: time_skinny then
-      // reports its configs as unable to launch, and the other configs of
-      // a run still time.
-      CUfunction fn = nullptr;
-      const CUresult fr = cuModuleGetFunction(&fn, k.mod, name);
-      if (fr == CUDA_ERROR_NOT_FOUND) {
-        if (m == 1) fprintf(stderr, "note: %s has no %s entry points\n", path, fam.name.c_str());
-        fn = nullptr;
-      } else {
-        CK(fr);
+    for (const Family& fam : g_fam)
+      for (int rot : {0, 1}) {
+        char name[64];
+        snprintf(name, sizeof name, "tprun_skinny_m%d_%s%s", m, fam.name.c_str(), rot ? "_rot" : "");
+        // A fatbin built before a family (or the rotation) existed lacks
+        // it: time_skinny then reports its configs as unable to launch, and
+        // the other configs of a run still time.
+        CUfunction fn = nullptr;
+        const CUresult fr = cuModuleGetFunction(&fn, k.mod, name);
+        if (fr == CUDA_ERROR_NOT_FOUND) {
+          if (m == 1) fprintf(stderr, "note: %s has no %s\n", path, name);
+          fn = nullptr;
+        } else {
+          CK(fr);
+        }
+        (rot ? k.skinny_rot : k.skinny)[m].push_back(fn);
       }
-      k.skinny[m].push_back(fn);
-    }
 
   CK(cuModuleGetFunction(&k.receive, k.mod, "tprun_receive"));
   return k;
@@ -213,13 +215,16 @@ Kernels load(const char* path) {
 // A launch config: the family, warps per CTA, CTAs per cluster (the K
 // split) and the three hints of kernel.LaunchConfig.
 struct Cfg {
+  Cfg() {}  // not an aggregate: a config is made by make_cfg or field by field
   int fam = 0, warps = 0, cluster = 0;
   int pf = 0;        // tprun_skinny_params.l2_prefetch
   int policy = 0;    // cluster scheduling policy preference (CUclusterSchedulingPolicy; 2: load balancing)
   int carveout = 0;  // preferred shared memory carveout, percent (0: the driver's)
   const Family& f() const { return g_fam[fam]; }
   int tile_rows() const { return f().tile_rows; }
-  CUfunction fn(const Kernels& k, int M) const { return k.skinny[M][fam]; }
+  // The entry point; rot: the one with slot rotation (a launch with
+  // rot_counter set).
+  CUfunction fn(const Kernels& k, int M, bool rot = false) const { return (rot ? k.skinny_rot : k.skinny)[M][fam]; }
   std::string str() const {
     char b[128];
     int n = snprintf(b, sizeof b, "%s/%d/%d", f().name.c_str(), warps, cluster);
@@ -310,7 +315,7 @@ bool parse_groups(const char* spec, std::vector<Group>* out) {
     Group g{atoi(shard_s.c_str()), {}, {}};
     for (std::stringstream q(ms_s); std::getline(q, tok, ',');) g.ms.push_back(atoi(tok.c_str()));
     for (std::stringstream q(cfgs_s); std::getline(q, tok, ',');) {
-      Cfg c{};
+      Cfg c;
       if (!parse_cfg(tok, &c)) {
         fprintf(stderr, "cannot read config %s\n", tok.c_str());
         return false;
@@ -398,8 +403,9 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
   lc.attrs = at;
   lc.numAttrs = (unsigned)na;
   void* args[] = {&p};
-  if (!c.fn(k, M)) return CUDA_ERROR_NOT_FOUND;
-  return cuLaunchKernelEx(&lc, c.fn(k, M), args, nullptr);
+  const CUfunction fn = c.fn(k, M, p.rot_counter != 0);
+  if (!fn) return CUDA_ERROR_NOT_FOUND;
+  return cuLaunchKernelEx(&lc, fn, args, nullptr);
 }
 
 CUresult launch_receive(const Kernels& k, const tprun_receive_params& p, CUstream s) {
@@ -760,7 +766,7 @@ int check_negzero(const Kernels& k, CUstream s) {
   for (int m = 0; m < M; ++m) lat[(size_t)m * K] = 0x0080 + m;  // tiny positive (subnormal range)
   DevBuf dl(lat.size() * 2), dw(w.size() * 2), dsh(sh.size() * 2), dout((size_t)M * hidden * 2);
   CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
-  CK(cuMemcpyHtoD(dw.p, w.data(), dw.bytes));
+  CK(cuMemcpyHtoD(dw.p, pack_weight(w, shard, K).data(), dw.bytes));  // the packed layout of w: the same size
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
   fill16(dout.p, kPoison, (size_t)M * hidden);
   tprun_skinny_params p;
@@ -774,7 +780,7 @@ int check_negzero(const Kernels& k, CUstream s) {
   p.hidden = hidden;
   p.shared_stride = hidden;
   p.ndst = 1;
-  CK(launch_skinny(k, M, p, {16, 4, 0, 2, 1}, s, false));
+  CK(launch_skinny(k, M, p, make_cfg("d8p", 2, 1), s, false));
   CK(cuStreamSynchronize(s));
   std::vector<uint16_t> out((size_t)M * hidden);
   CK(cuMemcpyDtoH(out.data(), dout.p, out.size() * 2));
@@ -1177,6 +1183,20 @@ double time_skinny(const Kernels& k, const Pool& pool, const Acts& acts, int M, 
   p.hidden = hidden;
   p.rank = rank;
   p.shared_stride = hidden;
+  // HARNESS_ROTATION=1: the entry points with slot rotation, reading a
+  // counter that stays at slot 0 (a launch without the fused receive never
+  // advances it): what reading the slot on the device costs.
+  static DevBuf* counter = nullptr;
+  if (const char* e = getenv("HARNESS_ROTATION"); e && atoi(e) == 1) {
+    if (!counter) {
+      counter = new DevBuf(16);
+      fill32(counter->p, 0, 4);
+    }
+    p.rot_counter = counter->p;
+    p.rot_slots = 2;
+    p.rot_stride = 16;
+    p.rot_dst_mask = 1;
+  }
   const int L = pool.nbuf * std::max(1, (96 + pool.nbuf - 1) / pool.nbuf);
   // Probe once outside capture: a config the GPU cannot schedule fails here.
   p.weight = pool.buf->p;
@@ -1379,7 +1399,7 @@ int pfsweep(const Kernels& k, Rng& rng, CUstream s, const char* outpath) {
     Acts acts(3584, 7168, rng);
     for (int M : ms) {
       double best0 = 1e30, best = 1e30;
-      Cfg b0{}, b{};
+      Cfg b0, b;
       for (const Cfg& g : geos)
         for (int pf : plans) {
           Cfg c = g;
