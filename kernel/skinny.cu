@@ -148,12 +148,8 @@ __device__ __forceinline__ void tile_prologue_end(const tprun_skinny_params& p, 
 // MMAs. 0 without ROT and in every other thread.
 template <bool ROT>
 __device__ __forceinline__ unsigned long long tile_rotation(const tprun_skinny_params& p, int crank) {
-  if constexpr (!ROT) {
-    return 0;
-  } else {
-    const bool me = crank == 0 && threadIdx.x == 0;
-    return rotation_fetch(p.rot_counter, me && p.recv_slot == 0, me && p.recv_slot != 0);
-  }
+  if (!ROT || crank != 0 || threadIdx.x != 0) return 0;
+  return p.recv_slot != 0 ? rotation_arrive(p.rot_counter) : rotation_read(p.rot_counter);
 }
 
 // The register-ring tile: U (the family's Depth) chunks of 32 k of weight

@@ -303,25 +303,11 @@ __device__ __forceinline__ uint32_t rotation_settle(unsigned long long counter, 
   return s;
 }
 
-// The tile code's form of both (tile_rotation in skinny.cu): predicated
-// instructions rather than a branch, so that the prologue around them stays
-// one straight block for ptxas to schedule (a branch there measured slower):
-// with `arrive` the atomic of rotation_arrive, with `read` the pair read as
-// it is (word 0 is the slot; no arrival is counted while a launch that only
-// reads runs), neither: 0.
-__device__ __forceinline__ unsigned long long rotation_fetch(unsigned long long counter, bool read, bool arrive) {
-  unsigned long long v;
-  asm volatile(
-      "{\n\t.reg .pred pr, pa;\n\t"
-      "setp.ne.b32 pr, %2, 0;\n\t"
-      "setp.ne.b32 pa, %3, 0;\n\t"
-      "mov.b64 %0, 0;\n\t"
-      "@pr ld.relaxed.gpu.global.u64 %0, [%1];\n\t"
-      "@pa atom.relaxed.gpu.global.add.u64 %0, [%1], 4294967296;\n\t}"
-      : "=l"(v)
-      : "l"(counter), "r"((int)read), "r"((int)arrive)
-      : "memory");
-  return v;
+// Word 0 alone, for a kernel that reads the slot without ending the step.
+__device__ __forceinline__ uint32_t rotation_read(unsigned long long counter) {
+  uint32_t s;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(s) : "l"(counter) : "memory");
+  return s;
 }
 
 // The receive's slot with rotation: thread 0 arrives for the CTA (one of
@@ -402,8 +388,8 @@ __device__ __forceinline__ uint32_t* rot_slot_word(float* red) {
   return reinterpret_cast<uint32_t*>(red + ROWS + 2);
 }
 
-// The tile's slot from rotation_fetch's value rv (tile_rotation in
-// skinny.cu), by the thread that issued it: with the
+// The tile's slot from rotation_read's or rotation_arrive's value rv
+// (tile_rotation in skinny.cu), by the thread that issued it: with the
 // fused receive the launch ends the step, and its arrivals are the tiles'
 // cluster leaders and the receive CTAs.
 __device__ __forceinline__ uint32_t tile_slot(const tprun_skinny_params& p, unsigned long long rv, int csize) {
