@@ -41,7 +41,7 @@ func TestConfigTableParses(t *testing.T) {
 			t.Errorf("measured shape latent %d shard %d m %d: ConfigFor %+v, table %+v", e.latent, e.shard, e.m, got, want)
 		}
 	}
-	// The benchmark shapes of issue 4, every M.
+	// The benchmark shapes (scripts/bench-kernel), every M.
 	for _, shard := range []int{7168, 3584, 1792, 896, 448} {
 		for m := 1; m <= MaxM; m++ {
 			if !seen[[3]int{3584, shard, m}] {

@@ -583,8 +583,8 @@ Verdict verify(const std::vector<uint16_t>& out, int M, int shard, int hidden, i
 // stream and may return before they finish; a CU_STREAM_NON_BLOCKING
 // stream (every launch here) does not wait for that stream, so a kernel
 // could start while the fill still runs and find its output poisoned
-// afterwards (a check of 2026-11-30g failed once that way: "destination 3
-// of 4 differs"). These wait for the fill.
+// afterwards (a check failed once that way: "destination 3 of 4
+// differs"). These wait for the fill.
 void fill16(CUdeviceptr p, uint16_t v, size_t n) {
   CK(cuMemsetD16Async(p, v, n, nullptr));
   CK(cuStreamSynchronize(nullptr));
