@@ -27,6 +27,11 @@
 // and buffer lengths and returns an error wrapping ErrShape instead of
 // panicking, because shapes come from command-line flags and other ranks.
 //
+// The kernels can also take the mailbox slot from a counter on the device
+// and advance it there (SlotRotation), so that a graph holding one step can
+// be replayed; the caller sets the counter up and says how many slots there
+// are and how far apart.
+//
 // What this package must not do: talk to other ranks, allocate, map or
 // choose mailbox slots, order steps (the Lamport protocol's rules live in
 // the mailbox package; the kernels only promise that a store never
