@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/tprun/tprun/cmd/tprun/internal/job"
 )
@@ -31,8 +32,9 @@ func newBenchFlagSet() (fs *flag.FlagSet, lf *launchFlags, bc *job.BenchConfig, 
 	return fs, lf, bc, benchFS, asJSON
 }
 
-// runBenchCommand is `tprun bench`.
-func runBenchCommand(args []string, stdout, stderr io.Writer) int {
+// runBenchCommand is `tprun bench`. worker is the command every rank runs
+// before the bench flags; nil means this executable's benchCommand.
+func runBenchCommand(args []string, stdout, stderr io.Writer, worker []string) int {
 	const cmd = "tprun bench"
 	fs, lf, bc, benchFS, asJSON := newBenchFlagSet()
 	p, err := parseArgs(fs, args)
@@ -52,12 +54,15 @@ func runBenchCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageFailure(stderr, cmd, err.Error())
 	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(stderr, "tprun: cannot find own executable for the benchmark: %v\n", err)
-		return exitInternal
+	if worker == nil {
+		self, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "tprun: cannot find own executable for the benchmark: %v\n", err)
+			return exitInternal
+		}
+		worker = []string{self, benchCommand}
 	}
-	cfg.Command = append([]string{self, benchCommand}, setFlags(fs, benchFS)...)
+	cfg.Command = append(slices.Clip(worker), setFlags(fs, benchFS)...)
 	if err := cfg.Validate(); err != nil {
 		return usageFailure(stderr, cmd, err.Error())
 	}

@@ -53,7 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case "topo":
 			return runTopo(context.Background(), args[1:], stdout, stderr)
 		case "bench":
-			return runBenchCommand(args[1:], stdout, stderr)
+			return runBenchCommand(args[1:], stdout, stderr, nil)
 		case "help":
 			return runHelp(args[1:], stdout, stderr)
 		case "version":

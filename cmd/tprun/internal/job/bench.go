@@ -493,8 +493,8 @@ type BenchRow struct {
 	MedianUS   float64 `json:"median_us"`
 	P10US      float64 `json:"p10_us"`
 	P90US      float64 `json:"p90_us"`
-	FloorUS    float64 `json:"floor_us"`       // the HBM floor: weight shard bytes / mean copy bandwidth
-	Ratio      float64 `json:"ratio"`          // median / floor
+	FloorUS    float64 `json:"floor_us"`        // the HBM floor: weight shard bytes / mean copy bandwidth
+	Ratio      float64 `json:"ratio"`           // median / floor
 	WeightGBps float64 `json:"weight_gb_per_s"` // weight shard bytes / median
 	Replays    int     `json:"replays"`
 	ErrTol     float64 `json:"err_tol"` // the largest |out - ref| / tolerance within tolerance
