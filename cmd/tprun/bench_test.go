@@ -28,9 +28,13 @@ echo "args: $*" >&2
 echo "# table of rank $TPRUN_RANK"
 out=
 for a; do case $a in --json-out=*) out=${a#--json-out=} ;; esac; done
-if [ "$TPRUN_RANK" = 0 ] && [ -n "$out" ] && [ -n %q ]; then cp %q "$out" || exit 9; fi
+if [ "$TPRUN_RANK" = 0 ] && [ -n "$out" ] && [ -n %q ]; then cp %q "$out.part" && mv "$out.part" "$out" || exit 9; fi
+# As the benchmark's last barrier: no rank ends before rank 0 wrote.
+if [ "$TPRUN_RANK" != 0 ] && [ -n "$out" ] && [ -n %q ]; then
+	i=0; while [ ! -s "$out" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done
+fi
 exit %d
-`, report, report, status)
+`, report, report, report, status)
 	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
 		t.Fatal(err)
 	}

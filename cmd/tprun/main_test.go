@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
 	"github.com/tprun/tprun/internal/proctest"
 )
 
@@ -378,7 +379,7 @@ func startCmd(t *testing.T, tmp string, cmd *exec.Cmd) (io.ReadCloser, *bytes.Bu
 func TestDefaultJobStopped(t *testing.T) {
 	tmp := shortTempDir(t)
 	cmd, sc, stderr := startTprun(t, tmp, "--tp", "2", "--hidden", "1024", "--latent", "512", "--iters", "100000000", "--m", "1")
-	for sc.Scan() && !strings.Contains(sc.Text(), "#  M  hidden") {
+	for sc.Scan() && !strings.Contains(sc.Text(), job.StepsStarted) {
 	}
 	time.Sleep(200 * time.Millisecond) // some steps
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -416,7 +417,7 @@ func TestDefaultJobPausedRank(t *testing.T) {
 	tmp := shortTempDir(t)
 	cmd, sc, stderr := startTprun(t, tmp, "--tp", "4", "--hidden", "1024", "--latent", "512", "--iters", "100000000",
 		"--m", "1", "--deadline", "1s", "--grace", "1m")
-	for sc.Scan() && !strings.Contains(sc.Text(), "#  M  hidden") {
+	for sc.Scan() && !strings.Contains(sc.Text(), job.StepsStarted) {
 	}
 	ranks := rankPIDs(t, cmd.Process.Pid, 4)
 	time.Sleep(100 * time.Millisecond) // some steps

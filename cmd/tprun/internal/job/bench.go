@@ -359,6 +359,11 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 			return fail(err)
 		}
 	}
+	// No rank ends before rank 0 has written its files: a rank that
+	// fails ends the job, and rank 0 would be stopped mid-write.
+	if err := g.Barrier(ctx); err != nil {
+		return fail(fmt.Errorf("barrier after the benchmark: %w", err))
+	}
 	if len(failures) > 0 {
 		out.printf("# FAILED: %s\n", strings.Join(failures, "; "))
 		return fail(fmt.Errorf("%w: %s", ErrCheck, strings.Join(failures, "; ")))

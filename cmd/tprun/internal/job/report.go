@@ -289,7 +289,13 @@ func (u timeUnit) format(d time.Duration) string {
 
 // columns announces the results table; its legend and header come with the
 // first row.
-func (p *printer) columns() { p.pending = true }
+func (p *printer) columns() {
+	p.pending = true
+	p.printf("%s\n", StepsStarted)
+}
+
+// StepsStarted is the line rank 0 prints when the timed steps begin.
+const StepsStarted = "# steps running: a row per M once its steps are done"
 
 // tableLegend says what the table's columns mean; %[1]s is the time unit.
 const tableLegend = `#

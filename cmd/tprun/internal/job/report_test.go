@@ -2,7 +2,6 @@ package job
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -33,8 +32,8 @@ func TestTableUnitsAndLegend(t *testing.T) {
 			var b bytes.Buffer
 			p := &printer{w: &b, on: true}
 			p.columns()
-			if b.Len() != 0 {
-				t.Fatalf("the header came before the first row: %q", b.String())
+			if b.String() != StepsStarted+"\n" {
+				t.Fatalf("before the first row: %q, want only the line that the steps started", b.String())
 			}
 			rows := []tableRow{{m: 1, p50: tc.p50, p99: tc.p50 * 3}}
 			// A later row far off the first keeps the first's unit.
@@ -80,7 +79,7 @@ func TestPrinterOff(t *testing.T) {
 	p := &printer{w: &b}
 	p.columns()
 	p.row(tableRow{m: 1, p50: time.Millisecond})
-	p.printf("%s", fmt.Sprint("x"))
+	p.printf("%s", "x")
 	if b.Len() != 0 {
 		t.Errorf("printed %q", b.String())
 	}
