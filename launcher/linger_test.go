@@ -106,6 +106,9 @@ func TestLingeringHolder(t *testing.T) {
 			if tail := res.Ranks[victim].Tail; len(tail) == 0 || tail[len(tail)-1] != fmt.Sprintf("err line %d", lines-1) {
 				t.Errorf("rank %d's stderr tail ends %q, want its last line", victim, tail)
 			}
+			if l := res.Ranks[victim].Leftovers; len(l) != 1 || l[0].PID != holder || l[0].Holds != "stdout and stderr" || l[0].Killed == tc.setsid {
+				t.Errorf("rank %d's leftovers %+v, want pid %d holding its stdout and stderr, killed %v", victim, l, holder, !tc.setsid)
+			}
 			report := res.Report()
 			t.Logf("stderr:\n%s", stderr.String())
 			want := fmt.Sprintf("pid %d (", holder)
