@@ -236,9 +236,10 @@ type cudaEngine struct {
 	// (kernel.SlotRotation), zero at setup.
 	counter cuda.DevicePtr
 	// weight: the op's own copy of the weight shard (SetWeight), in the
-	// packed layout when weightPacked; 0 until SetWeight.
-	weight       cuda.DevicePtr
-	weightPacked bool
+	// packed layout when weightPacked; 0 until SetWeight. preferPacked:
+	// the layout SetWeight makes (kernel.PreferPacked for the shape).
+	weight                     cuda.DevicePtr
+	weightPacked, preferPacked bool
 	// fill is page-locked host memory without a sentinel word (zeros),
 	// SlotRows(capacity)*hidden*2 bytes: what keepAborting copies over
 	// every region of every local slot. Made at setup: a page-locked
@@ -294,7 +295,8 @@ var _ upEngine = (*cudaEngine)(nil)
 func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig, drv engineDriver, closeDrv func() error,
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
-		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice}
+		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice,
+		preferPacked: kernel.PreferPacked(s.Shard(), s.Latent)}
 	if w, ok := ex.(jobWatcher); ok {
 		e.failJob, e.job = w.abortJob, w.jobContext()
 	}
@@ -1055,7 +1057,7 @@ func (e *cudaEngine) loadWeight(host []kernel.BF16, dev cuda.DevicePtr) error {
 	}
 	defer unbind()
 	shard, latent := e.shape.Shard(), e.shape.Latent
-	packed := kernel.PreferPacked(shard, latent)
+	packed := e.preferPacked
 	n := shard * latent
 	if packed {
 		n = kernel.PackedWeightLen(shard, latent)

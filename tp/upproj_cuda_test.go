@@ -195,6 +195,7 @@ type fakeDrv struct {
 	graphs               map[uintptr][]func() error
 	streams              map[cuda.Stream]*fakeStream
 	nextID               uintptr
+	syncs                atomic.Int64 // StreamSynchronize calls, any stream
 }
 
 // fakeStream runs its work in order, each op on a goroutine that waits
@@ -336,6 +337,7 @@ func (d *fakeDrv) StreamDestroy(s cuda.Stream) error {
 	return nil
 }
 func (d *fakeDrv) StreamSynchronize(s cuda.Stream) error {
+	d.syncs.Add(1)
 	d.mu.Lock()
 	st := d.stream(s)
 	last := st.last
