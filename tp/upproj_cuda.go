@@ -1217,8 +1217,8 @@ func (u *UpProjection) Device() int {
 //
 // Cancelling ctx while the step waits for peers ends the wait within about
 // 200 µs (the receive reads a host-set abort word) and leaves the op broken
-// (later steps fail with mailbox.ErrBroken); so does Close, with
-// mailbox.ErrClosed.
+// (later steps fail with ErrBroken); so does Close, with
+// ErrClosed.
 func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out DevicePtr) error {
 	leave, err := u.enter("device step")
 	if err != nil {
@@ -1414,7 +1414,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 
 // Replay runs the graph n times and waits for them; the op's step count
 // advances by n*Steps(). A peer's missing slice gives a
-// *mailbox.TimeoutError whose Step is the first step of the batch of
+// *TimeoutError whose Step is the first step of the batch of
 // replays it happened in (replays are queued in batches of up to 32).
 //
 // A peer that stalls without dying (the job watch sees nothing) would
@@ -1423,7 +1423,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 // the batch has timed out, the rank fails the job (naming the missing
 // ranks), and when that failure has come back to it, ends the receives
 // queued behind: the batch ends about one deadline after the stall, with
-// the *mailbox.TimeoutError on this rank and the job's failure
+// the *TimeoutError on this rank and the job's failure
 // (ErrAborted, naming this rank and the missing ones) on the others, the
 // stalled rank's next call included. A single timeout thus ends the job,
 // as NCCL's watchdog does; WithDeadline sets how long a receive waits.
@@ -1433,7 +1433,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 // them for earlier steps' slices; a peer whose batch ends after the
 // failure reached its process returns the failure, not its block, but a
 // peer process that did not run in between (stopped, starved of CPU) is
-// not protected. An op made from another mailbox.Exchanger keeps waiting
+// not protected. An op made from another Exchanger keeps waiting
 // out every deadline.
 //
 // Cancelling ctx aborts the wait (within about 200 µs) and breaks the op,
@@ -1575,7 +1575,7 @@ func (g *StepGraph) isClosed() bool {
 // Close frees the graph; it is idempotent. Called while another goroutine
 // replays the graph, it waits until the batch of replays in flight has
 // ended (a batch is up to 32 replays), and the next replay fails with
-// mailbox.ErrClosed. Closing the op frees its graphs too.
+// ErrClosed. Closing the op frees its graphs too.
 func (g *StepGraph) Close() error {
 	e := g.e
 	e.mu.Lock()
