@@ -288,8 +288,10 @@ func (u *UpProjection) Backend() string { return u.eng.name() }
 // BackendReason says why this backend was picked, for a person to read.
 func (u *UpProjection) BackendReason() string { return u.reason }
 
-// Steps is the number of steps that have completed. It waits while a call
-// of the op (a step, a capture, a batch of replays) runs.
+// Steps is the host's count of the op's steps: those run, those Enqueue
+// queued, and the replays of Capture's graphs (the caller's own graphs
+// replay unseen). It names steps in errors. It waits while a call of the
+// op (a step, a capture, a batch of replays) runs.
 func (u *UpProjection) Steps() uint64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
