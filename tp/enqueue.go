@@ -53,11 +53,15 @@ func (u *UpProjection) Enqueue(in DeviceInputs, out DevicePtr, stream Stream) er
 	s.M = in.M
 	e, err := u.cudaEngine("enqueue")
 	if err == nil {
-		// Step checks, when on, take part in the group's collectives; they
-		// wait at most the op's deadline.
-		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(u.checkWait, mailbox.DefaultDeadline))
-		err = u.checkCall(ctx, "step", []int{in.M}, u.validateDevice(s, in, out)) // a step, however it runs
-		cancel()
+		err = u.validateDevice(s, in, out)
+		if u.checks != nil {
+			// Step checks take part in the group's collectives; they wait
+			// at most the op's deadline. The call is a step, however it
+			// runs.
+			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(u.checkWait, mailbox.DefaultDeadline))
+			err = u.checkCall(ctx, "step", []int{in.M}, err)
+			cancel()
+		}
 	}
 	if err == nil {
 		err = u.failure()

@@ -69,17 +69,17 @@ func WithDeadline(d time.Duration) UpOption { return func(c *upConfig) { c.deadl
 type UpInputs struct {
 	M int // rows this step, 1..the maxM given to NewUpProjection
 	// Latent is [M, latent_dim], the same on every rank.
-	Latent []kernel.BF16
+	Latent []BF16
 	// Weight is [shard, latent_dim]: this rank's rows of the full
 	// [hidden_dim, latent_dim] weight. Nil uses the op's own copy
 	// (SetWeight), the usual way: a weight passed here is copied to the
 	// device at every step of the CUDA engine.
-	Weight []kernel.BF16
+	Weight []BF16
 	// Shared is [M, shard] with row stride SharedStride: this rank's
 	// columns of an [M, hidden_dim] tensor. Pass shared[rank*shard:] of the
 	// full tensor with SharedStride hidden_dim, or a packed [M, shard]
 	// slice with SharedStride shard.
-	Shared       []kernel.BF16
+	Shared       []BF16
 	SharedStride int
 }
 
@@ -310,7 +310,7 @@ func (u *UpProjection) Steps() uint64 {
 // (TimeoutError.OtherM). After a failed wait the op is unusable: later steps
 // fail with ErrBroken (only; the cause is in the text), or, for an
 // op made from a Group whose job has failed, with the job's failure.
-func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16) error {
+func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []BF16) error {
 	leave, err := u.enter("step")
 	if err != nil {
 		return err
