@@ -610,3 +610,67 @@ func TestBindRestoring(t *testing.T) {
 		t.Errorf("a thread with no context got %d back", d.current)
 	}
 }
+
+// TestCUDAEngineFakeMixedStepKinds: the ranks of a group may run the same
+// steps in different ways (here rank 0 enqueues them, rank 1 steps with
+// host operands, rank 2 with device operands), with step checks on, which
+// count every one of them as a step.
+func TestCUDAEngineFakeMixedStepKinds(t *testing.T) {
+	const n, hidden, latent, maxM = 3, 96, 32, 4
+	ms := []int{4, 1, 3, 2, 4}
+	ws := newWeightSteps(t, uint64(time.Now().UnixNano()), hidden, latent, ms)
+	shard := hidden / n
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make([][][]kernel.BF16, n)
+	errs := onUpRanks(n, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, maxM, 0, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		up.checks, up.checkWait, up.opID = ex, 10*time.Second, nextOpID(ex)
+		if err := up.SetWeight(ctx, ws.shard(r, n)); err != nil {
+			return err
+		}
+		for i, d := range ws.steps {
+			out := poisonBlock(maxM * hidden)
+			switch r {
+			case 0, 2:
+				o := devBuf(t, gpu, out)
+				in := DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent), Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}
+				if r == 0 {
+					err = up.Enqueue(in, o, 0)
+					if err == nil {
+						err = up.Synchronize(ctx, 0)
+					}
+				} else {
+					err = up.StepDevice(ctx, in, o)
+				}
+				if err != nil {
+					return fmt.Errorf("step %d: %w", i, err)
+				}
+				b, err := gpu.at(o, 2*len(out))
+				if err != nil {
+					return err
+				}
+				copy(out, bf16s(b))
+			default:
+				in := UpInputs{M: d.m, Latent: d.latent, Shared: d.shared[r*shard:], SharedStride: hidden}
+				if err := up.Step(ctx, in, out); err != nil {
+					return fmt.Errorf("step %d: %w", i, err)
+				}
+			}
+			if err := keepBlock(i, d.m, hidden, out, &got[r]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	checkBlocks(t, ws.steps, got, hidden)
+	checkNoLeaks(t, gpu)
+}
