@@ -18,6 +18,9 @@ import (
 func TestRankUnderTprun(t *testing.T) {
 	tprun, rank := os.Getenv("TPRUN_BIN"), os.Getenv("TPRUN_EXAMPLE_RANK_BIN")
 	if tprun == "" || rank == "" {
+		if _, err := exec.LookPath("go"); err != nil {
+			t.Skipf("no Go toolchain to build tprun and this program, and TPRUN_BIN, TPRUN_EXAMPLE_RANK_BIN unset: %v", err)
+		}
 		dir := t.TempDir()
 		tprun, rank = filepath.Join(dir, "tprun"), filepath.Join(dir, "rank")
 		for _, b := range []struct{ out, pkg string }{{tprun, "github.com/tprun/tprun/cmd/tprun"}, {rank, "github.com/tprun/tprun/examples/go/rank"}} {
