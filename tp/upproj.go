@@ -55,12 +55,12 @@ type upConfig struct {
 // engine or fail with ErrBackendUnavailable.
 func WithBackend(k BackendKind) UpOption { return func(c *upConfig) { c.backend = k } }
 
-// WithSlots sets the number of mailbox slots (at least 2; 0 means
-// 3).
+// WithSlots sets the number of mailbox slots (at least 2; 0 means the
+// default, 3).
 func WithSlots(n int) UpOption { return func(c *upConfig) { c.slots = n } }
 
 // WithDeadline bounds how long a step waits for the peers' slices (0 means
-// 10 s). Past it the step fails naming the missing ranks.
+// the default, 10 s). Past it the step fails naming the missing ranks.
 func WithDeadline(d time.Duration) UpOption { return func(c *upConfig) { c.deadline = d } }
 
 // UpInputs are one step's operands in host memory, raw bf16, row-major
