@@ -80,7 +80,7 @@ func (r *registry) missing(id uintptr, kind string) error {
 		if r.ops[id] != nil {
 			other = "op"
 		}
-		return fmt.Errorf("%w: handle %d is a %s handle, not %s", errArgument, id, other, article(kind))
+		return fmt.Errorf("%w: handle %d is %s, not %s", errArgument, id, article(other), article(kind))
 	}
 	return fmt.Errorf("%w: %s handle %d was never issued by this library", errArgument, kind, id)
 }
