@@ -27,6 +27,11 @@ var ErrBackendUnavailable = errors.New("tp: backend not available")
 // order nobody chose.
 var ErrBusy = errors.New("tp: another call of this up-projection is running")
 
+// ErrNoWeight is matched when a step leaves its weight out (a nil
+// UpInputs.Weight, a zero DeviceInputs.Weight) before SetWeight gave the
+// op one.
+var ErrNoWeight = errors.New("tp: no weight: pass one with the step, or give the op its own with SetWeight first")
+
 // UpOption changes how NewUpProjection sets the op up.
 type UpOption func(*upConfig)
 
@@ -66,7 +71,9 @@ type UpInputs struct {
 	// Latent is [M, latent_dim], the same on every rank.
 	Latent []kernel.BF16
 	// Weight is [shard, latent_dim]: this rank's rows of the full
-	// [hidden_dim, latent_dim] weight.
+	// [hidden_dim, latent_dim] weight. Nil uses the op's own copy
+	// (SetWeight), the usual way: a weight passed here is copied to the
+	// device at every step of the CUDA engine.
 	Weight []kernel.BF16
 	// Shared is [M, shard] with row stride SharedStride: this rank's
 	// columns of an [M, hidden_dim] tensor. Pass shared[rank*shard:] of the
@@ -112,8 +119,10 @@ type UpProjection struct {
 	opID      int // this op's number among the checked ops of its exchanger
 
 	busy atomic.Bool // a call that must not overlap another is running (ErrBusy)
-	mu   sync.Mutex  // guards next and the engine's scratch
+	mu   sync.Mutex  // guards next, weightSet and the engine's scratch
 	next uint64      // the step the next Step call runs
+	// weightSet: SetWeight gave the op its own weight.
+	weightSet bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -128,8 +137,12 @@ type upEngine interface {
 	// name is the mailbox backend's name ("host", "unicast", "multicast").
 	name() string
 	// hostStep runs step t for shape s (already validated against in and
-	// out) and leaves the whole block in out[:s.M*s.Hidden].
+	// out) and leaves the whole block in out[:s.M*s.Hidden]. A nil
+	// in.Weight is the engine's own (setWeight).
 	hostStep(ctx context.Context, t uint64, s kernel.Shape, in UpInputs, out []kernel.BF16) error
+	// setWeight keeps w, the row-major [shard, latent] weight (its length
+	// checked), as the engine's own.
+	setWeight(w []kernel.BF16) error
 	// close releases the engine; it may run while hostStep waits.
 	close() error
 }
@@ -232,27 +245,20 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 		eng, err := newHostEngine(ctx, ex, s, cfg)
 		return eng, "host asked for", err
 	}
-	drv, closeDrv, noDrv := cfg.drv, func() error { return nil }, error(nil)
+	// The process's driver, unless a test brings its own; none at all
+	// where multicast was asked for under its safety rule (the refusal
+	// below names the variable).
+	drv, noDrv := cfg.drv, error(nil)
 	if drv == nil && (cfg.backend != mailbox.KindMulticast || mailbox.CheckMulticastAllowed(os.Getenv) == nil) {
-		if drv, noDrv = OpenGPU(); drv != nil {
-			closeDrv = drv.Close
-		}
+		drv, noDrv = processGPU()
 	}
 	kind, reason, devices, err := resolveMailbox(ctx, ex, cfg.backend, probeGPU(drv, noDrv, cfg.device), os.Getenv)
-	if err == nil && kind == mailbox.KindHost {
-		err = closeDrv()
-		var eng upEngine
-		if err == nil {
-			eng, err = newHostEngine(ctx, ex, s, cfg)
-		}
-		return eng, reason, err
-	}
 	if err != nil {
-		return nil, "", errors.Join(err, closeDrv())
+		return nil, "", err
 	}
-	own := closeDrv
-	if cfg.drv != nil {
-		own = nil
+	if kind == mailbox.KindHost {
+		eng, err := newHostEngine(ctx, ex, s, cfg)
+		return eng, reason, err
 	}
 	// Ranks that share this device (other processes under MPS, or
 	// goroutines of this one) run concurrently with ours on its SMs.
@@ -261,7 +267,7 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 			cfg.sharedDevice = true
 		}
 	}
-	eng, err := newCUDAEngine(ctx, ex, s, cfg, drv, own, cfg.device, kind, deps)
+	eng, err := newCUDAEngine(ctx, ex, s, cfg, gpuDriver{drv}, nil, cfg.device, kind, deps)
 	if err != nil {
 		return nil, "", err
 	}
@@ -323,6 +329,64 @@ func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16)
 	return nil
 }
 
+// SetWeight gives the op this rank's weight shard once: w is
+// [shard, latent_dim], row-major as frameworks hold it (rows
+// rank*shard.. of the full [hidden_dim, latent_dim] weight). The op keeps
+// its own copy, on the CUDA engine in device memory and in the layout
+// the kernels run fastest on (PreferPacked), and a step whose inputs leave
+// the weight out (nil UpInputs.Weight, zero DeviceInputs.Weight) uses it.
+// The caller may reuse w afterwards.
+//
+// It is local to the rank (no collective) and may be called again to
+// replace the weight: the copy is overwritten in place, so graphs captured
+// before compute with the new weight. No step of the op may be running
+// meanwhile: synchronize the streams of enqueued steps first. A w of
+// another length is refused with a *ShapeError (ErrShape).
+func (u *UpProjection) SetWeight(ctx context.Context, w []BF16) error {
+	return u.setWeight(ctx, "set weight", func() error {
+		if want := u.shape.Shard() * u.shape.Latent; len(w) != want {
+			return &kernel.ShapeError{Field: "len(weight shard)", Value: len(w),
+				Rule: fmt.Sprintf("must be shard_dim*latent_dim = %d*%d = %d", u.shape.Shard(), u.shape.Latent, want)}
+		}
+		return u.eng.setWeight(w)
+	})
+}
+
+// SetWeightDevice is SetWeight from device memory: w is the row-major
+// [shard, latent_dim] weight in the primary context of Device() (a
+// tensor's data_ptr(), say), whose writes have finished. The op copies it
+// into its own buffer (packing it on the way where the kernels prefer
+// that), and the caller may free w afterwards. The host backend refuses it
+// with ErrBackendUnavailable.
+func (u *UpProjection) SetWeightDevice(ctx context.Context, w DevicePtr) error {
+	return u.setWeight(ctx, "set weight from device memory", func() error {
+		e, err := u.cudaEngine("set weight from device memory")
+		if err != nil {
+			return err
+		}
+		if w == 0 {
+			return &kernel.ShapeError{Field: "weight", Value: 0, Rule: "device address must be non-zero"}
+		}
+		return e.setWeightDevice(cuda.DevicePtr(w))
+	})
+}
+
+func (u *UpProjection) setWeight(ctx context.Context, what string, set func() error) error {
+	leave, err := u.enter(what)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tp: rank %d: up-projection %s: %w", u.rank, what, err)
+	}
+	if err := set(); err != nil {
+		return fmt.Errorf("tp: rank %d: up-projection %s (%v): %w", u.rank, what, u.shape, err)
+	}
+	u.weightSet = true
+	return nil
+}
+
 // enter starts a call that must not overlap another call of the op; leave
 // ends it.
 func (u *UpProjection) enter(op string) (leave func(), err error) {
@@ -379,6 +443,12 @@ func (u *UpProjection) validate(s kernel.Shape, in UpInputs, out []kernel.BF16) 
 	var errs []error
 	l := kernel.Layout{LatentLen: len(in.Latent), WeightLen: len(in.Weight), SharedLen: len(in.Shared),
 		SharedStride: in.SharedStride, OutLen: -1}
+	if in.Weight == nil {
+		l.WeightLen = s.Shard() * s.Latent // the op's own
+		if !u.weightSet {
+			errs = append(errs, ErrNoWeight)
+		}
+	}
 	if err := s.ValidateLayout(l); err != nil {
 		errs = append(errs, err)
 	}
@@ -421,9 +491,10 @@ var _ hostMailbox = (*mailbox.Host)(nil)
 // hostEngine computes with kernel.CPU and exchanges through the host
 // mailbox (a memfd per rank, mapped by every rank process).
 type hostEngine struct {
-	mb    hostMailbox
-	cpu   kernel.CPU
-	slice []kernel.BF16 // this rank's [maxM, shard] result, before it is sent
+	mb     hostMailbox
+	cpu    kernel.CPU
+	slice  []kernel.BF16 // this rank's [maxM, shard] result, before it is sent
+	weight []kernel.BF16 // the op's own weight (setWeight), row-major as the CPU kernel reads it
 }
 
 var _ upEngine = (*hostEngine)(nil)
@@ -440,15 +511,24 @@ func (e *hostEngine) name() string { return e.mb.Name() }
 
 func (e *hostEngine) hostStep(ctx context.Context, t uint64, s kernel.Shape, in UpInputs, out []kernel.BF16) error {
 	slice := e.slice[:s.M*s.Shard()]
+	w := in.Weight
+	if w == nil {
+		w = e.weight
+	}
 	// The slice is computed packed and then stored by the mailbox, word by
 	// word with atomics, into every rank's slot (its own included).
-	if err := e.cpu.UpProject(s, in.Latent, in.Weight, in.Shared, in.SharedStride, slice, s.Shard()); err != nil {
+	if err := e.cpu.UpProject(s, in.Latent, w, in.Shared, in.SharedStride, slice, s.Shard()); err != nil {
 		return err
 	}
 	if err := e.mb.Write(ctx, t, s.M, bits(slice)); err != nil {
 		return err
 	}
 	return e.mb.Receive(ctx, t, s.M, bits(out[:s.M*s.Hidden]))
+}
+
+func (e *hostEngine) setWeight(w []kernel.BF16) error {
+	e.weight = append(e.weight[:0], w...)
+	return nil
 }
 
 func (e *hostEngine) close() error { return e.mb.Close() }

@@ -145,6 +145,9 @@ func (g *fakeGPU) bytes(p cuda.DevicePtr, n int) ([]byte, error) {
 	return nil, fmt.Errorf("fake GPU: %#x is not allocated (illegal address)", uint64(p))
 }
 
+// at is bytes for an address of package tp's type.
+func (g *fakeGPU) at(p DevicePtr, n int) ([]byte, error) { return g.bytes(cuda.DevicePtr(p), n) }
+
 // stores is where a store of n bytes at p lands: the memory at p, or for
 // an address in a fake multicast range the same offset of every mailbox
 // bound to it.
@@ -400,6 +403,17 @@ func (d *fakeDrv) MemcpyHtoD(dst cuda.DevicePtr, src []byte) error {
 		return err
 	})
 }
+func (d *fakeDrv) MemcpyDtoD(dst, src cuda.DevicePtr, n uint64) error {
+	return d.legacy(func() error {
+		to, err1 := d.gpu.bytes(dst, int(n))
+		from, err2 := d.gpu.bytes(src, int(n))
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		storeWords(to, from)
+		return nil
+	})
+}
 func (d *fakeDrv) MemcpyDtoH(dst []byte, src cuda.DevicePtr) error {
 	return d.legacy(func() error {
 		b, err := d.gpu.bytes(src, len(dst))
@@ -513,17 +527,64 @@ func (d *fakeDrv) GraphExecDestroy(e cuda.GraphExec) error {
 	return nil
 }
 
-// fakeKernels compute like the real kernels, from and into fake memory.
+// fakeKernels compute like the real kernels, from and into fake memory,
+// with the slot rotation on the device (kernel.SlotRotation): a launch
+// reads the slot from the counter when it runs, and the step's receive
+// advances it.
 type fakeKernels struct {
 	d       *fakeDrv
 	fused   atomic.Int64 // skinny launches that did a fused receive
 	skipped atomic.Int64 // receives that skipped this rank's slice
+	mu      sync.Mutex
+	streams []cuda.Stream // the stream of every skinny launch, in order
+}
+
+// launchedOn is the stream of every skinny launch so far.
+func (k *fakeKernels) launchedOn() []cuda.Stream {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.streams)
+}
+
+// slotWords is the rotation's counter, checked as the kernels would.
+func (k *fakeKernels) slotWords(r kernel.SlotRotation) ([]uint32, error) {
+	if r.Counter == 0 || r.Slots < 2 || r.Stride == 0 {
+		return nil, fmt.Errorf("fake kernel: launch without a device-side slot rotation: %+v", r)
+	}
+	b, err := k.d.gpu.bytes(r.Counter, 8)
+	if err != nil {
+		return nil, err
+	}
+	w := words(b)
+	if s := atomic.LoadUint32(&w[0]); int(s) >= r.Slots {
+		return nil, fmt.Errorf("fake kernel: slot counter %d with %d slots", s, r.Slots)
+	}
+	return w, nil
+}
+
+// slotOffset is the byte offset of the slot the counter names.
+func slotOffset(w []uint32, r kernel.SlotRotation) cuda.DevicePtr {
+	return cuda.DevicePtr(uint64(atomic.LoadUint32(&w[0])) * r.Stride)
+}
+
+// advance moves the counter to the next slot, as the step's last CTA does.
+func advance(w []uint32, r kernel.SlotRotation) {
+	atomic.StoreUint32(&w[0], (atomic.LoadUint32(&w[0])+1)%uint32(r.Slots))
+	atomic.StoreUint32(&w[1], 0)
 }
 
 func (k *fakeKernels) unload() error { k.d.gpu.add("module", -1); return nil }
 
 func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error {
+	k.mu.Lock()
+	k.streams = append(k.streams, s)
+	k.mu.Unlock()
 	return k.d.enqueue(s, func() error {
+		counter, err := k.slotWords(a.rotation)
+		if err != nil {
+			return err
+		}
+		off := slotOffset(counter, a.rotation)
 		sh := a.shape
 		n, K := sh.Shard(), sh.Latent
 		wlen := n * K
@@ -547,7 +608,10 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 		if err := kernel.UpProjectCPU(sh, bf16s(lat), weight, bf16s(shared), a.sharedStride, out, n); err != nil {
 			return err
 		}
-		for _, dst := range a.dst {
+		for d, dst := range a.dst {
+			if a.rotation.Fixed&(1<<d) == 0 {
+				dst += off
+			}
 			for m := range sh.M {
 				bs, err := k.d.gpu.stores(dst+cuda.DevicePtr(2*(m*sh.Hidden+a.rank*n)), 2*n)
 				if err != nil {
@@ -563,14 +627,27 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 		}
 		if a.receive != nil {
 			k.fused.Add(1)
-			return k.receive(*a.receive)
+			r := *a.receive
+			r.slot += off
+			err := k.receive(r)
+			advance(counter, a.rotation)
+			return err
 		}
 		return nil
 	})
 }
 
 func (k *fakeKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
-	return k.d.enqueue(s, func() error { return k.receive(a) })
+	return k.d.enqueue(s, func() error {
+		counter, err := k.slotWords(a.rotation)
+		if err != nil {
+			return err
+		}
+		a.slot += slotOffset(counter, a.rotation)
+		err = k.receive(a)
+		advance(counter, a.rotation)
+		return err
+	})
 }
 
 // receive is the Lamport receive of a, as the kernel does it (also the tail
@@ -757,11 +834,11 @@ func newFakeUpKind(ctx context.Context, ex mailbox.Exchanger, gpu *fakeGPU, hidd
 }
 
 // devBuf allocates fake device memory holding v.
-func devBuf(t testing.TB, g *fakeGPU, v []kernel.BF16) cuda.DevicePtr {
+func devBuf(t testing.TB, g *fakeGPU, v []kernel.BF16) DevicePtr {
 	t.Helper()
 	b := make([]byte, 2*len(v)+64)
 	copy(b, cuda.AsBytes(v))
-	return g.alloc(b)
+	return DevicePtr(g.alloc(b))
 }
 
 func TestCUDAEngineFakeSteps(t *testing.T) {
@@ -810,11 +887,11 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 							w = packedWeight(t, w, shard, tc.latent)
 						}
 						in := DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, w), WeightPacked: tc.packed,
-							Shared: devBuf(t, gpu, d.shared) + cuda.DevicePtr(2*r*shard), SharedStride: tc.hidden}
+							Shared: devBuf(t, gpu, d.shared) + DevicePtr(2*r*shard), SharedStride: tc.hidden}
 						if err := up.StepDevice(ctx, in, o); err != nil {
 							return err
 						}
-						b, err := gpu.bytes(o, 2*len(out))
+						b, err := gpu.at(o, 2*len(out))
 						if err != nil {
 							return err
 						}
@@ -892,7 +969,7 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 		}
 		defer func() { err = errors.Join(err, up.Close()) }()
 		var ds []DeviceStep
-		var outs []cuda.DevicePtr
+		var outs []DevicePtr
 		for _, d := range steps {
 			o := devBuf(t, gpu, make([]kernel.BF16, maxM*hidden))
 			outs = append(outs, o)
@@ -900,8 +977,8 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 				Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
 				Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}})
 		}
-		if _, err := up.Capture(ctx, ds[:4]); !errors.Is(err, mailbox.ErrArgument) {
-			return fmt.Errorf("capture of 4 steps with 3 slots gave %v, want mailbox.ErrArgument", err)
+		if _, err := up.Capture(ctx, nil); !errors.Is(err, mailbox.ErrArgument) {
+			return fmt.Errorf("capture of no steps gave %v, want mailbox.ErrArgument", err)
 		}
 		g, err := up.Capture(ctx, ds)
 		if err != nil {
@@ -912,7 +989,7 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 		}
 		for rep := range 3 {
 			for _, o := range outs {
-				b, err := gpu.bytes(o, 2*maxM*hidden)
+				b, err := gpu.at(o, 2*maxM*hidden)
 				if err != nil {
 					return err
 				}
@@ -937,19 +1014,38 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 			return fmt.Errorf("Steps() = %d after 3 replays, want %d", up.Steps(), want)
 		}
 		for i, o := range outs {
-			b, err := gpu.bytes(o, 2*ms[i]*hidden)
+			b, err := gpu.at(o, 2*ms[i]*hidden)
 			if err != nil {
 				return err
 			}
 			got[r] = append(got[r], slices.Clone(bf16s(b)))
 		}
-		// One plain step moves the slot phase; the graph then refuses.
+		// One plain step moves the slot phase; the graph replays all the
+		// same (the slots rotate on the device) and gives the same blocks.
 		d := ds[0]
 		if err := up.StepDevice(ctx, d.In, d.Out); err != nil {
 			return err
 		}
-		if err := g.Replay(ctx, 1); !errors.Is(err, ErrGraphPhase) {
-			return fmt.Errorf("replay out of phase gave %v, want ErrGraphPhase", err)
+		for _, o := range outs {
+			b, err := gpu.at(o, 2*maxM*hidden)
+			if err != nil {
+				return err
+			}
+			for i := range bf16s(b) {
+				bf16s(b)[i] = poison
+			}
+		}
+		if err := g.Replay(ctx, 1); err != nil {
+			return fmt.Errorf("replay after a plain step: %w", err)
+		}
+		for i, o := range outs {
+			b, err := gpu.at(o, 2*ms[i]*hidden)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(bf16s(b), got[r][i]) {
+				return fmt.Errorf("step %d of the replay after a plain step: another block than before", i)
+			}
 		}
 		if err := g.Close(); err != nil {
 			return err
@@ -1534,8 +1630,8 @@ func TestStallReason(t *testing.T) {
 		{[]int{1, 3, 7}, "no slice from ranks 1, 3, 7 within the 10s deadline, in the graph replays from step 42;"},
 		{nil, "no slice from some rank within the 10s deadline, in the graph replays from step 42;"},
 	} {
-		if got := stallReason(42, tc.missing, 10*time.Second); !strings.HasPrefix(got, tc.want) {
-			t.Errorf("stallReason(42, %v, 10s) = %q, want it to begin %q", tc.missing, got, tc.want)
+		if got := stallReason("in the graph replays from step 42", tc.missing, 10*time.Second); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("stallReason(..., %v, 10s) = %q, want it to begin %q", tc.missing, got, tc.want)
 		}
 	}
 }
@@ -1765,12 +1861,12 @@ func TestResolveMailboxWithoutGPU(t *testing.T) {
 		if r == 1 {
 			noDrv = errors.New("something else")
 		}
-		kind, reason, err := ResolveMailbox(ctx, ex, mailbox.KindAuto, nil, noDrv, 0)
+		kind, reason, _, err := resolveMailbox(ctx, ex, mailbox.KindAuto, probeGPU(nil, noDrv, 0), os.Getenv)
 		if err != nil || kind != mailbox.KindHost || !strings.Contains(reason, "no GPU") ||
 			!strings.Contains(reason, "ranks 0,2: probe: cuda: no CUDA driver; rank 1: something else") {
 			return fmt.Errorf("auto: %v %q %v", kind, reason, err)
 		}
-		_, _, err = ResolveMailbox(ctx, ex, mailbox.KindUnicast, nil, noDrv, 0)
+		_, _, _, err = resolveMailbox(ctx, ex, mailbox.KindUnicast, probeGPU(nil, noDrv, 0), os.Getenv)
 		if !errors.Is(err, ErrBackendUnavailable) || !errors.Is(err, mailbox.ErrUnavailable) || !strings.Contains(err.Error(), "no CUDA driver") {
 			return fmt.Errorf("unicast: %v", err)
 		}
@@ -1813,14 +1909,14 @@ func (f gpuFixture) bind() (unbind func(), err error) { return f.drv.BindContext
 
 func openTestGPU(t *testing.T) gpuFixture {
 	t.Helper()
-	drv, err := OpenGPU()
+	drv, err := openGPU()
 	switch {
 	case errors.Is(err, cuda.ErrNoDriver):
 		t.Skipf("no CUDA driver (libcuda.so.1 not loadable): %v", err)
 	case cuda.IsNoDevice(err) || errors.Is(err, ErrNoGPU):
 		t.Skipf("CUDA driver present but no device: %v", err)
 	case err != nil:
-		t.Fatalf("OpenGPU: %v", err)
+		t.Fatalf("opening the GPU: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := drv.Close(); err != nil {
@@ -1860,12 +1956,12 @@ func openTestGPU(t *testing.T) gpuFixture {
 // mailbox.
 func (f gpuFixture) newUp(ctx context.Context, ex mailbox.Exchanger, hidden, latent, maxM int, deadline time.Duration) (*UpProjection, error) {
 	return NewUpProjection(ctx, ex, hidden, latent, maxM, WithBackend(mailbox.KindUnicast), WithDevice(f.ordinal),
-		WithCUDADriver(f.drv), WithDeadline(deadline))
+		withCUDADriver(f.drv), WithDeadline(deadline))
 }
 
 // devAlloc allocates device memory holding v (nil: n poisoned elements),
 // freed at the end of the test. The caller's thread has the context.
-func (f gpuFixture) devAlloc(t *testing.T, v []kernel.BF16, n int) cuda.DevicePtr {
+func (f gpuFixture) devAlloc(t *testing.T, v []kernel.BF16, n int) DevicePtr {
 	t.Helper()
 	if v == nil {
 		v = make([]kernel.BF16, n)
@@ -1902,12 +1998,12 @@ func (f gpuFixture) devAlloc(t *testing.T, v []kernel.BF16, n int) cuda.DevicePt
 	if err := f.drv.StreamSynchronize(0); err != nil {
 		t.Fatalf("StreamSynchronize(legacy): %v", err)
 	}
-	return p
+	return DevicePtr(p)
 }
 
-func (f gpuFixture) download(p cuda.DevicePtr, n int) ([]kernel.BF16, error) {
+func (f gpuFixture) download(p DevicePtr, n int) ([]kernel.BF16, error) {
 	v := make([]kernel.BF16, n)
-	err := f.drv.MemcpyDtoH(cuda.AsBytes(v), p)
+	err := f.drv.MemcpyDtoH(cuda.AsBytes(v), cuda.DevicePtr(p))
 	return v, err
 }
 
@@ -1938,7 +2034,7 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 			// Device operands are made here, on the test's thread.
 			type devStep struct {
 				in  []DeviceInputs // per rank
-				out []cuda.DevicePtr
+				out []DevicePtr
 			}
 			dev := make([]devStep, len(steps))
 			if tc.device {
@@ -1950,7 +2046,7 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 							w = packedWeight(t, w, shard, tc.latent)
 						}
 						dev[i].in = append(dev[i].in, DeviceInputs{M: d.m, Latent: lat, Weight: f.devAlloc(t, w, 0), WeightPacked: tc.packed,
-							Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: tc.hidden})
+							Shared: sh + DevicePtr(2*r*shard), SharedStride: tc.hidden})
 						dev[i].out = append(dev[i].out, f.devAlloc(t, nil, tc.maxM*tc.hidden))
 					}
 				}
@@ -2027,7 +2123,7 @@ func TestGPUUpProjectionGraph(t *testing.T) {
 		for r := range tp {
 			ds[r] = append(ds[r], DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: lat,
 				Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
-				Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: hidden}})
+				Shared: sh + DevicePtr(2*r*shard), SharedStride: hidden}})
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -2075,7 +2171,7 @@ func TestGPUUpProjectionGraph(t *testing.T) {
 		}
 		// Poison, replay once more, check.
 		for _, st := range ds[r] {
-			if err := f.drv.MemsetD32(st.Out, 0x7FC17FC1, uint64(maxM*hidden/2)); err != nil {
+			if err := f.drv.MemsetD32(cuda.DevicePtr(st.Out), 0x7FC17FC1, uint64(maxM*hidden/2)); err != nil {
 				return err
 			}
 		}
@@ -2170,7 +2266,7 @@ func TestGPUUpProjectionStalledPeerReplay(t *testing.T) {
 	for r := range n {
 		ds[r] = DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: lat,
 			Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
-			Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: hidden}}
+			Shared: sh + DevicePtr(2*r*shard), SharedStride: hidden}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
