@@ -18,8 +18,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tprun/tprun/kernel"
-	"github.com/tprun/tprun/mailbox"
 	"github.com/tprun/tprun/tp"
 )
 
@@ -39,7 +37,6 @@ type op struct {
 	hidden, latent, maxM, shard int
 	// backend and reason are C copies of u's, owned by the op until close.
 	backend, reason *C.char
-	w               weights
 }
 
 // maxStride bounds shared_stride so that buffer lengths computed from it
@@ -86,8 +83,8 @@ func argErr(format string, args ...any) error {
 // putHandle stores id where a tprun_group** or tprun_op** points.
 func putHandle(out unsafe.Pointer, id uintptr) { *(*uintptr)(out) = id }
 
-func bf16s(p unsafe.Pointer, n int) []kernel.BF16 {
-	return unsafe.Slice((*kernel.BF16)(p), n)
+func bf16s(p unsafe.Pointer, n int) []tp.BF16 {
+	return unsafe.Slice((*tp.BF16)(p), n)
 }
 
 var version = sync.OnceValue(func() *C.char {
@@ -282,7 +279,7 @@ func createOp(name string, h *C.tprun_group, hidden, latent, maxM, device C.int,
 	case out == nil:
 		return fail(name, argErr("op (the out pointer) is NULL"))
 	case device == C.TPRUN_DEVICE_HOST:
-		opts = append(opts, tp.WithBackend(mailbox.KindHost))
+		opts = append(opts, tp.WithBackend(tp.BackendHost))
 	case device >= 0:
 		opts = append(opts, tp.WithDevice(int(device)))
 	case device != C.TPRUN_DEVICE_GROUP:
@@ -325,7 +322,7 @@ func tprun_op_set_weight_host(h *C.tprun_op, w *C.tprun__cu16, count C.size_t) (
 	case uint64(count) != uint64(want):
 		return fail(name, argErr("count = %d: must be shard*latent = %d*%d = %d", count, o.shard, o.latent, want))
 	}
-	return ret(name, o.setWeightHost(context.Background(), bf16s(unsafe.Pointer(w), want)))
+	return ret(name, o.u.SetWeight(context.Background(), bf16s(unsafe.Pointer(w), want)))
 }
 
 //export tprun_op_set_weight_device
@@ -339,7 +336,7 @@ func tprun_op_set_weight_device(h *C.tprun_op, w C.tprun__cptr) (st C.int) {
 	if err := devicePtrs(ptrArg{"weight", unsafe.Pointer(w)}); err != nil {
 		return fail(name, err)
 	}
-	return ret(name, o.setWeightDevice(context.Background(), tp.DevicePtr(uintptr(unsafe.Pointer(w)))))
+	return ret(name, o.u.SetWeightDevice(context.Background(), tp.DevicePtr(uintptr(unsafe.Pointer(w)))))
 }
 
 type ptrArg struct {
@@ -387,7 +384,7 @@ func tprun_op_step(h *C.tprun_op, m C.int, latent, shared C.tprun__cptr, stride 
 	}
 	in := tp.DeviceInputs{M: int(m), Latent: tp.DevicePtr(uintptr(unsafe.Pointer(latent))),
 		Shared: tp.DevicePtr(uintptr(unsafe.Pointer(shared))), SharedStride: int(stride)}
-	return ret(name, o.enqueue(in, tp.DevicePtr(uintptr(out)), uintptr(stream)))
+	return ret(name, o.u.Enqueue(in, tp.DevicePtr(uintptr(out)), tp.Stream(uintptr(stream))))
 }
 
 //export tprun_op_step_host
@@ -417,7 +414,7 @@ func tprun_op_step_host(h *C.tprun_op, m C.int, latent, shared *C.tprun__cu16, s
 	}
 	in := tp.UpInputs{M: mm, Latent: bf16s(unsafe.Pointer(latent), mm*o.latent),
 		Shared: bf16s(unsafe.Pointer(shared), sharedLen), SharedStride: s}
-	return ret(name, o.stepHost(context.Background(), in, bf16s(unsafe.Pointer(out), mm*o.hidden)))
+	return ret(name, o.u.Step(context.Background(), in, bf16s(unsafe.Pointer(out), mm*o.hidden)))
 }
 
 //export tprun_op_synchronize
@@ -426,7 +423,7 @@ func tprun_op_synchronize(h *C.tprun_op, stream unsafe.Pointer) (st C.int) {
 	defer guard(name, &st)
 	o, err := handles.op(uintptr(unsafe.Pointer(h)))
 	if err == nil {
-		err = o.synchronize(context.Background(), uintptr(stream))
+		err = o.u.Synchronize(context.Background(), tp.Stream(uintptr(stream)))
 	}
 	return ret(name, err)
 }
@@ -437,7 +434,7 @@ func tprun_op_check(h *C.tprun_op) (st C.int) {
 	defer guard(name, &st)
 	o, err := handles.op(uintptr(unsafe.Pointer(h)))
 	if err == nil {
-		err = o.check()
+		err = o.u.Err()
 	}
 	return ret(name, err)
 }

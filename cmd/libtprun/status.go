@@ -5,8 +5,6 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/tprun/tprun/kernel"
-	"github.com/tprun/tprun/mailbox"
 	"github.com/tprun/tprun/tp"
 )
 
@@ -40,18 +38,19 @@ func statusOf(err error) int {
 		return statusOK
 	case errors.Is(err, tp.ErrBusy):
 		return statusBusy
-	case errors.Is(err, errHandleClosed), errors.Is(err, tp.ErrGroupClosed), errors.Is(err, mailbox.ErrClosed):
+	case errors.Is(err, errHandleClosed), errors.Is(err, tp.ErrGroupClosed), errors.Is(err, tp.ErrClosed):
 		return statusClosed
-	case errors.Is(err, mailbox.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, tp.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return statusTimeout
-	case errors.Is(err, tp.ErrAborted), errors.Is(err, mailbox.ErrPeer), errors.Is(err, mailbox.ErrBroken),
+	case errors.Is(err, tp.ErrAborted), errors.Is(err, tp.ErrPeer), errors.Is(err, tp.ErrBroken),
 		errors.Is(err, tp.ErrStepMismatch):
 		return statusAborted
-	case errors.Is(err, tp.ErrBackendUnavailable), errors.Is(err, tp.ErrNoDriver), errors.Is(err, tp.ErrNoGPU):
+	case errors.Is(err, tp.ErrBackendUnavailable), errors.Is(err, tp.ErrNoDriver), errors.Is(err, tp.ErrNoGPU),
+		errors.Is(err, tp.ErrMulticastDisabled):
 		return statusUnavailable
-	case errors.Is(err, errArgument), errors.Is(err, kernel.ErrShape), errors.Is(err, mailbox.ErrConfig),
-		errors.Is(err, mailbox.ErrArgument), errors.Is(err, tp.ErrEnv), errors.Is(err, tp.ErrRefused),
-		errors.Is(err, tp.ErrTooLarge), errors.Is(err, tp.ErrGraphPhase):
+	case errors.Is(err, errArgument), errors.Is(err, tp.ErrShape), errors.Is(err, tp.ErrConfig),
+		errors.Is(err, tp.ErrArgument), errors.Is(err, tp.ErrEnv), errors.Is(err, tp.ErrRefused),
+		errors.Is(err, tp.ErrTooLarge), errors.Is(err, tp.ErrGraphPhase), errors.Is(err, tp.ErrNoWeight):
 		return statusInval
 	}
 	return statusInternal
@@ -66,7 +65,7 @@ func blamedRanks(err error) []int {
 	if errors.As(err, &re) {
 		ranks = append(ranks, re.Rank)
 	}
-	var te *mailbox.TimeoutError
+	var te *tp.TimeoutError
 	if errors.As(err, &te) {
 		ranks = append(ranks, te.Missing...)
 		if len(te.Missing) == 0 {

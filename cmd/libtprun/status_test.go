@@ -8,13 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tprun/tprun/kernel"
-	"github.com/tprun/tprun/mailbox"
 	"github.com/tprun/tprun/tp"
 )
 
 func TestStatusOf(t *testing.T) {
-	timeout := &mailbox.TimeoutError{Rank: 0, Step: 4, Missing: []int{2, 1}}
+	timeout := &tp.TimeoutError{Rank: 0, Step: 4, Missing: []int{2, 1}}
 	for _, c := range []struct {
 		desc  string
 		err   error
@@ -25,22 +23,24 @@ func TestStatusOf(t *testing.T) {
 		{"busy", fmt.Errorf("tp: rank 0: up-projection step: %w", tp.ErrBusy), statusBusy, nil},
 		{"closed handle", fmt.Errorf("op handle 3: %w", errHandleClosed), statusClosed, nil},
 		{"closed group", fmt.Errorf("x: %w", tp.ErrGroupClosed), statusClosed, nil},
-		{"closed mailbox", fmt.Errorf("x: %w", mailbox.ErrClosed), statusClosed, nil},
+		{"closed mailbox", fmt.Errorf("x: %w", tp.ErrClosed), statusClosed, nil},
 		{"receive timed out", fmt.Errorf("step: %w", timeout), statusTimeout, []int{1, 2}},
 		{"timeout, then the job failed", errors.Join(timeout, &tp.RankError{Rank: 0, Reason: "gave up"}), statusTimeout, []int{0, 1, 2}},
-		{"other M", &mailbox.TimeoutError{OtherM: []mailbox.RankRows{{Rank: 3, M: 2}}}, statusTimeout, []int{3}},
+		{"other M", &tp.TimeoutError{OtherM: []tp.RankRows{{Rank: 3, M: 2}}}, statusTimeout, []int{3}},
 		{"context deadline", context.DeadlineExceeded, statusTimeout, nil},
 		{"peer died", fmt.Errorf("step: %w", &tp.RankError{Rank: 3, Reason: "connection lost"}), statusAborted, []int{3}},
 		{"rendezvous", &tp.RendezvousError{Missing: []int{2}}, statusAborted, []int{2}},
-		{"peer's bad argument", fmt.Errorf("%w: rank 1: %w", mailbox.ErrPeer, kernel.ErrShape), statusAborted, nil},
-		{"broken op", mailbox.ErrBroken, statusAborted, nil},
+		{"peer's bad argument", fmt.Errorf("%w: rank 1: %w", tp.ErrPeer, tp.ErrShape), statusAborted, nil},
+		{"broken op", tp.ErrBroken, statusAborted, nil},
 		{"ranks disagree", tp.ErrStepMismatch, statusAborted, nil},
 		{"no GPU", fmt.Errorf("x: %w", tp.ErrNoGPU), statusUnavailable, nil},
 		{"host backend", fmt.Errorf("x: %w", tp.ErrBackendUnavailable), statusUnavailable, nil},
-		{"shape", &kernel.ShapeError{Field: "M", Value: 9, Rule: "1..8"}, statusInval, nil},
+		{"shape", &tp.ShapeError{Field: "M", Value: 9, Rule: "1..8"}, statusInval, nil},
 		{"argument", argErr("latent is NULL"), statusInval, nil},
 		{"environment", &tp.EnvError{Var: "RANK"}, statusInval, nil},
 		{"too large", tp.ErrTooLarge, statusInval, nil},
+		{"no weight", fmt.Errorf("x: %w", tp.ErrNoWeight), statusInval, nil},
+		{"multicast forbidden", fmt.Errorf("x: %w", tp.ErrMulticastDisabled), statusUnavailable, nil},
 		{"anything else", errors.New("disk on fire"), statusInternal, nil},
 	} {
 		if got := statusOf(c.err); got != c.want {

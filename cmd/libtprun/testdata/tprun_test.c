@@ -328,7 +328,7 @@ static void check_contract(tprun_group *g, struct shape *s) {
 	CHECK(b != NULL && strcmp(b, "host") == 0, "backend \"%s\"", b ? b : "(null)");
 	CHECK(why != NULL && why[0] != 0, "no backend reason");
 
-	uint16_t w[8] = {0}, buf[64] = {0};
+	static uint16_t w[8], buf[1 << 14];  // larger than any operand here
 	st = tprun_op_set_weight_host(s->op, w, 8);
 	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "count = 8") != NULL, "weight count 8: %s \"%s\"",
 	      tprun_status_name(st), tprun_last_error());
@@ -337,6 +337,10 @@ static void check_contract(tprun_group *g, struct shape *s) {
 		CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "m = ") != NULL, "m = %d: %s \"%s\"", m,
 		      tprun_status_name(st), tprun_last_error());
 	}
+	// No weight given yet: refused before anything is sent.
+	st = tprun_op_step_host(s->op, 1, buf, buf, s->shard, buf);
+	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "no weight") != NULL, "step before the weight: %s \"%s\"",
+	      tprun_status_name(st), tprun_last_error());
 	st = tprun_op_step_host(s->op, 1, NULL, buf, s->shard, buf);
 	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "latent is NULL") != NULL, "latent NULL: %s \"%s\"",
 	      tprun_status_name(st), tprun_last_error());
