@@ -71,7 +71,7 @@ func BenchMain(ctx context.Context, bc *BenchConfig, stdout io.Writer) (err erro
 // shard's weight bytes over the device-to-device copy bandwidth (read plus
 // write) measured in the same run, averaged over the ranks.
 func Bench(ctx context.Context, g *tp.Group, bc *BenchConfig, stdout io.Writer) error {
-	return bench(ctx, g, bc, stdout, tp.OpenGPU)
+	return bench(ctx, g, bc, stdout, openBenchGPU)
 }
 
 // benchRecord is what each rank contributes per M.
@@ -132,7 +132,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 	if err != nil {
 		return err
 	}
-	drv, err := p.pickBackend(ctx, g, gpu)
+	drv, err := p.pickBenchBackend(ctx, g, gpu)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 		return fail(err)
 	}
 	up, err := tp.NewUpProjection(ctx, g, cfg.Hidden, cfg.Latent, p.shape.M, tp.WithBackend(p.mailbox),
-		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(deviceOf(g)), tp.WithCUDADriver(drv))
+		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(deviceOf(g)))
 	if err != nil {
 		return fail(err)
 	}
@@ -440,12 +440,12 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 		offs[k] = o
 		steps[k] = tp.DeviceStep{
 			In: tp.DeviceInputs{M: m,
-				Latent:       r.latent + cuda.DevicePtr(2*o*c.Latent),
-				Weight:       r.weight + cuda.DevicePtr(k*r.shardBytes),
+				Latent:       tp.DevicePtr(r.latent + cuda.DevicePtr(2*o*c.Latent)),
+				Weight:       tp.DevicePtr(r.weight + cuda.DevicePtr(k*r.shardBytes)),
 				WeightPacked: r.packed,
-				Shared:       r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard())),
+				Shared:       tp.DevicePtr(r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard()))),
 				SharedStride: c.Hidden},
-			Out: r.outs + cuda.DevicePtr(k*r.outBytes),
+			Out: tp.DevicePtr(r.outs + cuda.DevicePtr(k*r.outBytes)),
 		}
 	}
 	g, err := up.Capture(ctx, steps)
