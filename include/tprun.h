@@ -222,10 +222,16 @@ int tprun_group_close(tprun_group *group);
  * before the first step. */
 int tprun_op_create(tprun_group *group, int hidden, int latent, int max_m, int device, tprun_op **op);
 
-/* tprun_op_create_ex is tprun_op_create with the deadline of a step's wait
- * for the peers' slices, in seconds (0: the default, 10 s). */
+/* tprun_op_create_ex is tprun_op_create with two settings more: the
+ * deadline of a step's wait for the peers' slices, in seconds (0: the
+ * default, 10 s), and the mailbox backend asked for by name: "auto" (or
+ * NULL or ""; what tprun_op_create does), "unicast" or "multicast" (the
+ * CUDA engine, or TPRUN_EUNAVAILABLE), or "host". Every rank asks for the
+ * same backend. Multicast is refused (TPRUN_EUNAVAILABLE, naming the
+ * variable) while the environment forbids it (NCCL_NVLS_ENABLE=0 and the
+ * like), and auto then does not pick it. */
 int tprun_op_create_ex(tprun_group *group, int hidden, int latent, int max_m, int device,
-		       double deadline_seconds, tprun_op **op);
+		       double deadline_seconds, const char *backend, tprun_op **op);
 
 /* tprun_op_set_weight_host gives the op this rank's weight shard from host
  * memory: count = shard*latent elements, row-major [shard, latent]. The op

@@ -259,32 +259,43 @@ func (o *op) release() error {
 func tprun_op_create(h *C.tprun_group, hidden, latent, maxM, device C.int, out **C.tprun_op) (st C.int) {
 	const name = "tprun_op_create"
 	defer guard(name, &st)
-	return createOp(name, h, hidden, latent, maxM, device, 0, out)
+	return createOp(name, h, hidden, latent, maxM, device, 0, "", out)
 }
 
 //export tprun_op_create_ex
-func tprun_op_create_ex(h *C.tprun_group, hidden, latent, maxM, device C.int, deadline C.double, out **C.tprun_op) (st C.int) {
+func tprun_op_create_ex(h *C.tprun_group, hidden, latent, maxM, device C.int, deadline C.double, backend *C.tprun__cchar, out **C.tprun_op) (st C.int) {
 	const name = "tprun_op_create_ex"
 	defer guard(name, &st)
-	return createOp(name, h, hidden, latent, maxM, device, float64(deadline), out)
+	b := ""
+	if backend != nil {
+		b = C.GoString((*C.char)(unsafe.Pointer(backend)))
+	}
+	return createOp(name, h, hidden, latent, maxM, device, float64(deadline), b, out)
 }
 
-func createOp(name string, h *C.tprun_group, hidden, latent, maxM, device C.int, deadline float64, out **C.tprun_op) C.int {
+func createOp(name string, h *C.tprun_group, hidden, latent, maxM, device C.int, deadline float64, backend string, out **C.tprun_op) C.int {
 	g, err := handles.group(uintptr(unsafe.Pointer(h)))
 	if err != nil {
 		return fail(name, err)
+	}
+	kind, err := tp.ParseBackend(backend)
+	if err != nil {
+		return fail(name, argErr("backend %q: %v", backend, err))
 	}
 	var opts []tp.UpOption
 	switch {
 	case out == nil:
 		return fail(name, argErr("op (the out pointer) is NULL"))
+	case device == C.TPRUN_DEVICE_HOST && kind != tp.BackendAuto && kind != tp.BackendHost:
+		return fail(name, argErr("backend %q with device TPRUN_DEVICE_HOST: the host device runs the host backend only", backend))
 	case device == C.TPRUN_DEVICE_HOST:
-		opts = append(opts, tp.WithBackend(tp.BackendHost))
+		kind = tp.BackendHost
 	case device >= 0:
 		opts = append(opts, tp.WithDevice(int(device)))
 	case device != C.TPRUN_DEVICE_GROUP:
 		return fail(name, argErr("device = %d: must be a CUDA ordinal, TPRUN_DEVICE_GROUP (-1) or TPRUN_DEVICE_HOST (-2)", device))
 	}
+	opts = append(opts, tp.WithBackend(kind))
 	switch {
 	case math.IsNaN(deadline) || deadline < 0 || deadline > 1e6:
 		return fail(name, argErr("deadline_seconds = %g: must be 0 (the default) or a positive number of seconds up to 1e6", deadline))

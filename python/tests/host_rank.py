@@ -124,6 +124,7 @@ def check_arguments(sh):
         ("hidden not an int", ["hidden"], lambda: sh.g.up_projection(8.0, k, 1)),
         ("device not a device", ["device"], lambda: sh.g.up_projection(h, k, 1, device="gpu")),
         ("deadline not positive", ["deadline"], lambda: sh.g.up_projection(h, k, 1, deadline=-1)),
+        ("backend not a string", ["backend"], lambda: sh.g.up_projection(h, k, 1, backend=3)),
     ]
     for desc, words, f in cases:
         expect(desc, ValueError, words, f)
@@ -135,6 +136,9 @@ def check_errors(g, sh):
                lambda: g.up_projection(g.size * 8 + 1, 8, 1))
     if e is not None and not (isinstance(e, ValueError) and e.status_name == "TPRUN_EINVAL" and e.rank is None):
         fail(f"invalid shape: {type(e).__mro__}, status {e.status_name}, rank {e.rank}")
+    # A backend that does not exist, named by the library (every rank).
+    expect("backend 'carrier pigeon'", tprun.InvalidArgumentError, ["carrier pigeon"],
+           lambda: g.up_projection(sh.hidden, sh.latent, 1, device=0, backend="carrier pigeon"))
     # A device step on the host backend.
     expect("device step on the host backend", tprun.BackendUnavailableError, ["host backend"],
            lambda: sh.op._step_device(1, 1 << 20, 1 << 20, sh.shard, 2 << 20, 0))

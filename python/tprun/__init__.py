@@ -115,17 +115,18 @@ class Group:
         """Fails the job on every rank, naming this rank and reason."""
         _lib.check(_lib.lib().tprun_group_abort(self._handle(), str(reason).encode() or None))
 
-    def up_projection(self, hidden, latent, max_m, weight=None, *, device=None, deadline=None):
+    def up_projection(self, hidden, latent, max_m, weight=None, *, device=None, backend=None, deadline=None):
         """Creates the fused up-projection (a collective: every rank passes
         the same hidden, latent and max_m) and gives it weight, this rank's
         [hidden/size, latent] rows of the up-projection weight, if given.
 
         device picks where it runs: None follows weight (a CUDA tensor: its
         device; a CPU tensor, a buffer or no weight: the host backend),
-        "host", or a CUDA ordinal (int or torch.device), whose backend all
-        ranks choose together (the host one where some rank has no GPU).
-        deadline is how long a step waits for the peers' slices, in seconds
-        (None: 10 s)."""
+        "host", or a CUDA ordinal (int or torch.device). On a CUDA device
+        the ranks choose the mailbox backend together: backend None or
+        "auto" lets them (the host one where some rank has no GPU);
+        "unicast", "multicast" or "host" asks for one. deadline is how long
+        a step waits for the peers' slices, in seconds (None: 10 s)."""
         for name, v in (("hidden", hidden), ("latent", latent), ("max_m", max_m)):
             if not isinstance(v, int) or isinstance(v, bool):
                 raise ValueError(f"{name}: want an int, got {type(v).__name__}")
@@ -134,9 +135,14 @@ class Group:
         dev = _device_code(device)
         if deadline is not None and not (isinstance(deadline, (int, float)) and deadline > 0):
             raise ValueError(f"deadline: want a positive number of seconds or None, got {deadline!r}")
+        if backend is not None and not isinstance(backend, str):
+            raise ValueError(f"backend: want None, 'auto', 'unicast', 'multicast' or 'host', got {backend!r}")
+        if backend == "host":
+            dev = _lib.DEVICE_HOST
         l = _lib.lib()
         h = ctypes.c_void_p()
-        _lib.check(l.tprun_op_create_ex(self._handle(), hidden, latent, max_m, dev, float(deadline or 0), ctypes.byref(h)))
+        _lib.check(l.tprun_op_create_ex(self._handle(), hidden, latent, max_m, dev, float(deadline or 0),
+                                        (backend or "").encode(), ctypes.byref(h)))
         op = UpProjection(self, h.value, hidden, latent, max_m, dev)
         if weight is not None:
             try:

@@ -127,7 +127,7 @@ _PROTOTYPES = {
     "tprun_group_abort": (_c_int, [_c_ptr, _c_char_p]),
     "tprun_group_close": (_c_int, [_c_ptr]),
     "tprun_op_create": (_c_int, [_c_ptr, _c_int, _c_int, _c_int, _c_int, _P(_c_ptr)]),
-    "tprun_op_create_ex": (_c_int, [_c_ptr, _c_int, _c_int, _c_int, _c_int, _c_double, _P(_c_ptr)]),
+    "tprun_op_create_ex": (_c_int, [_c_ptr, _c_int, _c_int, _c_int, _c_int, _c_double, _c_char_p, _P(_c_ptr)]),
     "tprun_op_set_weight_host": (_c_int, [_c_ptr, _c_ptr, _c_size]),
     "tprun_op_set_weight_device": (_c_int, [_c_ptr, _c_ptr]),
     "tprun_op_step": (_c_int, [_c_ptr, _c_int, _c_ptr, _c_ptr, _c_size, _c_ptr, _c_ptr]),

@@ -318,6 +318,12 @@ static void check_contract(tprun_group *g, struct shape *s) {
 	st = tprun_op_create(g, s->hidden, s->latent, s->max_m, -7, &bad);
 	CHECK(st == TPRUN_EINVAL && bad == NULL && strstr(tprun_last_error(), "device = -7") != NULL,
 	      "device -7: %s \"%s\"", tprun_status_name(st), tprun_last_error());
+	st = tprun_op_create_ex(g, s->hidden, s->latent, s->max_m, TPRUN_DEVICE_GROUP, 0, "carrier pigeon", &bad);
+	CHECK(st == TPRUN_EINVAL && bad == NULL && strstr(tprun_last_error(), "carrier pigeon") != NULL,
+	      "backend \"carrier pigeon\": %s \"%s\"", tprun_status_name(st), tprun_last_error());
+	st = tprun_op_create_ex(g, s->hidden, s->latent, s->max_m, TPRUN_DEVICE_GROUP, -1, NULL, &bad);
+	CHECK(st == TPRUN_EINVAL && bad == NULL && strstr(tprun_last_error(), "deadline_seconds = -1") != NULL,
+	      "deadline -1: %s \"%s\"", tprun_status_name(st), tprun_last_error());
 	// A shape every rank gets wrong fails on every rank, and the group
 	// goes on.
 	st = tprun_op_create(g, s->hidden + 1, s->latent, s->max_m, TPRUN_DEVICE_HOST, &bad);
@@ -371,7 +377,7 @@ int main(int argc, char **argv) {
 	struct shape a = {.hidden = 24 * size, .latent = 72, .max_m = 8, .shard = 24};
 	struct shape b = {.hidden = 8 * size, .latent = 8, .max_m = 3, .shard = 8};
 	MUST(tprun_op_create(g, a.hidden, a.latent, a.max_m, TPRUN_DEVICE_HOST, &a.op));
-	MUST(tprun_op_create_ex(g, b.hidden, b.latent, b.max_m, TPRUN_DEVICE_HOST, 30.0, &b.op));
+	MUST(tprun_op_create_ex(g, b.hidden, b.latent, b.max_m, TPRUN_DEVICE_GROUP, 30.0, "host", &b.op));
 	a.weight = malloc(sizeof *a.weight * a.hidden * a.latent);
 	b.weight = malloc(sizeof *b.weight * b.hidden * b.latent);
 
