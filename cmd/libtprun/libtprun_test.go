@@ -163,13 +163,21 @@ func TestCRankProgram(t *testing.T) {
 	}
 }
 
+// pythonEnv names the Python the tests run, when not python3 from PATH
+// (one that has PyTorch, say).
+const pythonEnv = "TPRUN_TEST_PYTHON"
+
 // python returns the python3 to run and the environment that finds the
 // package and the library built here; it skips the test without python3.
 func python(t *testing.T) (string, []string) {
 	t.Helper()
-	py, err := exec.LookPath("python3")
+	name := os.Getenv(pythonEnv)
+	if name == "" {
+		name = "python3"
+	}
+	py, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("python3 is not on PATH, so the Python package is not tested: %v", err)
+		t.Skipf("%s is not found (%s names another), so the Python package is not tested: %v", name, pythonEnv, err)
 	}
 	return py, []string{"PYTHONPATH=" + filepath.Join(repoRoot(t), "python"),
 		"TPRUN_LIB=" + filepath.Join(built(t), "libtprun.so"), "PYTHONDONTWRITEBYTECODE=1"}
@@ -186,6 +194,26 @@ func TestPythonHostBackend(t *testing.T) {
 		}
 		everyRankSays(t, j, n, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps, \d+ elements checked, 0 wrong, every block identical`)
 	}
+}
+
+// TestPythonTorchCPU runs the package with PyTorch CPU tensors, where the
+// Python has PyTorch.
+func TestPythonTorchCPU(t *testing.T) {
+	py, env := python(t)
+	if out, err := exec.Command(py, "-c", "import torch").CombinedOutput(); err != nil {
+		t.Skipf("%s cannot import torch (%v; %s names a Python that can): %s", py, err, pythonEnv, lastLine(out))
+	}
+	seed := rand.Uint32()
+	j := launch(t, 2, env, 2*time.Minute, py, "python/tests/torch_cpu_rank.py", strconv.FormatUint(uint64(seed), 10))
+	if j.code != 0 {
+		t.Fatalf("seed %d: exit status %d:\n%s", seed, j.code, j.out)
+	}
+	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps with torch .* CPU tensors, 0 wrong, every block identical`)
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }
 
 func TestPythonExample(t *testing.T) {

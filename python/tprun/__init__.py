@@ -20,6 +20,7 @@ file covers shapes, errors, the Go runtime inside the process and signals.
 """
 
 import ctypes
+import sys
 from array import array
 
 from . import _lib
@@ -171,9 +172,24 @@ def _is_tensor(x):
     return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
 
 
+# The PyTorch side (tprun._torch), loaded once torch is in use: an op made
+# while torch is imported loads it, as does the first tensor argument. A
+# step then finds it here without an import, which torch.compile traces.
+_T = None
+
+
+def _load_torch():
+    global _T
+    if _T is None:
+        from . import _torch
+
+        _T = _torch
+    return _T
+
+
 def _weight_device(weight):
     if _is_tensor(weight) and weight.device.type == "cuda":
-        return weight.device.index if weight.device.index is not None else _torch().current_device()
+        return weight.device.index if weight.device.index is not None else _torch_lib().current_device()
     return "host"
 
 
@@ -184,7 +200,7 @@ def _device_code(device):
         if device.type == "cpu":
             return _lib.DEVICE_HOST
         if device.type == "cuda":
-            return device.index if device.index is not None else _torch().current_device()
+            return device.index if device.index is not None else _torch_lib().current_device()
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return device
     raise ValueError(f"device: want None, 'host', a CUDA ordinal or a torch.device, got {device!r}")
@@ -194,10 +210,8 @@ def _is_torch_device(x):
     return type(x).__module__.startswith("torch") and type(x).__name__ == "device"
 
 
-def _torch():
-    from . import _torch as t
-
-    return t.torch
+def _torch_lib():
+    return _load_torch().torch
 
 
 class UpProjection:
@@ -220,7 +234,9 @@ class UpProjection:
         self.backend = b.decode()
         self.backend_reason = (l.tprun_op_backend_reason(handle) or b"").decode()
         self.device = None if self.backend == "host" else (group.device if dev == _lib.DEVICE_GROUP else dev)
-        self._torch_id = None
+        _lib.ops[handle] = self
+        if "torch" in sys.modules:
+            _load_torch()
 
     def __repr__(self):
         where = "host" if self.device is None else f"cuda:{self.device}"
@@ -239,9 +255,7 @@ class UpProjection:
         n = self.shard * self.latent
         l = _lib.lib()
         if _is_tensor(weight):
-            from . import _torch
-
-            ptr, host = _torch.weight_pointer(self, weight)
+            ptr, host = _load_torch().weight_pointer(self, weight)
             if host:
                 _lib.check(l.tprun_op_set_weight_host(self._handle(), ptr, n))
             else:
@@ -257,10 +271,11 @@ class UpProjection:
         the host step. Buffers: M is len(latent) / latent; shared holds M*shard
         or M*hidden elements; out, if given, M*hidden; returns out or a new
         array('H')."""
+        t = _T
+        if t is not None and isinstance(latent, t.torch.Tensor):
+            return t.call(self, latent, shared, out)
         if _is_tensor(latent):
-            from . import _torch
-
-            return _torch.call(self, latent, shared, out)
+            return _load_torch().call(self, latent, shared, out)
         return self._call_buffers(latent, shared, out)
 
     step = __call__
@@ -298,7 +313,7 @@ class UpProjection:
         """Waits for the steps queued on stream (default: the current CUDA
         stream of the op's device) and raises the first failure among them."""
         if stream is None:
-            stream = 0 if self.device is None else _torch().cuda.current_stream(self.device).cuda_stream
+            stream = 0 if self.device is None else _torch_lib().cuda.current_stream(self.device).cuda_stream
         _lib.check(_lib.lib().tprun_op_synchronize(self._handle(), getattr(stream, "cuda_stream", stream)))
 
     def check(self):
@@ -310,10 +325,8 @@ class UpProjection:
         """Releases the op. Closing twice, or after the group, does
         nothing."""
         h, self._h = self._h, None
-        if self._torch_id is not None:
-            from . import _torch
-
-            _torch.forget(self)
+        if h is not None:
+            _lib.ops.pop(h, None)
         if h is not None and self._group._h is not None:
             _lib.check(_lib.lib().tprun_op_close(h))
 

@@ -8,6 +8,7 @@ import builtins
 import ctypes
 import os
 import threading
+import weakref
 
 ABI_VERSION = 1  # TPRUN_ABI_VERSION this binding was written against
 
@@ -104,6 +105,10 @@ _STATUS_NAMES = {
 
 _lock = threading.Lock()
 _lib = None
+
+# The open ops by handle, for the PyTorch custom op, which gets the handle
+# as an int argument.
+ops = weakref.WeakValueDictionary()
 
 _c_int, _c_size, _c_double, _c_ptr, _c_char_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_double, ctypes.c_void_p, ctypes.c_char_p
 _P = ctypes.POINTER

@@ -8,14 +8,9 @@ before it (they trace); those that need addresses (alignment, overlap) run
 inside it.
 """
 
-import threading
-
 import torch
 
 from . import _lib
-
-_ops = {}  # op id -> UpProjection, for the custom op
-_ops_lock = threading.Lock()
 
 
 def _check_bf16(name, t):
@@ -95,7 +90,7 @@ def call(op, latent, shared, out):
             raise ValueError("out: not contiguous")
         if out.device != latent.device:
             raise ValueError(f"out: on {out.device}, latent on {latent.device}: want one device")
-    _up_projection(latent, shared, out, _register(op))
+    _up_projection(latent, shared, out, op._handle())
     return out
 
 
@@ -123,22 +118,8 @@ def run(op, latent, shared, out):
         op._step_host(m, lp, sp, stride, outp)
 
 
-def _register(op):
-    with _ops_lock:
-        if op._torch_id is None:
-            op._torch_id = op._handle()
-            _ops[op._torch_id] = op
-        return op._torch_id
-
-
-def forget(op):
-    with _ops_lock:
-        _ops.pop(op._torch_id, None)
-        op._torch_id = None
-
-
 def _impl(latent: torch.Tensor, shared: torch.Tensor, out: torch.Tensor, op: int) -> None:
-    o = _ops.get(op)
+    o = _lib.ops.get(op)
     if o is None:
         raise _lib.ClosedError(f"tprun: op {op} is closed", _lib.ECLOSED)
     run(o, latent, shared, out)
