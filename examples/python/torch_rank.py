@@ -57,6 +57,7 @@ def parse_args():
     p.add_argument("--graph", type=int, default=0, metavar="N", help="replays per M of the captured step")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--bench", action="store_true")
+    p.add_argument("--cpu", action="store_true", help="CPU tensors on the host backend (--check and --compile only)")
     p.add_argument("--rotate-mb", type=int, default=512, help="--bench: MiB of weight copies the steps rotate through")
     p.add_argument("--replays", type=int, default=200, help="--bench: timed replays per M")
     p.add_argument("--warmup", type=int, default=20, help="--bench: untimed replays per M")
@@ -64,6 +65,8 @@ def parse_args():
     a.m = [int(x) for x in a.m.split(",")]
     if not (a.check or a.graph or a.compile or a.bench):
         a.check = True
+    if a.cpu and (a.graph or a.bench):
+        p.error("--graph and --bench need CUDA, not --cpu")
     return a
 
 
@@ -89,20 +92,6 @@ def epilogue(torch, s, shared):
     return (t.to(torch.bfloat16).float() + 0.0)  # + 0.0 turns -0 into +0
 
 
-def bounds(torch, lat, weight, shared):
-    """The lowest and highest value (float32) a correct op may store for
-    each element of the [M, hidden] block: the op's fp32 sum lies within
-    e = gamma_K*sum|l*w| + K*2^-149 of the exact one (Higham, Thm 4.4) and
-    its epilogue is monotone, so the element lies between epilogue(S - e)
-    and epilogue(S + e). Only the op's roundings are allowed."""
-    l64, w64 = lat.double(), weight.double()
-    s = l64 @ w64.T
-    a = l64.abs() @ w64.abs().T
-    k = lat.shape[1]
-    e = (k * 2.0**-24 / (1 - k * 2.0**-24) + k * 2.0**-50) * a + k * 2.0**-149
-    return epilogue(torch, s - e, shared), epilogue(torch, s + e, shared)
-
-
 def bf16_neighbors(torch, s):
     """The bf16 values just below and just above float64 s (both s itself
     when s is one), as float32."""
@@ -116,18 +105,42 @@ def bf16_neighbors(torch, s):
     return torch.where(bd > s, down, b), torch.where(bd < s, up, b)
 
 
-def one_rounding_bounds(torch, lat, weight, shared):
-    """The interval a block lies in when its only difference from the exact
-    result is which way bf16(S) rounded: one bf16 rounding of the GEMM. An
-    fp32 sum may leave it where S nearly cancels (then the op's own
-    interval, bounds(), still holds): a figure to read, not a check."""
-    s = lat.double() @ weight.double().T
-    lo_b, hi_b = bf16_neighbors(torch, s)
+class Reference:
+    """The yardstick for whole [M, hidden] blocks made with weight
+    [hidden, latent], in float64 on the GPU (the weight widened once)."""
 
-    def epi(b):
-        return ((b + shared.float()).to(torch.bfloat16).float() + 0.0)
+    def __init__(self, torch, weight):
+        self.torch = torch
+        w64 = weight.double()
+        self.w64t, self.a64t = w64.T, w64.abs().T
+        self.k = weight.shape[1]
 
-    return epi(lo_b), epi(hi_b)
+    def check(self, out, lat, shared):
+        """Returns two 0-d counts for out (bf16) computed from lat and
+        shared (the whole residual):
+
+        wrong: elements outside the interval a correct op stays in. The
+        op's fp32 sum lies within e = gamma_K*sum|l*w| + K*2^-149 of the
+        exact S (Higham, Thm 4.4) and its epilogue is monotone, so an
+        element lies between epilogue(S - e) and epilogue(S + e): the op's
+        own roundings are allowed, nothing else. NaN and -0 are wrong too.
+
+        beyond: elements outside one bf16 rounding of the GEMM (bf16(S)
+        rounded either way, then the epilogue's add and rounding). An fp32
+        sum can leave it where S nearly cancels, so this is a figure to
+        read, not a check."""
+        t = self.torch
+        l64 = lat.double()
+        s = l64 @ self.w64t
+        a = l64.abs() @ self.a64t
+        k = self.k
+        e = (k * 2.0**-24 / (1 - k * 2.0**-24) + k * 2.0**-50) * a + k * 2.0**-149
+        wrong = count_wrong(t, out, epilogue(t, s - e, shared), epilogue(t, s + e, shared))
+        lo_b, hi_b = bf16_neighbors(t, s)
+        sh = shared.float()
+        lo1 = (lo_b + sh).to(t.bfloat16).float() + 0.0
+        hi1 = (hi_b + sh).to(t.bfloat16).float() + 0.0
+        return wrong, count_wrong(t, out, lo1, hi1)
 
 
 def count_wrong(torch, out, lo, hi):
@@ -148,14 +161,18 @@ class Rank:
     def __init__(self, torch, tprun, a):
         self.torch, self.tprun, self.a = torch, tprun, a
         self.g = tprun.join()
-        self.dev = torch.device("cuda", self.g.device)
-        torch.cuda.set_device(self.dev)
+        if a.cpu:
+            self.dev = torch.device("cpu")
+        else:
+            self.dev = torch.device("cuda", self.g.device)
+            torch.cuda.set_device(self.dev)
         self.shard = a.hidden // self.g.size
         # Every rank draws the same numbers from the same seed.
         self.gen = torch.Generator(device=self.dev)
         self.gen.manual_seed(a.seed)
         w = torch.randn(a.hidden, a.latent, generator=self.gen, device=self.dev) * a.latent**-0.5
         self.weight = w.to(torch.bfloat16)  # [hidden, latent]
+        self.ref = Reference(torch, self.weight)
         r, s = self.g.rank, self.shard
         self.mine = self.weight[r * s:(r + 1) * s]  # this rank's [shard, latent] rows
         self.coeff = torch.randint(-(2**62), 2**62, (16 * a.hidden,), generator=self.gen, device=self.dev)
@@ -163,7 +180,8 @@ class Rank:
         self.op = self.g.up_projection(a.hidden, a.latent, self.max_m, self.mine, backend=a.backend,
                                        deadline=a.deadline)
         self.failed = False
-        self.say(f"{self.op.backend} backend on cuda:{self.g.device} ({self.op.backend_reason})")
+        where = "the CPU" if a.cpu else f"cuda:{self.g.device}"
+        self.say(f"{self.op.backend} backend on {where} ({self.op.backend_reason})")
 
     def say(self, msg):
         print(f"rank {self.g.rank}: {msg}", flush=True)
@@ -204,14 +222,14 @@ class Rank:
                     self.op(lat, sh[:, r * s:(r + 1) * s], out=out)
                 else:
                     out = self.op(lat, sh)
-                lo, hi = bounds(t, lat, self.weight, sh)
-                wrong += int(count_wrong(t, out, lo, hi))
+                w, b = self.ref.check(out, lat, sh)
+                wrong += int(w)
+                beyond += int(b)
                 # PyTorch's own fp32 GEMM is one of the sums the bound
                 # allows: a check of the reference itself.
                 ref = ((lat.float() @ self.weight.float().T).to(t.bfloat16).float() + sh.float()).to(t.bfloat16)
-                ref_wrong += int(count_wrong(t, ref, lo, hi))
+                ref_wrong += int(self.ref.check(ref, lat, sh)[0])
                 differ += int((out.float() != ref.float()).sum())
-                beyond += int(count_wrong(t, out, *one_rounding_bounds(t, lat, self.weight, sh)))
                 digests.append(int(digest(t, out, self.coeff)))
                 checked += m * a.hidden
         self.op.synchronize()
@@ -256,10 +274,9 @@ class Rank:
                 sh.copy_(nsh)
                 out.fill_(float("nan"))  # poison: whatever the step leaves unwritten fails
                 g.replay()
-                got = (post * 0.5).to(t.bfloat16)
-                lo, hi = bounds(t, t.neg(nsrc), self.weight, nsh)
-                wrong += count_wrong(t, got, lo, hi)
-                beyond += count_wrong(t, got, *one_rounding_bounds(t, t.neg(nsrc), self.weight, nsh))
+                w, b = self.ref.check((post * 0.5).to(t.bfloat16), t.neg(nsrc), nsh)
+                wrong += w
+                beyond += b
                 dig += digest(t, post, self.coeff)
             t.cuda.synchronize()
             self.op.check()
@@ -279,6 +296,10 @@ class Rank:
         def f(src, sh):
             return op(t.neg(src), sh).float() * 2.0
 
+        if not hasattr(t, "compile"):
+            self.say(f"FAIL: --compile needs torch.compile (PyTorch 2), this is {t.__version__}")
+            self.failed = True
+            return
         cf = t.compile(f)
         wrong = differ = 0
         for m in a.m:
@@ -287,8 +308,7 @@ class Rank:
                 want = f(src, sh)  # a step
                 got = cf(src, sh)  # another step, same inputs: the same block
                 differ += int((got.view(t.int32) != want.view(t.int32)).sum())
-                lo, hi = bounds(t, t.neg(src), self.weight, sh)
-                wrong += int(count_wrong(t, (got * 0.5).to(t.bfloat16), lo, hi))
+                wrong += int(self.ref.check((got * 0.5).to(t.bfloat16), t.neg(src), sh)[0])
         self.op.synchronize()
         self.report(f"compile, M {a.m}", 3 * sum(a.m) * a.hidden, wrong + differ)
         if differ:
@@ -323,8 +343,7 @@ class Rank:
             for out in outs:
                 out.fill_(float("nan"))
             g.replay()
-            lo, hi = bounds(t, lat, self.weight, sh)
-            wrong = sum(int(count_wrong(t, out, lo, hi)) for out in outs)
+            wrong = sum(int(self.ref.check(out, lat, sh)[0]) for out in outs)
             ev = [t.cuda.Event(enable_timing=True) for _ in range(a.replays + 1)]
             ev[0].record()
             for i in range(a.replays):
@@ -356,8 +375,8 @@ def main():
 
     import tprun
 
-    if not torch.cuda.is_available():
-        sys.exit("torch_rank.py needs a CUDA device (see examples/python/host_rank.py for the CPU)")
+    if not a.cpu and not torch.cuda.is_available():
+        sys.exit("torch_rank.py needs a CUDA device, or --cpu")
     r = Rank(torch, tprun, a)
     try:
         if a.check:
