@@ -56,7 +56,7 @@ func (u *UpProjection) Enqueue(in DeviceInputs, out DevicePtr, stream Stream) er
 		// Step checks, when on, take part in the group's collectives; they
 		// wait at most the op's deadline.
 		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(u.checkWait, mailbox.DefaultDeadline))
-		err = u.checkCall(ctx, "enqueue", []int{in.M}, u.validateDevice(s, in, out))
+		err = u.checkCall(ctx, "step", []int{in.M}, u.validateDevice(s, in, out)) // a step, however it runs
 		cancel()
 	}
 	if err == nil {

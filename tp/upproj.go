@@ -47,20 +47,20 @@ type upConfig struct {
 	stepChecks   bool // WithStepChecks, or StepChecksEnv
 }
 
-// WithBackend picks the mailbox backend (package mailbox describes them). The
-// default, mailbox.KindAuto, resolves collectively from every rank's
+// WithBackend picks the mailbox backend (BackendKind). The
+// default, BackendAuto, resolves collectively from every rank's
 // device (ResolveMailbox): multicast where allowed and supported, else
 // unicast, both on the CUDA engine; the host backend where some rank has
 // no usable GPU. Unicast and multicast asked for by name run on the CUDA
 // engine or fail with ErrBackendUnavailable.
-func WithBackend(k mailbox.Kind) UpOption { return func(c *upConfig) { c.backend = k } }
+func WithBackend(k BackendKind) UpOption { return func(c *upConfig) { c.backend = k } }
 
 // WithSlots sets the number of mailbox slots (at least 2; 0 means
-// mailbox.DefaultSlots).
+// 3).
 func WithSlots(n int) UpOption { return func(c *upConfig) { c.slots = n } }
 
 // WithDeadline bounds how long a step waits for the peers' slices (0 means
-// mailbox.DefaultDeadline). Past it the step fails naming the missing ranks.
+// 10 s). Past it the step fails naming the missing ranks.
 func WithDeadline(d time.Duration) UpOption { return func(c *upConfig) { c.deadline = d } }
 
 // UpInputs are one step's operands in host memory, raw bf16, row-major
@@ -84,18 +84,20 @@ type UpInputs struct {
 }
 
 // UpProjection is the fused up-projection of one rank of a group: every
-// Step multiplies the latent block by this rank's weight shard, adds its
+// step multiplies the latent block by this rank's weight shard, adds its
 // shared slice, writes the result into every other rank's mailbox slot (and
 // its own, or with the CUDA engine's unicast mailbox straight into the
-// output) and returns once the whole [M, hidden_dim] block, every rank's
-// slice, has arrived. Every rank of the group must call Step the same number of times
-// with the same M. Ranks that pass different M for a step do not get a
-// block: every rank's step fails at the deadline with a
-// *mailbox.TimeoutError that names the ranks which passed another M.
+// output) and completes once the whole [M, hidden_dim] block, every rank's
+// slice, has arrived. Every rank of the group must run the same steps, in
+// the same order, with the same M: Step (host operands), StepDevice
+// (device operands, waited for), Enqueue (queued on a stream), Capture's
+// graphs; the kinds may differ between ranks. Ranks that pass different M
+// for a step do not get a block: every rank's step fails at the deadline
+// with a *TimeoutError that names the ranks which passed another M.
 //
-// Step must not be called concurrently with itself: a second call fails
-// with ErrBusy. Close may be called from any goroutine, and a Step waiting
-// at that moment fails.
+// The calls of an op must not overlap: a second call while one runs fails
+// with ErrBusy. Err and Close may be called from any goroutine; a step
+// waiting when Close is called fails.
 //
 // An op made from a Group (Group.NewUpProjection) also watches the job: when
 // the job fails (a peer died or left, a rank aborted), a step waiting for
@@ -152,7 +154,7 @@ type upEngine interface {
 // rows of the weight). It is a collective: every rank must call it with the
 // same arguments. *Group.NewUpProjection is the usual way in; ex is an
 // interface so that tests can run ranks as goroutines.
-func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, maxM int, opts ...UpOption) (*UpProjection, error) {
+func NewUpProjection(ctx context.Context, ex Exchanger, hidden, latent, maxM int, opts ...UpOption) (*UpProjection, error) {
 	var cfg upConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -278,7 +280,7 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 func (u *UpProjection) Rank() int { return u.rank }
 
 // Shape is the op's shape with M set to the largest M a step may use.
-func (u *UpProjection) Shape() kernel.Shape { return u.shape }
+func (u *UpProjection) Shape() Shape { return u.shape }
 
 // Backend names the mailbox backend: "host", "unicast" or "multicast".
 func (u *UpProjection) Backend() string { return u.eng.name() }
@@ -294,17 +296,17 @@ func (u *UpProjection) Steps() uint64 {
 	return u.next
 }
 
-// Step runs one step: it validates in and out (errors wrap kernel.ErrShape
+// Step runs one step: it validates in and out (errors wrap ErrShape
 // and name the value and the rule; nothing is sent then, and the group can
 // go on), computes this rank's slice, writes it to every rank and waits
 // until every rank's slice has arrived, leaving the whole [M, hidden_dim]
 // block, row-major, in out[:M*hidden_dim].
 //
 // When a peer's slice does not arrive within the deadline the error is a
-// *mailbox.TimeoutError naming the missing ranks (errors.Is
-// mailbox.ErrTimeout), and the ranks that ran this step with another M
+// *TimeoutError naming the missing ranks (errors.Is
+// ErrTimeout), and the ranks that ran this step with another M
 // (TimeoutError.OtherM). After a failed wait the op is unusable: later steps
-// fail with mailbox.ErrBroken (only; the cause is in the text), or, for an
+// fail with ErrBroken (only; the cause is in the text), or, for an
 // op made from a Group whose job has failed, with the job's failure.
 func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16) error {
 	leave, err := u.enter("step")
@@ -469,7 +471,10 @@ func (u *UpProjection) validateM(m int) error {
 }
 
 // Close releases the mailbox and the engine. It is idempotent and safe to
-// call while Step waits; that Step then fails.
+// call while Step waits; that Step then fails. Steps still queued by
+// Enqueue (or in the caller's graphs) are ended first, their blocks
+// garbage: synchronize before Close to have them finish normally, and
+// replay no graph holding the op's steps after it.
 func (u *UpProjection) Close() error {
 	u.closeOnce.Do(func() {
 		if err := u.eng.close(); err != nil {

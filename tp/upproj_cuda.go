@@ -236,9 +236,10 @@ type cudaEngine struct {
 	// (kernel.SlotRotation), zero at setup.
 	counter cuda.DevicePtr
 	// weight: the op's own copy of the weight shard (SetWeight), in the
-	// packed layout when weightPacked; 0 until SetWeight.
-	weight       cuda.DevicePtr
-	weightPacked bool
+	// packed layout when weightPacked; 0 until SetWeight. preferPacked:
+	// the layout SetWeight makes (kernel.PreferPacked for the shape).
+	weight                     cuda.DevicePtr
+	weightPacked, preferPacked bool
 	// fill is page-locked host memory without a sentinel word (zeros),
 	// SlotRows(capacity)*hidden*2 bytes: what keepAborting copies over
 	// every region of every local slot. Made at setup: a page-locked
@@ -294,7 +295,8 @@ var _ upEngine = (*cudaEngine)(nil)
 func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig, drv engineDriver, closeDrv func() error,
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
-		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice}
+		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice,
+		preferPacked: kernel.PreferPacked(s.Shard(), s.Latent)}
 	if w, ok := ex.(jobWatcher); ok {
 		e.failJob, e.job = w.abortJob, w.jobContext()
 	}
@@ -1055,7 +1057,7 @@ func (e *cudaEngine) loadWeight(host []kernel.BF16, dev cuda.DevicePtr) error {
 	}
 	defer unbind()
 	shard, latent := e.shape.Shard(), e.shape.Latent
-	packed := kernel.PreferPacked(shard, latent)
+	packed := e.preferPacked
 	n := shard * latent
 	if packed {
 		n = kernel.PackedWeightLen(shard, latent)
@@ -1215,8 +1217,8 @@ func (u *UpProjection) Device() int {
 //
 // Cancelling ctx while the step waits for peers ends the wait within about
 // 200 µs (the receive reads a host-set abort word) and leaves the op broken
-// (later steps fail with mailbox.ErrBroken); so does Close, with
-// mailbox.ErrClosed.
+// (later steps fail with ErrBroken); so does Close, with
+// ErrClosed.
 func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out DevicePtr) error {
 	leave, err := u.enter("device step")
 	if err != nil {
@@ -1412,7 +1414,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 
 // Replay runs the graph n times and waits for them; the op's step count
 // advances by n*Steps(). A peer's missing slice gives a
-// *mailbox.TimeoutError whose Step is the first step of the batch of
+// *TimeoutError whose Step is the first step of the batch of
 // replays it happened in (replays are queued in batches of up to 32).
 //
 // A peer that stalls without dying (the job watch sees nothing) would
@@ -1421,7 +1423,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 // the batch has timed out, the rank fails the job (naming the missing
 // ranks), and when that failure has come back to it, ends the receives
 // queued behind: the batch ends about one deadline after the stall, with
-// the *mailbox.TimeoutError on this rank and the job's failure
+// the *TimeoutError on this rank and the job's failure
 // (ErrAborted, naming this rank and the missing ones) on the others, the
 // stalled rank's next call included. A single timeout thus ends the job,
 // as NCCL's watchdog does; WithDeadline sets how long a receive waits.
@@ -1431,7 +1433,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 // them for earlier steps' slices; a peer whose batch ends after the
 // failure reached its process returns the failure, not its block, but a
 // peer process that did not run in between (stopped, starved of CPU) is
-// not protected. An op made from another mailbox.Exchanger keeps waiting
+// not protected. An op made from another Exchanger keeps waiting
 // out every deadline.
 //
 // Cancelling ctx aborts the wait (within about 200 µs) and breaks the op,
@@ -1573,7 +1575,7 @@ func (g *StepGraph) isClosed() bool {
 // Close frees the graph; it is idempotent. Called while another goroutine
 // replays the graph, it waits until the batch of replays in flight has
 // ended (a batch is up to 32 replays), and the next replay fails with
-// mailbox.ErrClosed. Closing the op frees its graphs too.
+// ErrClosed. Closing the op frees its graphs too.
 func (g *StepGraph) Close() error {
 	e := g.e
 	e.mu.Lock()

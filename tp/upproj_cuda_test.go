@@ -2,10 +2,12 @@ package tp
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -195,6 +197,7 @@ type fakeDrv struct {
 	graphs               map[uintptr][]func() error
 	streams              map[cuda.Stream]*fakeStream
 	nextID               uintptr
+	syncs                atomic.Int64 // StreamSynchronize calls, any stream
 }
 
 // fakeStream runs its work in order, each op on a goroutine that waits
@@ -336,6 +339,7 @@ func (d *fakeDrv) StreamDestroy(s cuda.Stream) error {
 	return nil
 }
 func (d *fakeDrv) StreamSynchronize(s cuda.Stream) error {
+	d.syncs.Add(1)
 	d.mu.Lock()
 	st := d.stream(s)
 	last := st.last
@@ -2827,5 +2831,415 @@ func TestCUDAEngineFakeMulticast(t *testing.T) {
 	}
 	if slices.Equal(uni[0], make([]kernel.BF16, 2*hidden)) {
 		t.Errorf("the blocks are all zeros: the test cannot tell anything apart")
+	}
+}
+
+// ---- The public op API on the real GPU: the op's own weight, stream-ordered
+// steps and graphs of one step. Goroutine ranks share device
+// TPRUN_TEST_DEVICE (0), so at tp > 1 the engine takes the receive kernel
+// path, at tp 1 the fused receive.
+
+// write copies v to p on the calling goroutine's thread (which it binds)
+// and waits for the copy: a synchronous copy on the legacy stream, which
+// no rank's non-blocking stream holds back.
+func (f gpuFixture) write(p DevicePtr, v []kernel.BF16) error {
+	unbind, err := f.bind()
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	if err := f.drv.MemcpyHtoD(cuda.DevicePtr(p), cuda.AsBytes(v)); err != nil {
+		return err
+	}
+	return f.drv.StreamSynchronize(0)
+}
+
+// poisonBlock is n poison elements.
+func poisonBlock(n int) []kernel.BF16 {
+	v := make([]kernel.BF16, n)
+	for i := range v {
+		v[i] = poison
+	}
+	return v
+}
+
+// TestGPUSetWeight: the op's own weight, given row-major from the host
+// (SetWeight) or from device memory (SetWeightDevice), gives blocks bit
+// for bit equal to steps that pass the weight themselves in the layout
+// the op keeps (packed where kernel.PreferPacked holds), within the float64
+// reference's tolerance and identical on every rank.
+func TestGPUSetWeight(t *testing.T) {
+	f := openTestGPU(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d, device %d", seed, f.ordinal)
+	for i, tc := range []struct {
+		desc               string
+		tp, hidden, latent int
+		ms                 []int
+	}{
+		{desc: "reference shape, two ranks, every M", tp: 2, hidden: 7168, latent: 3584, ms: []int{1, 2, 3, 4, 5, 6, 7, 8}},
+		{desc: "one rank, shard 896", tp: 1, hidden: 896, latent: 3584, ms: []int{1, 8, 3}},
+		{desc: "three ranks, small (partial 16-row group, k tail)", tp: 3, hidden: 168, latent: 72, ms: []int{4, 1, 2}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			maxM := slices.Max(tc.ms)
+			shard := tc.hidden / tc.tp
+			ws := newWeightSteps(t, seed+uint64(i), tc.hidden, tc.latent, tc.ms)
+			packed := kernel.PreferPacked(shard, tc.latent)
+			type rankBufs struct {
+				wRow, wKept DevicePtr   // the shard row-major, and in the layout the op keeps
+				outs        []DevicePtr // [mode][step]
+			}
+			bufs := make([]rankBufs, tc.tp)
+			var lats, shs []DevicePtr
+			for _, d := range ws.steps {
+				lats, shs = append(lats, f.devAlloc(t, d.latent, 0)), append(shs, f.devAlloc(t, d.shared, 0))
+			}
+			for r := range bufs {
+				w := ws.shard(r, tc.tp)
+				bufs[r].wRow, bufs[r].wKept = f.devAlloc(t, w, 0), f.devAlloc(t, w, 0)
+				if packed {
+					bufs[r].wKept = f.devAlloc(t, packedWeight(t, w, shard, tc.latent), 0)
+				}
+				for range 3 * len(ws.steps) {
+					bufs[r].outs = append(bufs[r].outs, f.devAlloc(t, nil, maxM*tc.hidden))
+				}
+			}
+			got := make([][][][]kernel.BF16, 3) // [mode][rank][step]
+			for m := range got {
+				got[m] = make([][][]kernel.BF16, tc.tp)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) (err error) {
+				unbind, err := f.bind()
+				if err != nil {
+					return err
+				}
+				defer unbind()
+				up, err := f.newUp(ctx, ex, tc.hidden, tc.latent, maxM, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, up.Close()) }()
+				b := bufs[r]
+				for mode := range 3 {
+					switch mode {
+					case 0:
+						err = up.SetWeight(ctx, ws.shard(r, tc.tp))
+					case 2:
+						err = up.SetWeightDevice(ctx, b.wRow)
+					}
+					if err != nil {
+						return err
+					}
+					for i, d := range ws.steps {
+						in := DeviceInputs{M: d.m, Latent: lats[i], Shared: shs[i] + DevicePtr(2*r*shard), SharedStride: tc.hidden}
+						if mode == 1 {
+							in.Weight, in.WeightPacked = b.wKept, packed
+						}
+						o := b.outs[mode*len(ws.steps)+i]
+						if err := up.StepDevice(ctx, in, o); err != nil {
+							return fmt.Errorf("mode %d, step %d: %w", mode, i, err)
+						}
+						out, err := f.download(o, maxM*tc.hidden)
+						if err != nil {
+							return err
+						}
+						if err := keepBlock(i, d.m, tc.hidden, out, &got[mode][r]); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			for mode, what := range []string{"SetWeight", "the kept layout passed with the step", "SetWeightDevice"} {
+				checkBlocks(t, ws.steps, got[mode], tc.hidden)
+				for r := range tc.tp {
+					for i := range ws.steps {
+						if !equalBlocks(got[mode][r][i], got[1][r][i]) {
+							t.Errorf("rank %d, step %d: %s gave another block than the weight passed in the layout the op keeps", r, i, what)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestGPUEnqueue: steps queued with Enqueue on each rank's own stream,
+// every M, fresh inputs per step, then Synchronize: every block within the
+// float64 reference's tolerance and identical on every rank; host-waited
+// steps afterwards continue the device's slot rotation.
+func TestGPUEnqueue(t *testing.T) {
+	f := openTestGPU(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d, device %d", seed, f.ordinal)
+	for i, tc := range []struct {
+		desc               string
+		tp, hidden, latent int
+		ms                 []int
+	}{
+		{desc: "one rank, reference shape (fused receive)", tp: 1, hidden: 7168, latent: 3584, ms: []int{1, 2, 3, 4, 5, 6, 7, 8, 8, 1}},
+		{desc: "two ranks on one device, reference shape", tp: 2, hidden: 7168, latent: 3584, ms: []int{8, 1, 2, 3, 4, 5, 6, 7, 8}},
+		{desc: "four ranks on one device, shard 896", tp: 4, hidden: 3584, latent: 512, ms: []int{1, 8, 2, 5, 3}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			maxM := slices.Max(tc.ms)
+			shard := tc.hidden / tc.tp
+			ws := newWeightSteps(t, seed+uint64(i), tc.hidden, tc.latent, tc.ms)
+			const after = 2 // host-waited steps after the enqueued ones
+			var lats, shs []DevicePtr
+			for _, d := range ws.steps {
+				lats, shs = append(lats, f.devAlloc(t, d.latent, 0)), append(shs, f.devAlloc(t, d.shared, 0))
+			}
+			outs := make([][]DevicePtr, tc.tp)
+			for r := range outs {
+				for range ws.steps {
+					outs[r] = append(outs[r], f.devAlloc(t, nil, maxM*tc.hidden))
+				}
+			}
+			got := make([][][]kernel.BF16, tc.tp)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) (err error) {
+				unbind, err := f.bind()
+				if err != nil {
+					return err
+				}
+				defer unbind()
+				up, err := f.newUp(ctx, ex, tc.hidden, tc.latent, maxM, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, up.Close()) }()
+				if err := up.SetWeight(ctx, ws.shard(r, tc.tp)); err != nil {
+					return err
+				}
+				cs, err := f.drv.StreamCreate(cuda.StreamNonBlocking)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, f.drv.StreamDestroy(cs)) }()
+				in := func(i int) DeviceInputs {
+					return DeviceInputs{M: ws.steps[i].m, Latent: lats[i], Shared: shs[i] + DevicePtr(2*r*shard), SharedStride: tc.hidden}
+				}
+				n := len(ws.steps) - after
+				for i := range n {
+					if err := up.Enqueue(in(i), outs[r][i], Stream(cs)); err != nil {
+						return fmt.Errorf("enqueue %d: %w", i, err)
+					}
+				}
+				if err := up.Synchronize(ctx, Stream(cs)); err != nil {
+					return err
+				}
+				for i := n; i < len(ws.steps); i++ {
+					if err := up.StepDevice(ctx, in(i), outs[r][i]); err != nil {
+						return fmt.Errorf("host-waited step %d after the enqueued ones: %w", i, err)
+					}
+				}
+				if err := up.Err(); err != nil {
+					return err
+				}
+				for i, d := range ws.steps {
+					out, err := f.download(outs[r][i], maxM*tc.hidden)
+					if err != nil {
+						return err
+					}
+					if err := keepBlock(i, d.m, tc.hidden, out, &got[r]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			checkBlocks(t, ws.steps, got, tc.hidden)
+		})
+	}
+}
+
+// TestGPURotationOneStepGraph: a graph holding one step replays many times
+// (1000; 200 with -short) and stays right, at tp 1 and with two and four
+// ranks sharing the device: a Capture of one step, then the caller's own
+// stream capture of Enqueue. Before every replay the inputs are rewritten
+// in place from one of 4 input sets (4 is no multiple of the 3 slots) and
+// the output poisoned, and every replay's block is checked against the
+// float64 reference and across ranks: 0 wrong.
+func TestGPURotationOneStepGraph(t *testing.T) {
+	f := openTestGPU(t)
+	replays := 1000
+	if testing.Short() {
+		replays = 200
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d, device %d, %d replays of each graph", seed, f.ordinal, replays)
+	const sets = 4
+	for i, tc := range []struct {
+		desc                  string
+		tp, hidden, latent, m int
+	}{
+		{desc: "one rank", tp: 1, hidden: 1024, latent: 512, m: 3},
+		{desc: "two ranks on one device", tp: 2, hidden: 1024, latent: 512, m: 8},
+		{desc: "four ranks on one device", tp: 4, hidden: 2048, latent: 256, m: 1},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			shard := tc.hidden / tc.tp
+			ws := newWeightSteps(t, seed+uint64(i), tc.hidden, tc.latent, slices.Repeat([]int{tc.m}, sets))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			hashes := make([][]uint64, tc.tp) // [rank][replay]
+			wrong := make([]int, tc.tp)
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) (err error) {
+				unbind, err := f.bind()
+				if err != nil {
+					return err
+				}
+				defer unbind()
+				up, err := f.newUp(ctx, ex, tc.hidden, tc.latent, tc.m, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, up.Close()) }()
+				if err := up.SetWeight(ctx, ws.shard(r, tc.tp)); err != nil {
+					return err
+				}
+				lat := f.devAlloc(t, nil, tc.m*tc.latent)
+				sh := f.devAlloc(t, nil, tc.m*tc.hidden)
+				out := f.devAlloc(t, nil, tc.m*tc.hidden)
+				st := DeviceStep{Out: out, In: DeviceInputs{M: tc.m, Latent: lat, Shared: sh + DevicePtr(2*r*shard), SharedStride: tc.hidden}}
+				pois := poisonBlock(tc.m * tc.hidden)
+				// replay runs replay j of some graph with input set j%sets and
+				// checks its block.
+				replay := func(j int, run func() error) error {
+					d := ws.steps[j%sets]
+					for _, c := range []struct {
+						p DevicePtr
+						v []kernel.BF16
+					}{{lat, d.latent}, {sh, d.shared}, {out, pois}} {
+						if err := f.write(c.p, c.v); err != nil {
+							return err
+						}
+					}
+					if err := run(); err != nil {
+						return fmt.Errorf("replay %d: %w", j, err)
+					}
+					block, err := f.download(out, tc.m*tc.hidden)
+					if err != nil {
+						return err
+					}
+					res, err := d.want.Check(block, tc.hidden)
+					if err != nil {
+						return err
+					}
+					if res.Wrong > 0 {
+						if wrong[r] == 0 {
+							t.Errorf("rank %d, replay %d: %d of %d wrong, first %v", r, j, res.Wrong, res.Checked, res.First)
+						}
+						wrong[r] += res.Wrong
+					}
+					sum := sha256.Sum256(cuda.AsBytes(block))
+					hashes[r] = append(hashes[r], binary.LittleEndian.Uint64(sum[:]))
+					return nil
+				}
+				g, err := up.Capture(ctx, []DeviceStep{st})
+				if err != nil {
+					return fmt.Errorf("capture of one step: %w", err)
+				}
+				defer func() { err = errors.Join(err, g.Close()) }()
+				for j := range replays {
+					if err := replay(j, func() error { return g.Replay(ctx, 1) }); err != nil {
+						return err
+					}
+				}
+				// The caller's own capture of one Enqueue on its stream.
+				cs, err := f.drv.StreamCreate(cuda.StreamNonBlocking)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, f.drv.StreamDestroy(cs)) }()
+				if err := f.drv.StreamBeginCapture(cs, cuda.CaptureModeThreadLocal); err != nil {
+					return err
+				}
+				err = up.Enqueue(st.In, st.Out, Stream(cs))
+				graph, cerr := f.drv.StreamEndCapture(cs)
+				if err := errors.Join(err, cerr); err != nil {
+					return fmt.Errorf("capturing Enqueue: %w", err)
+				}
+				exec, err := f.drv.GraphInstantiate(graph, 0)
+				if derr := f.drv.GraphDestroy(graph); err != nil || derr != nil {
+					return errors.Join(err, derr)
+				}
+				defer func() { err = errors.Join(err, f.drv.GraphExecDestroy(exec)) }()
+				for j := replays; j < 2*replays; j++ {
+					if err := replay(j, func() error {
+						if err := f.drv.GraphLaunch(exec, cs); err != nil {
+							return err
+						}
+						return up.Synchronize(ctx, Stream(cs))
+					}); err != nil {
+						return err
+					}
+				}
+				return up.Err()
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			total := 0
+			for r := range tc.tp {
+				total += wrong[r]
+				if r > 0 && !slices.Equal(hashes[r], hashes[0]) {
+					t.Errorf("rank %d received other blocks than rank 0", r)
+				}
+			}
+			t.Logf("%d replays of a one-step Capture graph and %d of a captured Enqueue on %d ranks: %d wrong values", replays, replays, tc.tp, total)
+		})
+	}
+}
+
+// TestGPUDeviceHelpers: DeviceAlloc, CopyToDevice, CopyFromDevice and
+// DeviceFree round-trip data, and leave the calling thread's current
+// context as they found it (here: none).
+func TestGPUDeviceHelpers(t *testing.T) {
+	f := openTestGPU(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := f.drv.CtxSetCurrent(0); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := f.drv.CtxSetCurrent(f.cctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	v := make([]kernel.BF16, 4099)
+	kernel.FillRandom(kernel.NewRand(uint64(time.Now().UnixNano())), v, 1)
+	p, err := DeviceAlloc(f.ordinal, 2*len(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CopyToDevice(f.ordinal, p, v); err != nil {
+		t.Fatal(err)
+	}
+	back := poisonBlock(len(v))
+	if err := CopyFromDevice(f.ordinal, back, p); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back, v) {
+		t.Error("the copy back differs from what was copied to the device")
+	}
+	if err := DeviceFree(f.ordinal, p); err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := f.drv.CtxGetCurrent(); err != nil || cur != 0 {
+		t.Errorf("after the helpers the thread's current context is %#x (%v), want none as before", uintptr(cur), err)
+	}
+	if _, err := DeviceAlloc(f.ordinal, 0); !errors.Is(err, ErrArgument) {
+		t.Errorf("DeviceAlloc of 0 bytes: %v, want ErrArgument", err)
 	}
 }
