@@ -200,7 +200,7 @@ int tprun_group_barrier(tprun_group *group);
 
 /* tprun_group_allgather: every rank contributes n bytes from in (the same
  * n on every rank); out receives size*n bytes, rank k's at out + k*n.
- * n*size is limited to about 16 MiB (TPRUN_EINVAL beyond). */
+ * n is at most (4 MiB - 64) / size - 4 bytes (TPRUN_EINVAL beyond). */
 int tprun_group_allgather(tprun_group *group, const void *in, size_t n, void *out);
 
 /* tprun_group_abort fails the job on every rank, naming this rank and

@@ -167,6 +167,22 @@ func TestCRankProgram(t *testing.T) {
 // (one that has PyTorch, say).
 const pythonEnv = "TPRUN_TEST_PYTHON"
 
+// TestHeaderCompiles: tprun.h stands alone in strict C99 and in C++ (the
+// library's own build checks it against the implementation).
+func TestHeaderCompiles(t *testing.T) {
+	inc := filepath.Join(repoRoot(t), "include", "tprun.h")
+	for _, c := range []struct{ cc, lang, std string }{{"gcc", "c", "-std=c99"}, {"g++", "c++", "-std=c++11"}} {
+		if _, err := exec.LookPath(c.cc); err != nil {
+			t.Logf("no %s: %s not checked", c.cc, c.lang)
+			continue
+		}
+		cmd := exec.Command(c.cc, "-x", c.lang, c.std, "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only", inc)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+		}
+	}
+}
+
 // python returns the python3 to run and the environment that finds the
 // package and the library built here; it skips the test without python3.
 func python(t *testing.T) (string, []string) {
