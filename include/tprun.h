@@ -95,12 +95,13 @@
  *
  * libtprun.so is written in Go. Loading it starts a Go runtime in the
  * process (a few threads); only one Go c-shared library can live in a
- * process. The runtime installs handlers for SIGSEGV, SIGBUS, SIGFPE and
- * SIGPIPE (passing faults that happen outside Go code on to the handlers
- * that were there) and keeps every other existing handler, adding
- * SA_ONSTACK; it installs none for SIGINT or SIGTERM. A handler installed
- * after loading must use SA_ONSTACK. Do not fork() after loading unless the
- * child only calls exec.
+ * process. The runtime installs handlers for SIGSEGV, SIGBUS, SIGFPE,
+ * SIGPIPE and SIGURG (with which it preempts its own threads), passing
+ * signals that are not its own on to the handlers that were there, and
+ * keeps every other existing handler, adding SA_ONSTACK; it installs none
+ * for SIGINT or SIGTERM. A handler installed after loading must use
+ * SA_ONSTACK. Do not fork() after loading unless the child only calls
+ * exec.
  *
  * BUILD AND RUN
  *
