@@ -3,42 +3,72 @@
 // thread that called into the library: an exported Go function runs on its
 // caller's thread, and so does every C call it makes.
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tprun.h"
 #include "lasterror.h"
 
-static _Thread_local char *last_msg;
-static _Thread_local int *last_ranks;
-static _Thread_local int last_nranks;
+// The state lives in a thread-specific slot whose destructor frees it when
+// the thread exits; the thread-local pointer is its fast path.
+struct last_error {
+	char *msg;
+	int *ranks;
+	int nranks;
+};
+
+static pthread_key_t key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct last_error *mine;
+
+static void free_state(void *p) {
+	struct last_error *e = p;
+	free(e->msg);
+	free(e->ranks);
+	free(e);
+}
+
+static void make_key(void) { pthread_key_create(&key, free_state); }
 
 void tprun__set_error(char *msg, const int *ranks, int nranks) {
-	free(last_msg);
-	last_msg = msg;
-	free(last_ranks);
-	last_ranks = NULL;
-	last_nranks = 0;
+	if (mine == NULL) {
+		pthread_once(&key_once, make_key);
+		mine = calloc(1, sizeof *mine);
+		if (mine == NULL) {
+			free(msg);
+			return;
+		}
+		pthread_setspecific(key, mine);
+	}
+	free(mine->msg);
+	mine->msg = msg;
+	free(mine->ranks);
+	mine->ranks = NULL;
+	mine->nranks = 0;
 	if (nranks > 0) {
-		last_ranks = malloc((size_t)nranks * sizeof(int));
-		if (last_ranks != NULL) {
-			memcpy(last_ranks, ranks, (size_t)nranks * sizeof(int));
-			last_nranks = nranks;
+		mine->ranks = malloc((size_t)nranks * sizeof(int));
+		if (mine->ranks != NULL) {
+			memcpy(mine->ranks, ranks, (size_t)nranks * sizeof(int));
+			mine->nranks = nranks;
 		}
 	}
 }
 
-const char *tprun_last_error(void) { return last_msg != NULL ? last_msg : ""; }
+const char *tprun_last_error(void) { return mine != NULL && mine->msg != NULL ? mine->msg : ""; }
 
-int tprun_last_error_rank(void) { return last_nranks > 0 ? last_ranks[0] : -1; }
+int tprun_last_error_rank(void) { return mine != NULL && mine->nranks > 0 ? mine->ranks[0] : -1; }
 
 int tprun_last_error_ranks(int *ranks, int cap) {
+	if (mine == NULL) {
+		return 0;
+	}
 	if (ranks != NULL) {
-		for (int i = 0; i < last_nranks && i < cap; i++) {
-			ranks[i] = last_ranks[i];
+		for (int i = 0; i < mine->nranks && i < cap; i++) {
+			ranks[i] = mine->ranks[i];
 		}
 	}
-	return last_nranks;
+	return mine->nranks;
 }
 
 const char *tprun_status_name(int status) {
