@@ -288,7 +288,7 @@ func TestPythonPeerFailures(t *testing.T) {
 		{"exit", "PeerError", "1", 0, 5 * time.Second},
 		{"abort", "PeerError", "1", 0, 5 * time.Second},
 		{"stall", "PeerTimeoutError", "1", 900 * time.Millisecond, 8 * time.Second},
-		{"sigint", "KeyboardInterrupt", "None", 2900 * time.Millisecond, 10 * time.Second},
+		{"sigint", "KeyboardInterrupt", "None", 3900 * time.Millisecond, 12 * time.Second},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			j := launch(t, 2, env, time.Minute, py, "python/tests/failure_rank.py", c.mode)

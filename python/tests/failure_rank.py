@@ -8,7 +8,7 @@ MODE is what rank 1 does after a few steps, while rank 0 waits in the next:
     kill    kills itself with SIGKILL
     abort   fails the job (Group.abort) and exits
     stall   sleeps (rank 0's deadline is 1 s)
-    sigint  sleeps, and rank 0 gets SIGINT while it waits (deadline 3 s):
+    sigint  sleeps, and rank 0 gets SIGINT 1 s into its wait (deadline 4 s):
             KeyboardInterrupt must come when the step returns
 
 Rank 0 prints "rank 0: caught NAME rank=R after T s: MESSAGE" (NAME the
@@ -31,7 +31,7 @@ HIDDEN, LATENT, STEPS_BEFORE = 32, 16, 3
 def main():
     mode = sys.argv[1]
     g = tprun.join()
-    deadline = {"stall": 1.0, "sigint": 3.0}.get(mode, 30.0)
+    deadline = {"stall": 1.0, "sigint": 4.0}.get(mode, 30.0)
     shard = HIDDEN // g.size
     op = g.up_projection(HIDDEN, LATENT, 2, array("H", [0x3F80]) * (shard * LATENT), deadline=deadline)
     lat, shared = array("H", [0x3F80]) * LATENT, array("H", [0x3F80]) * HIDDEN
@@ -49,7 +49,7 @@ def main():
         time.sleep(300)
         sys.exit(0)
     if mode == "sigint":
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
     start = time.monotonic()
     try:
         op(lat, shared)
