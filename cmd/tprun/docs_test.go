@@ -97,7 +97,7 @@ func TestDocsCommands(t *testing.T) {
 
 // TestDocsCoverFlagsAndEnvironment: docs/cli.md names every flag of every
 // command, every exit status of the help, and every TPRUN_ variable the
-// module's Go sources name.
+// Go and Python sources name.
 func TestDocsCoverFlagsAndEnvironment(t *testing.T) {
 	b, err := os.ReadFile(cliDoc)
 	if err != nil {
@@ -120,7 +120,9 @@ func TestDocsCoverFlagsAndEnvironment(t *testing.T) {
 			t.Errorf("%s: no exit status %s", cliDoc, e[0])
 		}
 	}
-	name := regexp.MustCompile(`"(TPRUN_[A-Z_]+)"`)
+	// Go names a variable in a string constant; Python where it reads it.
+	goName := regexp.MustCompile(`"(TPRUN_[A-Z_]+)"`)
+	pyName := regexp.MustCompile(`(?:environ\.get\(|environ\[|getenv\()\s*["'](TPRUN_[A-Z_]+)["']`)
 	seen := map[string]bool{}
 	err = filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -129,12 +131,17 @@ func TestDocsCoverFlagsAndEnvironment(t *testing.T) {
 		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && p != "../.." || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+		if d.IsDir() || !(strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".py")) ||
+			strings.HasSuffix(p, "_test.go") || strings.HasPrefix(d.Name(), "test_") {
 			return nil
 		}
 		src, err := os.ReadFile(p)
 		if err != nil {
 			return err
+		}
+		name := goName
+		if strings.HasSuffix(p, ".py") {
+			name = pyName
 		}
 		for _, m := range name.FindAllStringSubmatch(string(src), -1) {
 			seen[m[1]] = true

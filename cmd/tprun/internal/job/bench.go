@@ -96,7 +96,7 @@ func BenchMain(ctx context.Context, bc *BenchConfig, stdout, stderr io.Writer) (
 // write) measured in the same run, averaged over the ranks. Rank 0 says on
 // stderr how far it has come when the run takes more than a few seconds.
 func Bench(ctx context.Context, g *tp.Group, bc *BenchConfig, stdout, stderr io.Writer) error {
-	return bench(ctx, g, bc, stdout, stderr, tp.OpenGPU)
+	return bench(ctx, g, bc, stdout, stderr, openBenchGPU)
 }
 
 // benchRecord is what each rank contributes per M.
@@ -214,7 +214,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 		return progress.line(time.Now(), d)
 	})
 	defer stopNotes()
-	drv, err := p.pickBackend(ctx, g, gpu)
+	drv, err := p.pickBenchBackend(ctx, g, gpu)
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 		return fail(err)
 	}
 	up, err := tp.NewUpProjection(ctx, g, cfg.Hidden, cfg.Latent, p.shape.M, tp.WithBackend(p.mailbox),
-		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(deviceOf(g)), tp.WithCUDADriver(drv))
+		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(deviceOf(g)))
 	if err != nil {
 		return fail(err)
 	}
@@ -663,12 +663,12 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 		offs[k] = o
 		steps[k] = tp.DeviceStep{
 			In: tp.DeviceInputs{M: m,
-				Latent:       r.latent + cuda.DevicePtr(2*o*c.Latent),
-				Weight:       r.weight + cuda.DevicePtr(k*r.shardBytes),
+				Latent:       tp.DevicePtr(r.latent + cuda.DevicePtr(2*o*c.Latent)),
+				Weight:       tp.DevicePtr(r.weight + cuda.DevicePtr(k*r.shardBytes)),
 				WeightPacked: r.packed,
-				Shared:       r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard())),
+				Shared:       tp.DevicePtr(r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard()))),
 				SharedStride: c.Hidden},
-			Out: r.outs + cuda.DevicePtr(k*r.outBytes),
+			Out: tp.DevicePtr(r.outs + cuda.DevicePtr(k*r.outBytes)),
 		}
 	}
 	g, err := up.Capture(ctx, steps)
