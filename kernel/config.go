@@ -537,3 +537,10 @@ func ReceiveConfigFor(m, hidden int) ReceiveConfig {
 	grid := min(max((vec+block-1)/block, 1), maxGrid)
 	return ReceiveConfig{Function: receiveName, GridX: grid, BlockX: block}
 }
+
+// PreferPacked says which layout the kernels read a shard×latent weight in:
+// the packed one (PackWeight), for every shape, since every family of
+// families.tsv reads only that layout (row-major families measured slower
+// at every shape the tables hold, and a weight is packed once where it is
+// uploaded). It exists for callers that choose a layout per shape.
+func PreferPacked(shard, latent int) bool { return true }

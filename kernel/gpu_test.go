@@ -801,13 +801,14 @@ func TestGPUStepInGraph(t *testing.T) {
 type stepReceive int
 
 const (
-	receiveKernel    stepReceive = iota // a receive kernel after the skinny kernels
-	receiveFused                        // the last rank's skinny kernel (SkinnyArgs.Receive)
-	receiveFusedSkip                    // the same, its slice stored straight into Out (ReceiveArgs.SkipSlice)
+	receiveKernel     stepReceive = iota // a receive kernel after the skinny kernels
+	receiveFused                         // the last rank's skinny kernel (SkinnyArgs.Receive)
+	receiveFusedSkip                     // the same, its slice stored straight into Out (ReceiveArgs.SkipSlice)
+	receiveKernelSkip                    // receive kernels, one rank's slice stored straight into its Out (runRotation only)
 )
 
 func (m stepReceive) String() string {
-	return [...]string{"receive kernel", "fused receive", "fused receive, own slice into out"}[m]
+	return [...]string{"receive kernel", "fused receive", "fused receive, own slice into out", "receive kernel, own slice into out"}[m]
 }
 
 // runStepInGraph plays a whole step of s.TP ranks on one GPU, captured in
@@ -1089,7 +1090,7 @@ func runSmall(t *testing.T, e *env, rng *rand.Rand, timeout time.Duration) {
 func TestGPUSlotRotation(t *testing.T) {
 	e := openGPU(t)
 	rng := testRand(t)
-	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
+	for _, mode := range []stepReceive{receiveKernel, receiveKernelSkip, receiveFused, receiveFusedSkip} {
 		t.Run(mode.String(), func(t *testing.T) {
 			runRotation(e.sub(t), rng, Shape{M: 3, Hidden: 4 * 72, Latent: 520, TP: 4}, 3, 1000, mode, 5*time.Second)
 		})
@@ -1109,8 +1110,10 @@ func TestGPUSlotRotation(t *testing.T) {
 // own output. One step is captured once: every rank's skinny kernel
 // stores its slice into slot 0 of every rank's mailbox as given (PDL
 // between them), with the rank's Rotation, then every rank's receive
-// (mode: receive kernels, or the last rank's fused into its skinny kernel,
-// with its own slice straight into its output for receiveFusedSkip). The
+// (mode: receive kernels, or the last rank's fused into its skinny kernel;
+// with receiveFusedSkip or receiveKernelSkip one rank stores its own slice
+// straight into its output, marked Rotation.Fixed, and its receive skips
+// it). The
 // graph is replayed `replays` times, each on fresh inputs with poisoned
 // outputs, and after each: every rank's output is the whole block within
 // the float64 tolerance (no negative zero) and bit-identical on every
@@ -1146,17 +1149,27 @@ func runRotation(e *env, rng *rand.Rand, s Shape, slots, replays int, mode stepR
 	e.sync("preparing the ranks")
 
 	// The rank whose kernel receives is launched last (a middle rank with
-	// its own slice into its output, so the receive steps over a slice).
-	fr := -1
+	// its own slice into its output, so the receive steps over a slice);
+	// own: the rank whose slice goes straight into its output.
+	fr, own := -1, -1
 	switch mode {
 	case receiveFused:
 		fr = s.TP - 1
 	case receiveFusedSkip:
-		fr = s.TP / 2
+		fr, own = s.TP/2, s.TP/2
+	case receiveKernelSkip:
+		own = s.TP / 2
+	}
+	if own >= 0 {
+		ranks[own].rot.Fixed = 1 << own
 	}
 	recv := func(r int) ReceiveArgs {
-		return ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: shard, Slot: ranks[r].mailbox, Out: ranks[r].out,
+		ra := ReceiveArgs{M: s.M, Hidden: s.Hidden, Shard: shard, Slot: ranks[r].mailbox, Out: ranks[r].out,
 			Status: ranks[r].status, Timeout: timeout, Rotation: ranks[r].rot}
+		if r == own {
+			ra.SkipSlice, ra.SkipRank = true, r
+		}
+		return ra
 	}
 	e.must(e.dev.StreamBeginCapture(e.stream, cuda.CaptureModeThreadLocal), "StreamBeginCapture")
 	capture := func() error {
@@ -1176,12 +1189,11 @@ func runRotation(e *env, rng *rand.Rand, s Shape, slots, replays int, mode stepR
 			for q := range s.TP {
 				a.Dst = append(a.Dst, ranks[q].mailbox)
 			}
+			if r == own {
+				a.Dst[r] = ranks[r].out
+			}
 			if r == fr {
 				ra := recv(r)
-				if mode == receiveFusedSkip {
-					ra.SkipSlice, ra.SkipRank = true, r
-					a.Dst[r] = ranks[r].out
-				}
 				a.Receive = &ra
 			}
 			if err := e.k.LaunchSkinny(e.stream, a, launches > 0); err != nil {

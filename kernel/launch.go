@@ -184,8 +184,8 @@ type SkinnyArgs struct {
 	// others'.
 	Receive *ReceiveArgs
 	// Rotation, with a nonzero Counter, makes the mailbox slot a choice of
-	// the device (SlotRotation): every Dst that is not Receive.Out, and
-	// Receive.Slot, is then the address of slot 0. With Receive set the
+	// the device (SlotRotation): every Dst not marked in Rotation.Fixed,
+	// and Receive.Slot, is then the address of slot 0. With Receive set the
 	// launch ends the step and advances the counter (Receive.Rotation must
 	// then be zero or the same); without it, it only reads the counter and
 	// the LaunchReceive that follows it with the same Rotation advances it.
@@ -205,6 +205,10 @@ type SlotRotation struct {
 	Counter cuda.DevicePtr
 	Slots   int    // >= 2
 	Stride  uint64 // bytes from one slot to the next, for every Dst and Receive.Slot
+	// Fixed: bit d set means Dst[d] is not a mailbox slot (it is the step's
+	// output block) and is used as given, never offset by s*Stride. A
+	// fused receive's Out among the Dst (SkipSlice) must be marked.
+	Fixed uint32
 }
 
 // rotationParams validates r and returns its parameter fields (all zero
@@ -362,6 +366,16 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if counter != 0 {
+		if extra := a.Rotation.Fixed >> min(len(a.Dst), 32); extra != 0 {
+			bad("Rotation.Fixed", fmt.Sprintf("%#x", a.Rotation.Fixed), fmt.Sprintf("marks destinations past the %d of Dst", len(a.Dst)))
+		}
+		for i, d := range a.Dst {
+			if a.Receive != nil && d == a.Receive.Out && a.Rotation.Fixed&(1<<i) == 0 {
+				bad("Rotation.Fixed", fmt.Sprintf("%#x", a.Rotation.Fixed), fmt.Sprintf("must mark Dst[%d]: it is Receive.Out, no slot", i))
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return SkinnyParams{}, err
 	}
@@ -374,9 +388,7 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 	}
 	for i, d := range a.Dst {
 		p.Dst[i] = uint64(d)
-		// Every destination is a slot but a fused receive's Out (SkipSlice:
-		// the tiles store this rank's columns there).
-		if counter != 0 && (a.Receive == nil || d != a.Receive.Out) {
+		if counter != 0 && a.Rotation.Fixed&(1<<i) == 0 {
 			p.RotDstMask |= 1 << i
 		}
 	}

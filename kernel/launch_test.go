@@ -170,6 +170,7 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 				outAt = rng.IntN(ndst)
 				a.Dst[outAt] = a.Receive.Out
 				a.Receive.SkipSlice, a.Receive.SkipRank = true, a.Rank
+				a.Rotation.Fixed = 1 << outAt
 			}
 		}
 		p, err := skinnyParams(a)
@@ -311,6 +312,14 @@ func TestSkinnyParamsReject(t *testing.T) {
 			ErrArgs, []string{"Rotation.Stride = 0"}},
 		{"rotation past the address space", func(a *SkinnyArgs) { a.Rotation = goodRotation(); a.Rotation.Stride = 1 << 63 },
 			ErrArgs, []string{"Rotation.Stride", "overflows"}},
+		{"rotation marking no destination", func(a *SkinnyArgs) { a.Rotation = goodRotation(); a.Rotation.Fixed = 1 << len(a.Dst) },
+			ErrArgs, []string{"Rotation.Fixed = 0x4", "past the 2 of Dst"}},
+		{"rotation of the fused receive's output", func(a *SkinnyArgs) {
+			a.Rotation = goodRotation()
+			a.Receive = fusedReceive(a.Shape)
+			a.Receive.SkipSlice, a.Receive.SkipRank = true, a.Rank
+			a.Dst = append(a.Dst, a.Receive.Out)
+		}, ErrArgs, []string{"Rotation.Fixed = 0x0", "must mark Dst[2]"}},
 		{"fused receive with its own rotation", func(a *SkinnyArgs) {
 			a.Rotation = goodRotation()
 			a.Receive = fusedReceive(a.Shape)
@@ -1129,7 +1138,7 @@ func TestHarnessOnEmulator(t *testing.T) {
 	t.Run("PDL chain", func(t *testing.T) {
 		runPDLChain(e.sub(t), rng, Shape{M: 4, Hidden: 1024, Latent: 1024, TP: 1}, 448, 3)
 	})
-	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
+	for _, mode := range []stepReceive{receiveKernel, receiveKernelSkip, receiveFused, receiveFusedSkip} {
 		t.Run("slot rotation, "+mode.String(), func(t *testing.T) {
 			runRotation(e.sub(t), rng, Shape{M: 3, Hidden: 4 * 72, Latent: 520, TP: 4}, 3, 7, mode, 20*time.Millisecond)
 		})
@@ -1223,6 +1232,7 @@ func TestHarnessCatchesBugs(t *testing.T) {
 		{"skinny uses slot 0", rotation(receiveKernel)},
 		{"skinny uses slot 0", rotation(receiveFused)},
 		{"skinny rotates every destination", rotation(receiveFusedSkip)},
+		{"skinny rotates every destination", rotation(receiveKernelSkip)},
 		{"receive never advances the slot", rotation(receiveKernel)},
 		{"receive never advances the slot", rotation(receiveFused)},
 		{"receive does not re-arm", rotation(receiveKernel)},
