@@ -284,7 +284,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 		size, cfg.Hidden, cfg.Latent, shard, up.Backend(), p.reason)
 	layout := "row-major"
 	if rig.packed {
-		layout = "packed (kernel.PackWeight)"
+		layout = "packed (kernel.PreferPacked)"
 	}
 	out.printf("# per rank: weight shard %.1f MB, %s, rotated through %d copies (%.0f MB) so that it streams from HBM;\n",
 		float64(sb)/1e6, layout, rig.k, float64(rig.k*rig.shardBytes)/1e6)
