@@ -17,7 +17,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tprun/tprun/internal/cuda"
 	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/tp"
 )
@@ -26,7 +25,10 @@ import (
 // time of the whole fused step (skinny kernel, stores to every rank,
 // receive) per M, from CUDA graph replays with the weights rotated through
 // enough copies that they stream from HBM, next to the HBM floor of the
-// weight shard measured in the same run.
+// weight shard measured in the same run. It runs on tp's public API only,
+// as a rank program would: tp's device memory helpers, the weight copies
+// passed per step (DeviceInputs.Weight), StepGraph.TimeReplays for the
+// step time and tp.MeasureCopyBandwidth for the floor.
 
 // BenchConfig is the benchmark's settings: the job flags it uses (shape,
 // M list, mailbox, slots, deadline, seed; it always runs the CUDA engine,
@@ -87,16 +89,17 @@ func BenchMain(ctx context.Context, bc *BenchConfig, stdout, stderr io.Writer) (
 
 // Bench measures the fused step on this rank of g (a collective: every
 // rank runs it with the same settings). For each M it captures one CUDA
-// graph of K steps, K the number of weight copies (a multiple of the slot
-// count), step k reading copy k; checks one replay's K blocks against the
-// float64 reference and across ranks; then times Replays replays with
-// events. The step time is a replay's time over K; rank 0 prints, per M,
-// the slowest rank's median and p90 over replays, and the floor: the
-// shard's weight bytes over the device-to-device copy bandwidth (read plus
-// write) measured in the same run, averaged over the ranks. Rank 0 says on
-// stderr how far it has come when the run takes more than a few seconds.
+// graph of K steps, K the number of weight copies, step k reading copy k;
+// checks one replay's K blocks against the float64 reference and across
+// ranks; then times Replays replays with events. The step time is a
+// replay's time over K; rank 0 prints, per M, the slowest rank's median
+// and p90 over replays, and the floor: the shard's weight bytes over the
+// device-to-device copy bandwidth (read plus write,
+// tp.MeasureCopyBandwidth) measured in the same run, averaged over the
+// ranks. Rank 0 says on stderr how far it has come when the run takes
+// more than a few seconds.
 func Bench(ctx context.Context, g *tp.Group, bc *BenchConfig, stdout, stderr io.Writer) error {
-	return bench(ctx, g, bc, stdout, stderr, openBenchGPU)
+	return bench(ctx, g, bc, stdout, stderr, tp.CheckGPU)
 }
 
 // benchRecord is what each rank contributes per M.
@@ -189,7 +192,10 @@ func (p *benchProgress) line(now time.Time, took time.Duration) string {
 	return s + "\n"
 }
 
-func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writer, gpu func() (*cuda.Driver, error)) (err error) {
+// bench is Bench on any group; gpu says why no GPU is usable here, or nil
+// (tp.CheckGPU), and a nil gpu stands for a machine without one, as for
+// the default job (runHooks.gpu).
+func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writer, gpu func() error) (err error) {
 	rank, size := g.Rank(), g.Size()
 	switch {
 	case bc.Replays < 1:
@@ -214,47 +220,42 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 		return progress.line(time.Now(), d)
 	})
 	defer stopNotes()
-	drv, err := p.pickBenchBackend(ctx, g, gpu)
-	if err != nil {
+	// The benchmark runs the CUDA engine (cfg.Backend): pickBackend
+	// refuses a machine without a usable GPU, or a job whose mailbox
+	// resolves to the host one.
+	if err := p.pickBackend(ctx, g, gpu); err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := drv.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("job: bench: rank %d: closing the CUDA driver: %w", rank, cerr)
-		}
-	}()
 	fail := func(err error) error { return fmt.Errorf("job: bench: rank %d: %w", rank, err) }
+	device := deviceOf(g)
 	in, err := p.newInputs(ctx, rank)
 	if err != nil {
 		return fail(err)
 	}
-	mem, err := openDevMem(drv, deviceOf(g))
+	gpuName, err := tp.DeviceName(device)
 	if err != nil {
-		return fail(fmt.Errorf("device %d: %w", deviceOf(g), err))
+		return fail(err)
 	}
+	driverMajor, driverMinor, err := tp.DriverVersion()
+	if err != nil {
+		return fail(err)
+	}
+	bw, err := tp.MeasureCopyBandwidth(device)
+	if err != nil {
+		return fail(err)
+	}
+	rig, err := newBenchRig(device, p, in, rank, bc.RotateMB)
+	// Freed after the op is closed (deferred below), whose kernels read it.
 	defer func() {
-		if cerr := mem.close(); cerr != nil && err == nil {
+		if cerr := rig.close(); cerr != nil && err == nil {
 			err = fail(cerr)
 		}
 	}()
-	gpuName, err := drv.DeviceName(mem.dev)
-	if err != nil {
-		return fail(fmt.Errorf("device %d: its name: %w", deviceOf(g), err))
-	}
-	driverVersion, err := drv.DriverVersion()
-	if err != nil {
-		return fail(fmt.Errorf("the CUDA driver's version: %w", err))
-	}
-	bw, err := copyBandwidth(mem)
-	if err != nil {
-		return fail(fmt.Errorf("measuring the copy bandwidth: %w", err))
-	}
-	rig, err := newBenchRig(mem, p, in, rank, bc.RotateMB)
 	if err != nil {
 		return fail(err)
 	}
 	up, err := tp.NewUpProjection(ctx, g, cfg.Hidden, cfg.Latent, p.shape.M, tp.WithBackend(p.mailbox),
-		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(deviceOf(g)))
+		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(device))
 	if err != nil {
 		return fail(err)
 	}
@@ -270,7 +271,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 	shard := p.shape.Shard()
 	sb := shard * cfg.Latent * 2
 	report := &BenchReport{
-		Schema: BenchSchema, Version: bc.Version, Driver: fmt.Sprintf("%d.%d", driverVersion/1000, driverVersion%1000/10),
+		Schema: BenchSchema, Version: bc.Version, Driver: fmt.Sprintf("%d.%d", driverMajor, driverMinor),
 		Shape:   BenchShape{TP: size, Hidden: cfg.Hidden, Latent: cfg.Latent, Shard: shard, WeightShardBytes: sb},
 		Backend: "cuda", Mailbox: up.Backend(), MailboxReason: p.reason, WeightLayout: "row-major",
 		StepsPerGraph: rig.k, Warmup: bc.Warmup, Replays: bc.Replays, RotateMB: bc.RotateMB, Slots: cfg.Slots,
@@ -284,7 +285,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 		size, cfg.Hidden, cfg.Latent, shard, up.Backend(), p.reason)
 	layout := "row-major"
 	if rig.packed {
-		layout = "packed (kernel.PreferPacked)"
+		layout = "packed (tp.PreferPacked)"
 	}
 	out.printf("# per rank: weight shard %.1f MB, %s, rotated through %d copies (%.0f MB) so that it streams from HBM;\n",
 		float64(sb)/1e6, layout, rig.k, float64(rig.k*rig.shardBytes)/1e6)
@@ -311,7 +312,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 			//lint:ignore ST1005 M, the row count, as the tables spell it
 			return fail(fmt.Errorf("M=%d: %w", m, err))
 		}
-		rec.bandwidth, rec.device, rec.gpu = bw, deviceOf(g), gpuName
+		rec.bandwidth, rec.device, rec.gpu = bw, device, gpuName
 		all, err := g.AllGather(ctx, rec.encode())
 		if err != nil {
 			//lint:ignore ST1005 M, the row count, as the tables spell it
@@ -334,7 +335,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 				report.GPUs = append(report.GPUs, BenchGPU{Rank: q, Device: r.device, Name: r.gpu, CopyTBps: r.bandwidth / 1e12})
 			}
 			out.printf("# copy bandwidth (read + write, %d MiB device-to-device copy) per rank: %s TB/s; HBM floor = shard weight bytes / mean bandwidth\n",
-				copyBytes>>20, strings.Join(strs, ", "))
+				tp.CopyBandwidthBytes>>20, strings.Join(strs, ", "))
 			out.printf("# step time = replay time / %d; the slowest rank's median and p90 over the replays\n", rig.k)
 			out.printf("#%s", fmt.Sprintf(benchFormat, "M", "median µs", "p90 µs", "floor µs", "ratio", "weight GB/s", "err/tol", "#wrong", "identical")[1:])
 		}
@@ -533,123 +534,59 @@ func writeBenchTable(path string, rows []BenchRow) error {
 	return nil
 }
 
-// copyBytes is the size of the copy that measures the bandwidth: far
-// beyond L2, long enough that launch costs vanish.
-const copyBytes = 1 << 30
-
-// copyBandwidth times device-to-device copies of copyBytes and returns
-// the median's read-plus-write bytes per second.
-func copyBandwidth(mem *devMem) (bw float64, err error) {
-	drv := mem.drv
-	src, err := mem.alloc("copy source", copyBytes)
-	if err != nil {
-		return 0, err
-	}
-	dst, err := mem.alloc("copy destination", copyBytes)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { err = errors.Join(err, mem.free(dst), mem.free(src)) }()
-	if err := mem.fill(src, 0x3F803F80, copyBytes/4); err != nil {
-		return 0, err
-	}
-	const warm, reps = 2, 10
-	var evs []cuda.Event
-	defer func() {
-		for _, ev := range evs {
-			err = errors.Join(err, drv.EventDestroy(ev))
-		}
-	}()
-	for range reps + 1 {
-		ev, err := drv.EventCreate(cuda.EventDefault)
-		if err != nil {
-			return 0, err
-		}
-		evs = append(evs, ev)
-	}
-	for range warm {
-		if err := drv.MemcpyDtoDAsync(dst, src, copyBytes, mem.stream); err != nil {
-			return 0, err
-		}
-	}
-	for i := range reps {
-		if err := drv.EventRecord(evs[i], mem.stream); err != nil {
-			return 0, err
-		}
-		if err := drv.MemcpyDtoDAsync(dst, src, copyBytes, mem.stream); err != nil {
-			return 0, err
-		}
-	}
-	if err := drv.EventRecord(evs[reps], mem.stream); err != nil {
-		return 0, err
-	}
-	if err := drv.EventSynchronize(evs[reps]); err != nil {
-		return 0, err
-	}
-	times := make([]time.Duration, reps)
-	for i := range reps {
-		if times[i], err = drv.EventElapsedTime(evs[i], evs[i+1]); err != nil {
-			return 0, err
-		}
-	}
-	med := percentile(times, 0.5)
-	if med <= 0 {
-		return 0, fmt.Errorf("a %d-byte copy took %v", copyBytes, med)
-	}
-	return 2 * copyBytes / med.Seconds(), nil
-}
-
 // benchRig holds the device operands of the benchmark: the pools, k copies
 // of the weight shard and k output blocks.
 type benchRig struct {
-	mem                    *devMem
+	mem                    *benchMem
 	p                      *plan
 	in                     *inputs
 	rank, k                int
-	latent, shared, weight cuda.DevicePtr
+	latent, shared, weight tp.DevicePtr
 	packed                 bool // weight copies in the kernel's packed layout
-	outs                   cuda.DevicePtr
+	outs                   tp.DevicePtr
 	shardBytes, outBytes   int // shardBytes: one weight copy as stored (packed: padded)
 }
 
-// newBenchRig uploads the pools and the weight shard, and copies the shard
-// until rotateMB is covered; the copy count is rounded up to a multiple of
-// the slot count, since a graph must hold whole rounds of slots.
-func newBenchRig(mem *devMem, p *plan, in *inputs, rank, rotateMB int) (*benchRig, error) {
+// newBenchRig uploads the pools, and the weight shard as many times as it
+// takes to cover rotateMB (at least once): a graph may hold any number of
+// steps. On error the rig holds what it allocated, for close.
+func newBenchRig(device int, p *plan, in *inputs, rank, rotateMB int) (*benchRig, error) {
 	c := p.cfg
+	r := &benchRig{mem: &benchMem{device: device}, p: p, in: in, rank: rank, outBytes: 2 * p.shape.M * c.Hidden}
 	w, packed, err := deviceWeight(in.weight, p.shape.Shard(), c.Latent)
 	if err != nil {
-		return nil, err
+		return r, err
 	}
-	r := &benchRig{mem: mem, p: p, in: in, rank: rank, packed: packed, shardBytes: 2 * len(w), outBytes: 2 * p.shape.M * c.Hidden}
-	slots := c.Slots
-	r.k = max((rotateMB<<20+r.shardBytes-1)/r.shardBytes, 1)
-	r.k = (r.k + slots - 1) / slots * slots
-	if r.latent, err = mem.upload("latent pool", in.latent); err != nil {
-		return nil, err
+	r.packed, r.shardBytes = packed, 2*len(w)
+	r.k = weightCopies(rotateMB, r.shardBytes)
+	if r.latent, err = r.mem.upload("latent pool", in.latent); err != nil {
+		return r, err
 	}
-	if r.shared, err = mem.upload("shared pool", in.shared); err != nil {
-		return nil, err
+	if r.shared, err = r.mem.upload("shared pool", in.shared); err != nil {
+		return r, err
 	}
-	if r.weight, err = mem.alloc("weight copies", r.k*r.shardBytes); err != nil {
-		return nil, err
+	if r.weight, err = r.mem.alloc(fmt.Sprintf("%d weight copies", r.k), r.k*r.shardBytes); err != nil {
+		return r, err
 	}
-	if err := mem.drv.MemcpyHtoD(r.weight, cuda.AsBytes(w)); err != nil {
-		return nil, fmt.Errorf("copying the weight shard to the device: %w", err)
-	}
-	if err := mem.settle(); err != nil {
-		return nil, err
-	}
-	for i := 1; i < r.k; i++ {
-		if err := mem.drv.MemcpyDtoDAsync(r.weight+cuda.DevicePtr(i*r.shardBytes), r.weight, uint64(r.shardBytes), mem.stream); err != nil {
-			return nil, fmt.Errorf("copying the weight shard (copy %d): %w", i, err)
+	for i := range r.k {
+		if err := tp.CopyToDevice(device, r.weight+tp.DevicePtr(i*r.shardBytes), w); err != nil {
+			return r, fmt.Errorf("copying the weight shard to the device (copy %d of %d): %w", i+1, r.k, err)
 		}
 	}
-	if r.outs, err = mem.alloc("output blocks", r.k*r.outBytes); err != nil {
-		return nil, err
+	if r.outs, err = r.mem.alloc("output blocks", r.k*r.outBytes); err != nil {
+		return r, err
 	}
-	return r, mem.settle()
+	return r, nil
 }
+
+// weightCopies is how many copies of shardBytes it takes to cover rotateMB
+// MiB: the fewest, and at least one.
+func weightCopies(rotateMB, shardBytes int) int {
+	return max((rotateMB<<20+shardBytes-1)/shardBytes, 1)
+}
+
+// close frees the rig's device memory.
+func (r *benchRig) close() error { return r.mem.close() }
 
 // run captures the graph for m, warms up, checks one replay and times the
 // rest; the record holds this rank's numbers and the hashes of the checked
@@ -663,12 +600,12 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 		offs[k] = o
 		steps[k] = tp.DeviceStep{
 			In: tp.DeviceInputs{M: m,
-				Latent:       tp.DevicePtr(r.latent + cuda.DevicePtr(2*o*c.Latent)),
-				Weight:       tp.DevicePtr(r.weight + cuda.DevicePtr(k*r.shardBytes)),
+				Latent:       r.latent + tp.DevicePtr(2*o*c.Latent),
+				Weight:       r.weight + tp.DevicePtr(k*r.shardBytes),
 				WeightPacked: r.packed,
-				Shared:       tp.DevicePtr(r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard()))),
+				Shared:       r.shared + tp.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard())),
 				SharedStride: c.Hidden},
-			Out: tp.DevicePtr(r.outs + cuda.DevicePtr(k*r.outBytes)),
+			Out: r.outs + tp.DevicePtr(k*r.outBytes),
 		}
 	}
 	g, err := up.Capture(ctx, steps)
@@ -679,15 +616,22 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 	if err := g.Replay(ctx, warmup); err != nil {
 		return rec, fmt.Errorf("warm-up: %w", err)
 	}
-	if err := r.mem.fill(r.outs, poisonWord, r.k*r.outBytes/4); err != nil {
+	// The replays have finished (Replay waits for them), so a copy may
+	// overwrite their blocks.
+	poison := make([]tp.BF16, r.k*r.outBytes/2)
+	for i := range poison {
+		poison[i] = poisonValue
+	}
+	if err := tp.CopyToDevice(r.mem.device, r.outs, poison); err != nil {
 		return rec, fmt.Errorf("poisoning the output blocks: %w", err)
 	}
 	if err := g.Replay(ctx, 1); err != nil {
 		return rec, fmt.Errorf("checked replay: %w", err)
 	}
-	block := make([]kernel.BF16, m*c.Hidden)
+	block := make([]tp.BF16, m*c.Hidden)
+	raw := make([]byte, 2*len(block))
 	for k := range r.k {
-		if err := r.mem.drv.MemcpyDtoH(cuda.AsBytes(block), r.outs+cuda.DevicePtr(k*r.outBytes)); err != nil {
+		if err := tp.CopyFromDevice(r.mem.device, block, r.outs+tp.DevicePtr(k*r.outBytes)); err != nil {
 			return rec, fmt.Errorf("copying block %d to the host: %w", k, err)
 		}
 		res, err := r.in.expected(r.p, offs[k], m).Check(block, c.Hidden)
@@ -697,7 +641,10 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 		rec.checked += res.Checked
 		rec.wrong += res.Wrong
 		rec.worst = max(rec.worst, res.Worst)
-		sum := sha256.Sum256(cuda.AsBytes(block))
+		for i, v := range block {
+			binary.LittleEndian.PutUint16(raw[2*i:], uint16(v))
+		}
+		sum := sha256.Sum256(raw)
 		rec.hashes = append(rec.hashes, binary.LittleEndian.Uint64(sum[:8]))
 	}
 	times, err := g.TimeReplays(ctx, replays)

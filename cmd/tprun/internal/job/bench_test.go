@@ -243,3 +243,22 @@ func TestBenchProgressLine(t *testing.T) {
 		t.Errorf("after the last M: %q", l)
 	}
 }
+
+// TestWeightCopies: the weight copies cover --rotate-mb with the fewest
+// copies (any count will do for a graph); a shard larger than that is one
+// copy.
+func TestWeightCopies(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 11))
+	for range 1000 {
+		mb := 1 + rng.IntN(2048)
+		shard := 16 * (1 + rng.IntN(1<<22)) // up to 64 MiB
+		k := weightCopies(mb, shard)
+		if k < 1 || k*shard < mb<<20 || (k > 1 && (k-1)*shard >= mb<<20) {
+			t.Fatalf("seed %d: %d MiB of %d-byte copies: %d copies (%d bytes)", seed, mb, shard, k, k*shard)
+		}
+	}
+	if k := weightCopies(1, 3<<20); k != 1 {
+		t.Errorf("1 MiB of 3 MiB copies: %d copies, want 1", k)
+	}
+}
