@@ -25,6 +25,14 @@ import (
 // this rank's later calls. A call cancelled before it was sent leaves the
 // group usable.
 //
+// Nothing waits forever: a collective that some live rank never joins
+// fails on every rank once the collective timeout of the first rank that
+// waits in it runs out (WithCollectiveTimeout, TPRUN_COLLECTIVE_TIMEOUT,
+// else DefaultCollectiveTimeout), even when the callers' ctx has no
+// deadline. The error is a *CollectiveTimeoutError naming the collective
+// and the ranks that never came, with their host and pid (errors.Is(err,
+// ErrCollectiveTimeout) and errors.Is(err, ErrAborted)); the job is over.
+//
 // The collectives are made one at a time; calls from several goroutines
 // queue up in the order they arrive, which the other ranks must match.
 type Group struct {

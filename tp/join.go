@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,10 +45,31 @@ type joinConfig struct {
 	lookup  func(string) (string, bool)
 	timeout time.Duration
 	logf    func(format string, args ...any)
+	// collective: WithCollectiveTimeout's d; 0 when not given.
+	collective time.Duration
 }
 
 // DefaultTimeout bounds the rendezvous when no WithTimeout is given.
 const DefaultTimeout = 60 * time.Second
+
+// DefaultCollectiveTimeout bounds each Group collective when neither
+// WithCollectiveTimeout nor TPRUN_COLLECTIVE_TIMEOUT says otherwise. The
+// collectives run at setup and shutdown, never in the step loop, so a
+// rank that is alive but five minutes late to one has stalled; PyTorch's
+// NCCL watchdog, the limit people who serve models know, waits ten
+// minutes, and half of that frees a serving slot sooner while leaving
+// room for a slow node's setup (loading and packing a weight shard).
+const DefaultCollectiveTimeout = hub.DefaultCollectiveTimeout
+
+// EnvCollectiveTimeout is the environment variable that sets every
+// collective's timeout for a job without changing its code: a Go duration
+// ("90s", "10m") or a number of seconds ("600"). WithCollectiveTimeout,
+// when given, wins over it.
+const EnvCollectiveTimeout = "TPRUN_COLLECTIVE_TIMEOUT"
+
+// collectiveKnob names what sets the collective timeout, in the error a
+// timeout gives.
+const collectiveKnob = "tp.WithCollectiveTimeout or " + EnvCollectiveTimeout
 
 // WithEnv makes Join read env instead of the process environment.
 func WithEnv(env map[string]string) JoinOption {
@@ -71,6 +93,19 @@ func WithLookupEnv(lookup func(string) (string, bool)) JoinOption {
 // applies when it is shorter.
 func WithTimeout(d time.Duration) JoinOption {
 	return func(c *joinConfig) { c.timeout = d }
+}
+
+// WithCollectiveTimeout bounds each collective of the Group (Barrier,
+// AllGather, Broadcast, AllGatherFDs, BroadcastFDs, and the handle
+// exchange of the ops made from it): once this rank has arrived, the
+// others must all arrive within d. When the first waiting rank's timeout
+// runs out, the hub ends the job on every rank with a
+// *CollectiveTimeoutError naming the collective and the ranks that never
+// came, whether or not the callers' ctx has a deadline. It overrides
+// TPRUN_COLLECTIVE_TIMEOUT; without either, DefaultCollectiveTimeout
+// applies. d must be positive.
+func WithCollectiveTimeout(d time.Duration) JoinOption {
+	return func(c *joinConfig) { c.collective = d }
 }
 
 // WithLogf receives the hub's log lines (refused connections, the job's
@@ -116,15 +151,59 @@ func Join(ctx context.Context, opts ...JoinOption) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	collective, err := collectiveTimeout(cfg)
+	if err != nil {
+		return nil, err
+	}
 	host, _ := os.Hostname()
 	hello := hub.Hello{
 		Rank: l.rank, WorldSize: l.size, LocalRank: l.localRank, PID: os.Getpid(),
 		Hostname: host, Device: strconv.Itoa(l.device()),
 	}
+	var g *Group
 	if l.launcher == LauncherTprun {
-		return joinLauncher(ctx, cfg, l, hello)
+		g, err = joinLauncher(ctx, cfg, l, hello)
+	} else {
+		g, err = joinExternal(ctx, cfg, l, hello, collective)
 	}
-	return joinExternal(ctx, cfg, l, hello)
+	if err != nil {
+		return nil, err
+	}
+	g.c.SetCollectiveTimeout(collective, collectiveKnob)
+	return g, nil
+}
+
+// collectiveTimeout is the collective timeout this rank asks for:
+// WithCollectiveTimeout's, else TPRUN_COLLECTIVE_TIMEOUT's, else the
+// default.
+func collectiveTimeout(cfg joinConfig) (time.Duration, error) {
+	if cfg.collective != 0 {
+		if cfg.collective < 0 {
+			return 0, fmt.Errorf("tp: WithCollectiveTimeout(%v): the timeout must be positive", cfg.collective)
+		}
+		return cfg.collective, nil
+	}
+	v, ok := cfg.lookup(EnvCollectiveTimeout)
+	if !ok || strings.TrimSpace(v) == "" {
+		return DefaultCollectiveTimeout, nil
+	}
+	d, err := parseSeconds(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return 0, &EnvError{Var: EnvCollectiveTimeout, Value: v, Problem: "not a positive duration (a Go duration such as 90s or 10m, or a number of seconds)"}
+	}
+	return d, nil
+}
+
+// parseSeconds reads a Go duration, or a plain number as seconds (the unit
+// NCCL's and PyTorch's timeout variables use).
+func parseSeconds(v string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if math.IsNaN(f) || f > float64(math.MaxInt64)/float64(time.Second) {
+			return 0, fmt.Errorf("%s seconds is too long", v)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	return time.ParseDuration(v)
 }
 
 func joinLauncher(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello) (*Group, error) {
@@ -148,7 +227,7 @@ func joinLauncher(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello
 
 // joinExternal: rank 0 hosts the hub at the path derived from the job id;
 // everyone, rank 0 included, dials it.
-func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello) (*Group, error) {
+func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello, collective time.Duration) (*Group, error) {
 	tmp, _ := cfg.lookup("TMPDIR")
 	path, err := hubPath(tmp, os.Getuid(), l.launcher, l.jobID)
 	if err != nil {
@@ -166,6 +245,10 @@ func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello
 			Path:              path,
 			RendezvousTimeout: cfg.timeout,
 			Logf:              cfg.logf,
+			// Every call carries its rank's own timeout; the hub's
+			// matters only for a call that carries none.
+			CollectiveTimeout:     collective,
+			CollectiveTimeoutKnob: collectiveKnob,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("tp: rank 0 of %s job %q opening the hub: %w", l.launcher, l.jobID, err)

@@ -29,6 +29,8 @@ type Client struct {
 	wmu sync.Mutex    // one frame write at a time
 
 	mu      sync.Mutex
+	timeout time.Duration // SetCollectiveTimeout; 0: the hub's default
+	knob    string
 	seq     uint64
 	waiters map[uint64]chan delivery
 	err     error         // set once: the job failure, lost connection, or ErrClosed
@@ -42,6 +44,17 @@ type Client struct {
 // byeWait bounds how long Close waits for the hub to acknowledge the
 // goodbye by closing its end.
 const byeWait = time.Second
+
+// hubSilence is how long past its own collective timeout a call waits for
+// the hub's verdict before it takes the hub for gone: the hub times the
+// collective out itself and names the missing ranks, so this only fires
+// when the hub itself stalled or the way to it was cut without a reset.
+func hubSilence(timeout time.Duration) time.Duration {
+	return timeout + max(timeout/10, silenceMargin)
+}
+
+// silenceMargin is hubSilence's least margin (a variable for the tests).
+var silenceMargin = 5 * time.Second
 
 type delivery struct {
 	res *resultMsg
@@ -162,6 +175,18 @@ func hello(fc *frameConn, h Hello) (message, error) {
 		return nil, werr
 	}
 	return m, err
+}
+
+// SetCollectiveTimeout sets how long each collective of this rank lets the
+// hub wait for the other ranks once this rank has arrived (d <= 0: the
+// hub's default). When the first waiting rank's timeout runs out, the hub
+// ends the job with a *CollectiveTimeoutError naming the ranks that never
+// came; knob names what sets d, for that error's message. Should the hub
+// not answer even well after d, the call fails on its own (ErrHubLost).
+func (c *Client) SetCollectiveTimeout(d time.Duration, knob string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timeout, c.knob = max(d, 0), knob
 }
 
 // Rank is this client's rank.
@@ -353,10 +378,11 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 	seq := c.seq
 	ch := make(chan delivery, 1)
 	c.waiters[seq] = ch
+	timeout := c.timeout
 	c.mu.Unlock()
 	wrap := func(err error) error { return fmt.Errorf("%s #%d on rank %d: %w", kind, seq, c.Rank(), err) }
 
-	if err := c.send(ctx, &opMsg{seq: seq, kind: kind, root: root, data: data, nfds: len(fds)}, fds); err != nil {
+	if err := c.send(ctx, &opMsg{seq: seq, kind: kind, root: root, data: data, nfds: len(fds), timeout: timeout}, fds); err != nil {
 		c.forget(seq, ch)
 		if ctx.Err() != nil {
 			// Part of the frame may be on the wire: the stream is unusable.
@@ -366,6 +392,12 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 		return nil, nil, wrap(c.broken(&lostError{err: err}))
 	}
 
+	var silence <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(hubSilence(timeout))
+		defer t.Stop()
+		silence = t.C
+	}
 	var cause error
 	select {
 	case d := <-ch:
@@ -373,6 +405,9 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 	case <-c.failed:
 	case <-ctx.Done():
 		cause = ctx.Err()
+	case <-silence:
+		c.broken(&lostError{err: fmt.Errorf("no word from the hub %v after sending %s #%d, though the collective timeout is %v: taking the hub for gone",
+			hubSilence(timeout), kind, seq, timeout)})
 	}
 	// A result that arrived together with the failure or cancellation
 	// still counts: the call did complete.
@@ -469,7 +504,14 @@ func (c *Client) readLoop() {
 			c.deliver(m, fds)
 		case *failMsg:
 			closeFDs(fds)
-			c.setErr(m.err(c.path))
+			err := m.err(c.path)
+			var ce *CollectiveTimeoutError
+			if errors.As(err, &ce) && ce.Knob == "" {
+				c.mu.Lock()
+				ce.Knob = c.knob
+				c.mu.Unlock()
+			}
+			c.setErr(err)
 		default:
 			closeFDs(fds)
 			c.broken(&lostError{err: fmt.Errorf("%w: unexpected %s frame from the hub", ErrProtocol, m.typ())})

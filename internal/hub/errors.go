@@ -29,6 +29,10 @@ var (
 	ErrProtocol = errors.New("hub: protocol error")
 	// ErrTooLarge: a blob or descriptor list does not fit in one frame.
 	ErrTooLarge = errors.New("hub: message too large")
+	// ErrCollectiveTimeout: a collective was not joined by every rank in
+	// time (also ErrAborted; the concrete error is a
+	// *CollectiveTimeoutError).
+	ErrCollectiveTimeout = errors.New("hub: collective timed out")
 )
 
 // RankError is the job failure caused by one rank: it died (its connection
@@ -90,6 +94,51 @@ func (e *RendezvousError) Error() string {
 // Is makes errors.Is true for both ErrRendezvous and ErrAborted.
 func (e *RendezvousError) Is(target error) bool {
 	return target == ErrRendezvous || target == ErrAborted
+}
+
+// CollectiveTimeoutError: some ranks, connected and alive, never joined a
+// collective that the others waited in, and the first waiting rank's
+// collective timeout ran out. The hub, which knows who arrived, ends the
+// job and tells every rank, so a call whose ctx has no deadline ends too.
+type CollectiveTimeoutError struct {
+	Collective string // "Barrier", "AllGather", "Broadcast", "AllGatherFDs", "BroadcastFDs"
+	Seq        uint64 // the collective's number: the how-manyth call of each rank
+	Missing    []int  // the ranks that never joined it
+	// Hosts and PIDs say where each missing rank runs (index-aligned
+	// with Missing), as it said when it joined.
+	Hosts []string
+	PIDs  []int
+	// After is the timeout that ran out: how long the waiting rank whose
+	// deadline came first had waited.
+	After time.Duration
+	// Knob names what sets the timeout, for the message; empty when
+	// nobody said.
+	Knob string
+}
+
+func (e *CollectiveTimeoutError) Error() string {
+	where := make([]string, len(e.Missing))
+	for i, r := range e.Missing {
+		where[i] = strconv.Itoa(r)
+		if i < len(e.Hosts) && i < len(e.PIDs) {
+			where[i] += fmt.Sprintf(" (pid %d on %s)", e.PIDs[i], e.Hosts[i])
+		}
+	}
+	who := "rank "
+	if len(e.Missing) != 1 {
+		who = "ranks "
+	}
+	msg := fmt.Sprintf("hub: job aborted: %s #%d timed out after %v: %s%s never joined it",
+		e.Collective, e.Seq, e.After, who, strings.Join(where, ", "))
+	if e.Knob != "" {
+		msg += " (" + e.Knob + " sets this limit)"
+	}
+	return msg
+}
+
+// Is makes errors.Is true for both ErrCollectiveTimeout and ErrAborted.
+func (e *CollectiveTimeoutError) Is(target error) bool {
+	return target == ErrCollectiveTimeout || target == ErrAborted
 }
 
 // JobError is a job failure no single rank is to blame for (the hub ran out

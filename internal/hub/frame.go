@@ -17,7 +17,9 @@ import (
 // first byte of the frame that announces them (its nfds field).
 const (
 	// Version of the wire format; a frame with another version is refused.
-	Version = 1
+	// 2: an op carries its collective timeout, a fail frame may report a
+	// collective that timed out.
+	Version = 2
 	// MaxFrame is the largest payload a frame may carry.
 	MaxFrame = 4 << 20
 	// MaxFDs is the most descriptors one frame may carry (the kernel's
@@ -92,6 +94,16 @@ func (k opKind) String() string {
 	return fmt.Sprintf("op(%d)", uint8(k))
 }
 
+// parseOpKind is String's inverse.
+func parseOpKind(name string) (opKind, bool) {
+	for k := opBarrier; k <= opBroadcastFDs; k++ {
+		if k.String() == name {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
 func (k opKind) valid() bool { return k >= opBarrier && k <= opBroadcastFDs }
 
 // hasRoot reports whether the kind has a root rank.
@@ -104,6 +116,7 @@ const (
 	failRank                           // a rank is to blame
 	failRendezvous                     // ranks never arrived
 	failJob                            // no single rank is to blame
+	failCollective                     // ranks never joined a collective in time
 )
 
 // message is one decoded frame.
@@ -122,10 +135,17 @@ type welcomeMsg struct{ peers []Hello }
 type failMsg struct {
 	code    failCode
 	rank    int
-	reason  string // failRendezvous: the timeout's knob (RendezvousError.Knob)
+	reason  string // failRendezvous, failCollective: the timeout's knob
 	missing []int
 	after   time.Duration
 	exited  []ExitedRank // failRendezvous: ranks that ended before their hello
+
+	// failCollective only: the collective, and where each missing rank
+	// runs (index-aligned with missing).
+	kind  opKind
+	seq   uint64
+	hosts []string
+	pids  []int
 }
 
 type opMsg struct {
@@ -134,6 +154,9 @@ type opMsg struct {
 	root int
 	data []byte
 	nfds int
+	// timeout: how long this rank lets the collective wait for the others
+	// once it has arrived; 0 leaves it to the hub's default.
+	timeout time.Duration
 }
 
 type resultMsg struct {
@@ -209,7 +232,7 @@ func parseHeader(h []byte) (msgType, int, error) {
 		return 0, 0, fmt.Errorf("%w: bad magic %q", ErrProtocol, h[:3])
 	}
 	if h[3] != Version {
-		return 0, 0, fmt.Errorf("%w: version %d, this hub speaks %d", ErrProtocol, h[3], Version)
+		return 0, 0, fmt.Errorf("%w: wire version %d, this build of tprun speaks %d (the launcher and every rank program must come from the same tprun release)", ErrProtocol, h[3], Version)
 	}
 	n := binary.BigEndian.Uint32(h[4:8])
 	if n > MaxFrame {
@@ -285,6 +308,15 @@ func (m *failMsg) encode(e *encoder) {
 		e.i32(r)
 	}
 	e.u64(uint64(m.after))
+	if m.code == failCollective {
+		e.u8(uint8(m.kind))
+		e.u64(m.seq)
+		for i := range m.missing {
+			e.str(m.hosts[i])
+			e.i32(m.pids[i])
+		}
+		return
+	}
 	// exited is a trailing section present only when not empty: a fail
 	// frame without it is byte for byte what hubs before it sent, so an
 	// older client still reads a timeout; one carrying it reads as a
@@ -300,7 +332,7 @@ func (m *failMsg) encode(e *encoder) {
 
 func (m *failMsg) decode(d *decoder) {
 	m.code = failCode(d.u8())
-	if d.err == nil && (m.code < failRefused || m.code > failJob) {
+	if d.err == nil && (m.code < failRefused || m.code > failCollective) {
 		d.fail("unknown failure code %d", m.code)
 	}
 	m.rank = d.i32()
@@ -313,6 +345,25 @@ func (m *failMsg) decode(d *decoder) {
 		}
 	}
 	m.after = time.Duration(d.u64())
+	if d.err == nil && m.code == failCollective {
+		m.kind = d.kind()
+		m.seq = d.u64()
+		if d.err != nil || len(m.missing) == 0 {
+			d.fail("collective timeout without missing ranks")
+			return
+		}
+		if uint64(len(m.missing))*(4+4) > uint64(len(d.b)) {
+			d.fail("%d missing ranks do not fit in %d remaining bytes", len(m.missing), len(d.b))
+			return
+		}
+		m.hosts = make([]string, len(m.missing))
+		m.pids = make([]int, len(m.missing))
+		for i := range m.missing {
+			m.hosts[i] = d.str()
+			m.pids[i] = d.i32()
+		}
+		return
+	}
 	if d.err != nil || len(d.b) == 0 {
 		return
 	}
@@ -337,6 +388,7 @@ func (m *opMsg) encode(e *encoder) {
 	e.i32(m.root)
 	e.bytes(m.data)
 	e.u32(uint32(m.nfds))
+	e.u64(uint64(m.timeout))
 }
 
 func (m *opMsg) decode(d *decoder) {
@@ -345,6 +397,10 @@ func (m *opMsg) decode(d *decoder) {
 	m.root = d.i32()
 	m.data = d.bytes()
 	m.nfds = d.nfds()
+	m.timeout = time.Duration(d.u64())
+	if d.err == nil && m.timeout < 0 {
+		d.fail("negative collective timeout %d", int64(m.timeout))
+	}
 }
 
 func (m *resultMsg) encode(e *encoder) {

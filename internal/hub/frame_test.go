@@ -39,7 +39,10 @@ func sampleMessages(rng *rand.Rand) []message {
 		&failMsg{code: failRendezvous, rank: -1, reason: "tprun --rendezvous-timeout", missing: []int{1, 3},
 			exited: []ExitedRank{{Rank: 1 + rng.IntN(7), How: "exit status " + string(rune('0'+rng.IntN(10)))}, {Rank: 3, How: "killed by signal SIGKILL"}}},
 		&failMsg{code: failRefused, rank: -1, reason: "wrong job token"},
-		&opMsg{seq: rng.Uint64(), kind: opAllGather, root: 0, data: blob()},
+		&failMsg{code: failCollective, rank: -1, reason: "TPRUN_COLLECTIVE_TIMEOUT", missing: []int{rng.IntN(8), 9},
+			after: time.Duration(1 + rng.Int64N(1e12)), kind: opBroadcastFDs, seq: rng.Uint64(),
+			hosts: []string{"node-" + string(blob()), ""}, pids: []int{1 + rng.IntN(1<<22), 7}},
+		&opMsg{seq: rng.Uint64(), kind: opAllGather, root: 0, data: blob(), timeout: time.Duration(1 + rng.Int64N(1e12))},
 		&opMsg{seq: rng.Uint64(), kind: opBroadcastFDs, root: rng.IntN(8), nfds: 1 + rng.IntN(MaxFDs)},
 		&resultMsg{seq: rng.Uint64(), kind: opAllGather, blobs: [][]byte{blob(), nil, blob()}},
 		&resultMsg{seq: rng.Uint64(), kind: opAllGatherFDs, nfds: 8},
@@ -91,8 +94,21 @@ func TestDecodeFrameErrors(t *testing.T) {
 	}
 	withNFDs := func(n uint32) []byte {
 		q := bytes.Clone(p)
-		binary.BigEndian.PutUint32(q[len(q)-4:], n)
+		binary.BigEndian.PutUint32(q[len(q)-12:], n)
 		return frame(Version, msgOp, q, len(q))
+	}
+	withTimeout := func(d uint64) []byte {
+		q := bytes.Clone(p)
+		binary.BigEndian.PutUint64(q[len(q)-8:], d)
+		return frame(Version, msgOp, q, len(q))
+	}
+	// code failCollective, rank -1, no reason, then the missing ranks,
+	// after, the kind and the sequence number.
+	collective := func(missing []byte, rest ...byte) []byte {
+		q := append([]byte{byte(failCollective), 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0}, missing...)
+		q = append(q, 0, 0, 0, 0, 0, 0, 0, 1, byte(opBarrier), 0, 0, 0, 0, 0, 0, 0, 3)
+		q = append(q, rest...)
+		return frame(Version, msgFail, q, len(q))
 	}
 	cases := []struct {
 		desc string
@@ -114,6 +130,11 @@ func TestDecodeFrameErrors(t *testing.T) {
 		{"unknown op kind", withKind(99), "unknown operation"},
 		{"op kind zero", withKind(0), "unknown operation"},
 		{"too many descriptors", withNFDs(MaxFDs + 1), "descriptors exceed"},
+		{"negative timeout", withTimeout(1 << 63), "negative collective timeout"},
+		{"collective timeout without missing ranks", collective([]byte{0, 0, 0, 0}), "without missing ranks"},
+		{"collective timeout without hosts", collective([]byte{0, 0, 0, 1, 0, 0, 0, 2}), "do not fit"},
+		{"collective timeout, truncated host", collective([]byte{0, 0, 0, 1, 0, 0, 0, 2}, 0, 0, 0, 9, 'n', 0, 0, 0, 0), "truncated"},
+		{"collective timeout with an exited list", collective([]byte{0, 0, 0, 1, 0, 0, 0, 2}, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 1), "trailing"},
 		{"forged blob count", frame(Version, msgResult, []byte{0, 0, 0, 0, 0, 0, 0, 1, 2, 0xFF, 0xFF, 0xFF, 0xFF}, 13), "does not fit"},
 		{"forged welcome count", frame(Version, msgWelcome, []byte{0x7F, 0xFF, 0xFF, 0xFF}, 4), "does not fit"},
 		{"forged string length", frame(Version, msgAbort, []byte{0xFF, 0xFF, 0xFF, 0xF0, 'x'}, 5), "truncated"},
@@ -173,7 +194,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		f.Add(c)
 	}
 	f.Add([]byte{})
-	f.Add([]byte("TPH\x01\xff\xff\xff\xff\x04"))
+	f.Add([]byte("TPH\x02\xff\xff\xff\xff\x04"))
 	f.Add(frame(Version, msgResult, []byte{0, 0, 0, 0, 0, 0, 0, 1, 2, 0xFF, 0xFF, 0xFF, 0xFF}, 13))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, n, err := decodeFrame(b)

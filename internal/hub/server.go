@@ -40,7 +40,24 @@ type ServerConfig struct {
 	// a timeout ("tprun --rendezvous-timeout"); the hub knows no launcher
 	// of its own. Empty: the message names none.
 	TimeoutKnob string
+	// CollectiveTimeout bounds a collective for ranks whose call does not
+	// carry a timeout of its own (0 means DefaultCollectiveTimeout); each
+	// call normally carries its rank's (Client.SetCollectiveTimeout).
+	CollectiveTimeout time.Duration
+	// CollectiveTimeoutKnob names what sets the collective timeouts, for
+	// the hub's own log line of one; empty: none is named.
+	CollectiveTimeoutKnob string
 }
+
+// DefaultCollectiveTimeout is how long a collective waits for its last
+// rank when neither the call nor the hub's configuration says otherwise.
+// The collectives run at setup and shutdown, never in the step loop, so a
+// rank that is alive but five minutes late to one has stalled: loading or
+// packing a weight shard takes seconds to a minute, and PyTorch's NCCL
+// watchdog, the limit people serving models know, waits ten minutes.
+// Half of that frees a serving slot sooner and still leaves room for a
+// slow node's setup.
+const DefaultCollectiveTimeout = 5 * time.Minute
 
 const (
 	defaultRendezvousTimeout = 60 * time.Second
@@ -96,11 +113,23 @@ type collective struct {
 	root    int
 	first   int // rank that arrived first, named in mismatch errors
 	arrived int
+	in      []bool // per rank: arrived
 	data    [][]byte
 	fds     [][]int
+
+	// The earliest deadline of the ranks that arrived, the timeout that
+	// set it, and the timer that fails the job at it.
+	deadline time.Time
+	limit    time.Duration
+	timer    *time.Timer
 }
 
+// release frees what the collective holds and stops its timer; it is
+// called once the collective completed or the job failed or closed.
 func (c *collective) release() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	for _, f := range c.fds {
 		closeFDs(f)
 	}
@@ -204,6 +233,9 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.RendezvousTimeout <= 0 {
 		cfg.RendezvousTimeout = defaultRendezvousTimeout
+	}
+	if cfg.CollectiveTimeout <= 0 {
+		cfg.CollectiveTimeout = DefaultCollectiveTimeout
 	}
 	s := &Server{
 		cfg:          cfg,
@@ -819,19 +851,63 @@ func (s *Server) op(rank int, m *opMsg, fds []int) {
 	if c == nil {
 		n := s.cfg.WorldSize
 		c = &collective{seq: m.seq, kind: m.kind, root: m.root, first: rank,
-			data: make([][]byte, n), fds: make([][]int, n)}
+			in: make([]bool, n), data: make([][]byte, n), fds: make([][]int, n)}
 		s.pending[m.seq] = c
 	} else if c.kind != m.kind || c.root != m.root {
 		fail("called %s as collective #%d while rank %d called %s", describe(m.kind, m.root), m.seq, c.first, describe(c.kind, c.root))
 		return
 	}
+	c.in[rank] = true
 	c.data[rank] = m.data
 	c.fds[rank] = fds
 	c.arrived++
 	if c.arrived == s.cfg.WorldSize {
 		delete(s.pending, c.seq)
 		s.completeLocked(c)
+		return
 	}
+	s.armLocked(c, m.timeout)
+}
+
+// armLocked moves c's deadline to this arrival's, when that comes first:
+// a collective waits no longer than the least patient rank in it allows.
+func (s *Server) armLocked(c *collective, timeout time.Duration) {
+	if timeout <= 0 {
+		timeout = s.cfg.CollectiveTimeout
+	}
+	dl := time.Now().Add(timeout)
+	if c.timer != nil && !dl.Before(c.deadline) {
+		return
+	}
+	c.deadline, c.limit = dl, timeout
+	if c.timer == nil {
+		c.timer = time.AfterFunc(timeout, func() { s.collectiveTimedOut(c) })
+	} else {
+		c.timer.Reset(timeout)
+	}
+}
+
+// collectiveTimedOut fails the job when c is still waiting at its
+// deadline, naming the ranks that never joined it.
+func (s *Server) collectiveTimedOut(c *collective) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.failure != nil || s.pending[c.seq] != c {
+		return
+	}
+	if time.Now().Before(c.deadline) {
+		return // a later arrival moved the deadline; its timer fires then
+	}
+	e := &CollectiveTimeoutError{Collective: c.kind.String(), Seq: c.seq, After: c.limit, Knob: s.cfg.CollectiveTimeoutKnob}
+	for r, in := range c.in {
+		if in {
+			continue
+		}
+		e.Missing = append(e.Missing, r)
+		e.Hosts = append(e.Hosts, s.hellos[r].Hostname)
+		e.PIDs = append(e.PIDs, s.hellos[r].PID)
+	}
+	s.failLocked(e)
 }
 
 func describe(k opKind, root int) string {
@@ -937,9 +1013,14 @@ func wireFailure(err error) *failMsg {
 	var re *RankError
 	var rv *RendezvousError
 	var je *JobError
+	var ce *CollectiveTimeoutError
 	switch {
 	case errors.As(err, &re):
 		return &failMsg{code: failRank, rank: re.Rank, reason: re.Reason}
+	case errors.As(err, &ce):
+		k, _ := parseOpKind(ce.Collective)
+		return &failMsg{code: failCollective, rank: -1, reason: ce.Knob, missing: ce.Missing, after: ce.After,
+			kind: k, seq: ce.Seq, hosts: ce.Hosts, pids: ce.PIDs}
 	case errors.As(err, &rv):
 		return &failMsg{code: failRendezvous, rank: -1, reason: rv.Knob, missing: rv.Missing, after: rv.After, exited: rv.Exited}
 	case errors.As(err, &je):
@@ -957,6 +1038,9 @@ func (m *failMsg) err(path string) error {
 		return &RankError{Rank: m.rank, Reason: m.reason}
 	case failRendezvous:
 		return &RendezvousError{Missing: m.missing, After: m.after, Exited: m.exited, Knob: m.reason}
+	case failCollective:
+		return &CollectiveTimeoutError{Collective: m.kind.String(), Seq: m.seq, Missing: m.missing,
+			Hosts: m.hosts, PIDs: m.pids, After: m.after, Knob: m.reason}
 	}
 	return &JobError{Reason: m.reason}
 }
