@@ -26,7 +26,11 @@ type Client struct {
 	peers []Hello
 
 	sem chan struct{} // one collective call at a time
-	wmu sync.Mutex    // one frame write at a time
+	wmu *sync.Mutex   // one frame write at a time (shared with keep)
+
+	// keep pings a TCP hub and watches for its silence; nil on a Unix
+	// socket, where the kernel tells us when the hub goes.
+	keep *keepalive
 
 	mu      sync.Mutex
 	timeout time.Duration // SetCollectiveTimeout; 0: the hub's default
@@ -123,19 +127,28 @@ func connect(ctx context.Context, path string) (*net.UnixConn, error) {
 }
 
 func handshake(ctx context.Context, fc *frameConn, path string, h Hello, uid int) (*Client, error) {
-	cred, err := peerCred(fc.c)
+	cred, err := peerCred(fc.uc)
 	if err != nil {
 		return nil, err
 	}
 	if int(cred.Uid) != uid {
 		return nil, fmt.Errorf("hub at %s runs as uid %d, not %d; not talking to it", path, cred.Uid, uid)
 	}
+	return handshakeHello(ctx, fc, path, h, &sync.Mutex{}, nil)
+}
+
+// handshakeHello sends the hello and waits for the rendezvous; k is the
+// keepalive of a TCP connection, nil on a Unix socket.
+func handshakeHello(ctx context.Context, fc *frameConn, path string, h Hello, wmu *sync.Mutex, k *keepalive) (*Client, error) {
 	release := interruptOn(ctx, fc.c.SetDeadline)
-	m, err := hello(fc, h)
+	m, err := hello(fc, h, wmu, k)
 	if release() {
 		return nil, fmt.Errorf("waiting for the rendezvous at %s: %w", path, ctx.Err())
 	}
 	if err != nil {
+		if k != nil && k.silent.Load() {
+			return nil, k.silence(path)
+		}
 		return nil, &lostError{err: err}
 	}
 	switch m := m.(type) {
@@ -156,6 +169,8 @@ func handshake(ctx context.Context, fc *frameConn, path string, h Hello, uid int
 			path:       path,
 			self:       h,
 			peers:      m.peers,
+			wmu:        wmu,
+			keep:       k,
 			sem:        make(chan struct{}, 1),
 			waiters:    make(map[uint64]chan delivery),
 			failed:     make(chan struct{}),
@@ -165,16 +180,29 @@ func handshake(ctx context.Context, fc *frameConn, path string, h Hello, uid int
 	return nil, fmt.Errorf("%w: expected welcome, got %s", ErrProtocol, m.typ())
 }
 
-func hello(fc *frameConn, h Hello) (message, error) {
+func hello(fc *frameConn, h Hello, wmu *sync.Mutex, k *keepalive) (message, error) {
+	wmu.Lock()
 	werr := fc.writeMessage(&helloMsg{h: h}, nil)
-	// A hub that refuses us before reading (foreign uid) has closed its
-	// end, so the write fails; its reason is still there to read.
-	m, fds, err := fc.readMessage()
-	closeFDs(fds)
-	if err != nil && werr != nil {
-		return nil, werr
+	wmu.Unlock()
+	for {
+		// A hub that refuses us before reading (foreign uid) has closed
+		// its end, so the write fails; its reason is still there to read.
+		m, fds, err := fc.readMessage()
+		closeFDs(fds)
+		if err != nil && werr != nil {
+			return nil, werr
+		}
+		if err != nil {
+			return nil, err
+		}
+		if k != nil {
+			k.saw()
+			if _, ok := m.(*pingMsg); ok {
+				continue
+			}
+		}
+		return m, nil
 	}
-	return m, err
 }
 
 // SetCollectiveTimeout sets how long each collective of this rank lets the
@@ -257,6 +285,9 @@ func (c *Client) Broadcast(ctx context.Context, root int, b []byte) ([]byte, err
 // new descriptor per rank (own included), owned by the caller and
 // close-on-exec. The caller keeps fd.
 func (c *Client) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
+	if err := c.localFDs(opAllGatherFDs); err != nil {
+		return nil, err
+	}
 	if fd < 0 {
 		return nil, fmt.Errorf("hub: rank %d: AllGatherFDs: invalid descriptor %d", c.Rank(), fd)
 	}
@@ -275,6 +306,9 @@ func (c *Client) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
 // copies of them, owned by the caller and close-on-exec. Other ranks' fds
 // are ignored; root keeps its own.
 func (c *Client) BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, error) {
+	if err := c.localFDs(opBroadcastFDs); err != nil {
+		return nil, err
+	}
 	if err := c.checkRoot(opBroadcastFDs, root); err != nil {
 		return nil, err
 	}
@@ -339,6 +373,9 @@ func (c *Client) Close() error {
 		}
 		c.closeErr = c.fc.c.Close()
 		<-c.readerDone
+		if c.keep != nil {
+			c.keep.halt()
+		}
 		c.mu.Lock()
 		for seq, ch := range c.waiters {
 			delete(c.waiters, seq)
@@ -348,6 +385,19 @@ func (c *Client) Close() error {
 	})
 	return c.closeErr
 }
+
+// localFDs refuses a descriptor collective on a TCP client, before
+// anything is sent: the group stays usable.
+func (c *Client) localFDs(k opKind) error {
+	if c.keep != nil {
+		return fmt.Errorf("hub: rank %d: %s: %w (this job's ranks reach the hub over TCP; share memory through handles that are bytes, such as CUDA fabric handles)", c.Rank(), k, ErrCrossNode)
+	}
+	return nil
+}
+
+// Remote reports whether this client reaches its hub over TCP (a job
+// across nodes).
+func (c *Client) Remote() bool { return c.keep != nil }
 
 func (c *Client) checkRoot(k opKind, root int) error {
 	if root < 0 || root >= c.Size() {
@@ -496,10 +546,22 @@ func (c *Client) readLoop() {
 	for {
 		m, fds, err := c.fc.readMessage()
 		if err != nil {
+			if c.keep != nil && c.keep.silent.Load() {
+				c.setErr(c.keep.silence(c.path))
+				return
+			}
 			c.setErr(&lostError{err: err})
 			return
 		}
+		if c.keep != nil {
+			c.keep.saw()
+		}
 		switch m := m.(type) {
+		case *pingMsg:
+			if c.keep == nil {
+				c.broken(&lostError{err: fmt.Errorf("%w: unexpected ping from the hub", ErrProtocol)})
+				return
+			}
 		case *resultMsg:
 			c.deliver(m, fds)
 		case *failMsg:

@@ -12,9 +12,18 @@ import (
 //
 // Integers in payloads are big-endian and fixed-width, byte strings are a
 // uint32 length followed by the bytes, and a payload must be consumed
-// exactly: the encoding of a message is unique, which the fuzz target uses
+// exactly: the encoding of a message is unique, which the fuzz targets use
 // (decode, re-encode, compare). Descriptors travel as SCM_RIGHTS with the
-// first byte of the frame that announces them (its nfds field).
+// first byte of the frame that announces them (its nfds field), on the
+// Unix socket only.
+//
+// Over TCP (ranks on several nodes) the same frames travel, and the hub
+// speaks first: a challenge with its nonce; the client answers with its
+// own nonce and an HMAC-SHA256 of both under the job secret (proof), the
+// hub answers with its own HMAC (proofOK), and only then comes the hello.
+// Until the hello is admitted a frame may carry at most MaxHandshakeFrame
+// bytes; afterwards both ends send pings when they have been quiet, so
+// that silence means a dead or cut-off node.
 const (
 	// Version of the wire format; a frame with another version is refused.
 	// 2: an op carries its collective timeout, a fail frame may report a
@@ -28,6 +37,13 @@ const (
 	// MaxWorldSize is the largest job: an all-gather of descriptors moves
 	// one per rank in one frame.
 	MaxWorldSize = MaxFDs
+	// MaxHandshakeFrame bounds a frame from a TCP peer that has not yet
+	// been admitted: whoever can reach the port cannot make the hub read
+	// or buffer more than this before proving the job secret.
+	MaxHandshakeFrame = 4 << 10
+	// nonceLen and macLen: the sizes in the TCP handshake.
+	nonceLen = 32
+	macLen   = 32
 
 	headerLen = 9
 )
@@ -44,6 +60,10 @@ const (
 	msgResult                     // server → client: a collective's result
 	msgAbort                      // client → server: fail the job, blaming me
 	msgBye                        // client → server: I leave cleanly
+	msgChallenge                  // server → client (TCP): my nonce
+	msgProof                      // client → server (TCP): my nonce and my MAC
+	msgProofOK                    // server → client (TCP): the hub's MAC
+	msgPing                       // either way (TCP): still here
 )
 
 func (t msgType) String() string {
@@ -62,6 +82,14 @@ func (t msgType) String() string {
 		return "abort"
 	case msgBye:
 		return "bye"
+	case msgChallenge:
+		return "challenge"
+	case msgProof:
+		return "proof"
+	case msgProofOK:
+		return "proofOK"
+	case msgPing:
+		return "ping"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -117,6 +145,7 @@ const (
 	failRendezvous                     // ranks never arrived
 	failJob                            // no single rank is to blame
 	failCollective                     // ranks never joined a collective in time
+	failNode                           // a node's ranks went silent
 )
 
 // message is one decoded frame.
@@ -132,20 +161,24 @@ type helloMsg struct{ h Hello }
 
 type welcomeMsg struct{ peers []Hello }
 
+// failMsg carries every kind of failure; the fields a code does not use
+// are empty.
 type failMsg struct {
 	code    failCode
-	rank    int
+	rank    int    // failRank: the rank to blame; else -1
 	reason  string // failRendezvous, failCollective: the timeout's knob
-	missing []int
+	missing []int  // failRendezvous, failCollective: the missing ranks; failNode: the node's ranks
 	after   time.Duration
 	exited  []ExitedRank // failRendezvous: ranks that ended before their hello
 
-	// failCollective only: the collective, and where each missing rank
-	// runs (index-aligned with missing).
-	kind  opKind
-	seq   uint64
+	// failCollective: the collective.
+	kind opKind
+	seq  uint64
+	// hosts: failRank, failNode: the host (one entry, or none);
+	// failRendezvous, failCollective: where each missing rank runs
+	// ("" when not known), index-aligned with missing.
 	hosts []string
-	pids  []int
+	pids  []int // failCollective: index-aligned with missing
 }
 
 type opMsg struct {
@@ -170,6 +203,17 @@ type abortMsg struct{ reason string }
 
 type byeMsg struct{}
 
+type challengeMsg struct{ nonce [nonceLen]byte }
+
+type proofMsg struct {
+	nonce [nonceLen]byte
+	mac   [macLen]byte
+}
+
+type proofOKMsg struct{ mac [macLen]byte }
+
+type pingMsg struct{}
+
 func (*helloMsg) typ() msgType   { return msgHello }
 func (*welcomeMsg) typ() msgType { return msgWelcome }
 func (*failMsg) typ() msgType    { return msgFail }
@@ -177,6 +221,10 @@ func (*opMsg) typ() msgType      { return msgOp }
 func (*resultMsg) typ() msgType  { return msgResult }
 func (*abortMsg) typ() msgType   { return msgAbort }
 func (*byeMsg) typ() msgType     { return msgBye }
+func (*challengeMsg) typ() msgType { return msgChallenge }
+func (*proofMsg) typ() msgType     { return msgProof }
+func (*proofOKMsg) typ() msgType   { return msgProofOK }
+func (*pingMsg) typ() msgType      { return msgPing }
 
 func (*helloMsg) fdCount() int    { return 0 }
 func (*welcomeMsg) fdCount() int  { return 0 }
@@ -185,6 +233,10 @@ func (m *opMsg) fdCount() int     { return m.nfds }
 func (m *resultMsg) fdCount() int { return m.nfds }
 func (*abortMsg) fdCount() int    { return 0 }
 func (*byeMsg) fdCount() int      { return 0 }
+func (*challengeMsg) fdCount() int { return 0 }
+func (*proofMsg) fdCount() int     { return 0 }
+func (*proofOKMsg) fdCount() int   { return 0 }
+func (*pingMsg) fdCount() int      { return 0 }
 
 func newMessage(t msgType) (message, error) {
 	switch t {
@@ -202,6 +254,14 @@ func newMessage(t msgType) (message, error) {
 		return &abortMsg{}, nil
 	case msgBye:
 		return &byeMsg{}, nil
+	case msgChallenge:
+		return &challengeMsg{}, nil
+	case msgProof:
+		return &proofMsg{}, nil
+	case msgProofOK:
+		return &proofOKMsg{}, nil
+	case msgPing:
+		return &pingMsg{}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown frame type %d", ErrProtocol, uint8(t))
 }
@@ -222,9 +282,9 @@ func encodeFrame(m message) ([]byte, error) {
 }
 
 // parseHeader checks a frame header and returns the type and payload
-// length. It rejects a bad magic, another version, an oversized length and
+// length. It rejects a bad magic, another version, a length over limit and
 // an unknown type before any payload is read.
-func parseHeader(h []byte) (msgType, int, error) {
+func parseHeader(h []byte, limit int) (msgType, int, error) {
 	if len(h) < headerLen {
 		return 0, 0, fmt.Errorf("%w: truncated header (%d of %d bytes)", ErrProtocol, len(h), headerLen)
 	}
@@ -235,8 +295,8 @@ func parseHeader(h []byte) (msgType, int, error) {
 		return 0, 0, fmt.Errorf("%w: wire version %d, this build of tprun speaks %d (the launcher and every rank program must come from the same tprun release)", ErrProtocol, h[3], Version)
 	}
 	n := binary.BigEndian.Uint32(h[4:8])
-	if n > MaxFrame {
-		return 0, 0, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", ErrProtocol, n, MaxFrame)
+	if uint64(n) > uint64(limit) {
+		return 0, 0, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", ErrProtocol, n, limit)
 	}
 	t := msgType(h[8])
 	if _, err := newMessage(t); err != nil {
@@ -264,8 +324,11 @@ func decodePayload(t msgType, p []byte) (message, error) {
 
 // decodeFrame decodes the first frame in b and returns it with the number
 // of bytes it used. A b shorter than the frame is an error (truncated).
-func decodeFrame(b []byte) (message, int, error) {
-	t, n, err := parseHeader(b)
+func decodeFrame(b []byte) (message, int, error) { return decodeFrameLimit(b, MaxFrame) }
+
+// decodeFrameLimit is decodeFrame with a payload limit.
+func decodeFrameLimit(b []byte, limit int) (message, int, error) {
+	t, n, err := parseHeader(b, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -308,77 +371,74 @@ func (m *failMsg) encode(e *encoder) {
 		e.i32(r)
 	}
 	e.u64(uint64(m.after))
-	if m.code == failCollective {
-		e.u8(uint8(m.kind))
-		e.u64(m.seq)
-		for i := range m.missing {
-			e.str(m.hosts[i])
-			e.i32(m.pids[i])
-		}
-		return
+	e.u32(uint32(len(m.exited)))
+	for _, x := range m.exited {
+		e.i32(x.Rank)
+		e.str(x.How)
 	}
-	// exited is a trailing section present only when not empty: a fail
-	// frame without it is byte for byte what hubs before it sent, so an
-	// older client still reads a timeout; one carrying it reads as a
-	// protocol error there (trailing bytes), which still fails the call.
-	if len(m.exited) > 0 {
-		e.u32(uint32(len(m.exited)))
-		for _, x := range m.exited {
-			e.i32(x.Rank)
-			e.str(x.How)
-		}
+	e.u8(uint8(m.kind))
+	e.u64(m.seq)
+	e.u32(uint32(len(m.hosts)))
+	for _, h := range m.hosts {
+		e.str(h)
+	}
+	e.u32(uint32(len(m.pids)))
+	for _, p := range m.pids {
+		e.i32(p)
 	}
 }
 
 func (m *failMsg) decode(d *decoder) {
 	m.code = failCode(d.u8())
-	if d.err == nil && (m.code < failRefused || m.code > failCollective) {
+	if d.err == nil && (m.code < failRefused || m.code > failNode) {
 		d.fail("unknown failure code %d", m.code)
 	}
 	m.rank = d.i32()
 	m.reason = d.str()
-	n := d.count(4)
-	if n > 0 {
+	if n := d.count(4); n > 0 {
 		m.missing = make([]int, n)
 		for i := range m.missing {
 			m.missing[i] = d.i32()
 		}
 	}
 	m.after = time.Duration(d.u64())
-	if d.err == nil && m.code == failCollective {
-		m.kind = d.kind()
-		m.seq = d.u64()
-		if d.err != nil || len(m.missing) == 0 {
-			d.fail("collective timeout without missing ranks")
-			return
-		}
-		if uint64(len(m.missing))*(4+4) > uint64(len(d.b)) {
-			d.fail("%d missing ranks do not fit in %d remaining bytes", len(m.missing), len(d.b))
-			return
-		}
-		m.hosts = make([]string, len(m.missing))
-		m.pids = make([]int, len(m.missing))
-		for i := range m.missing {
-			m.hosts[i] = d.str()
-			m.pids[i] = d.i32()
-		}
-		return
-	}
-	if d.err != nil || len(d.b) == 0 {
-		return
-	}
-	// An empty section would have been left out: refusing it keeps the
-	// encoding canonical.
-	n = d.count(4 + 4) // a rank and a string's length
-	if d.err == nil && n == 0 {
-		d.fail("empty exited list")
-	}
-	if n > 0 {
+	if n := d.count(4 + 4); n > 0 { // a rank and a string's length
 		m.exited = make([]ExitedRank, n)
 		for i := range m.exited {
 			m.exited[i].Rank = d.i32()
 			m.exited[i].How = d.str()
 		}
+	}
+	if k := opKind(d.u8()); d.err == nil && k != 0 && !k.valid() {
+		d.fail("unknown operation %d", uint8(k))
+	} else {
+		m.kind = k
+	}
+	m.seq = d.u64()
+	if n := d.count(4); n > 0 {
+		m.hosts = make([]string, n)
+		for i := range m.hosts {
+			m.hosts[i] = d.str()
+		}
+	}
+	if n := d.count(4); n > 0 {
+		m.pids = make([]int, n)
+		for i := range m.pids {
+			m.pids[i] = d.i32()
+		}
+	}
+	if d.err != nil {
+		return
+	}
+	switch {
+	case m.code == failCollective && (len(m.missing) == 0 || m.kind == 0):
+		d.fail("collective timeout without missing ranks or collective")
+	case m.code == failCollective && (len(m.hosts) != len(m.missing) || len(m.pids) != len(m.missing)):
+		d.fail("collective timeout with %d hosts and %d pids for %d missing ranks", len(m.hosts), len(m.pids), len(m.missing))
+	case m.code == failNode && (len(m.missing) == 0 || len(m.hosts) != 1):
+		d.fail("node failure without its host and ranks")
+	case m.code == failRendezvous && len(m.hosts) != 0 && len(m.hosts) != len(m.missing):
+		d.fail("rendezvous failure with %d hosts for %d missing ranks", len(m.hosts), len(m.missing))
 	}
 }
 
@@ -431,6 +491,25 @@ func (m *abortMsg) decode(d *decoder) { m.reason = d.str() }
 
 func (*byeMsg) encode(*encoder) {}
 func (*byeMsg) decode(*decoder) {}
+
+func (m *challengeMsg) encode(e *encoder) { e.b = append(e.b, m.nonce[:]...) }
+func (m *challengeMsg) decode(d *decoder) { copy(m.nonce[:], d.take(nonceLen)) }
+
+func (m *proofMsg) encode(e *encoder) {
+	e.b = append(e.b, m.nonce[:]...)
+	e.b = append(e.b, m.mac[:]...)
+}
+
+func (m *proofMsg) decode(d *decoder) {
+	copy(m.nonce[:], d.take(nonceLen))
+	copy(m.mac[:], d.take(macLen))
+}
+
+func (m *proofOKMsg) encode(e *encoder) { e.b = append(e.b, m.mac[:]...) }
+func (m *proofOKMsg) decode(d *decoder) { copy(m.mac[:], d.take(macLen)) }
+
+func (*pingMsg) encode(*encoder) {}
+func (*pingMsg) decode(*decoder) {}
 
 // helloMinLen is the encoded size of a Hello without the token and with
 // empty strings: four int32 and two string lengths.

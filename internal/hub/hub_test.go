@@ -53,9 +53,10 @@ func (l *logBuf) String() string {
 
 type testHub struct {
 	*Server
-	log   *logBuf
-	token string
-	n     int
+	log    *logBuf
+	token  string
+	n      int
+	secret []byte // a TCP hub's
 }
 
 // startHub listens and serves in a goroutine that the test's cleanup
