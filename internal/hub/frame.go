@@ -53,17 +53,17 @@ var magic = [3]byte{'T', 'P', 'H'}
 type msgType uint8
 
 const (
-	msgHello   msgType = iota + 1 // client → server: who I am
-	msgWelcome                    // server → client: everyone is here
-	msgFail                       // server → client: refused, or the job failed
-	msgOp                         // client → server: a collective call
-	msgResult                     // server → client: a collective's result
-	msgAbort                      // client → server: fail the job, blaming me
-	msgBye                        // client → server: I leave cleanly
-	msgChallenge                  // server → client (TCP): my nonce
-	msgProof                      // client → server (TCP): my nonce and my MAC
-	msgProofOK                    // server → client (TCP): the hub's MAC
-	msgPing                       // either way (TCP): still here
+	msgHello     msgType = iota + 1 // client → server: who I am
+	msgWelcome                      // server → client: everyone is here
+	msgFail                         // server → client: refused, or the job failed
+	msgOp                           // client → server: a collective call
+	msgResult                       // server → client: a collective's result
+	msgAbort                        // client → server: fail the job, blaming me
+	msgBye                          // client → server: I leave cleanly
+	msgChallenge                    // server → client (TCP): my nonce
+	msgProof                        // client → server (TCP): my nonce and my MAC
+	msgProofOK                      // server → client (TCP): the hub's MAC
+	msgPing                         // either way (TCP): still here
 )
 
 func (t msgType) String() string {
@@ -214,25 +214,25 @@ type proofOKMsg struct{ mac [macLen]byte }
 
 type pingMsg struct{}
 
-func (*helloMsg) typ() msgType   { return msgHello }
-func (*welcomeMsg) typ() msgType { return msgWelcome }
-func (*failMsg) typ() msgType    { return msgFail }
-func (*opMsg) typ() msgType      { return msgOp }
-func (*resultMsg) typ() msgType  { return msgResult }
-func (*abortMsg) typ() msgType   { return msgAbort }
-func (*byeMsg) typ() msgType     { return msgBye }
+func (*helloMsg) typ() msgType     { return msgHello }
+func (*welcomeMsg) typ() msgType   { return msgWelcome }
+func (*failMsg) typ() msgType      { return msgFail }
+func (*opMsg) typ() msgType        { return msgOp }
+func (*resultMsg) typ() msgType    { return msgResult }
+func (*abortMsg) typ() msgType     { return msgAbort }
+func (*byeMsg) typ() msgType       { return msgBye }
 func (*challengeMsg) typ() msgType { return msgChallenge }
 func (*proofMsg) typ() msgType     { return msgProof }
 func (*proofOKMsg) typ() msgType   { return msgProofOK }
 func (*pingMsg) typ() msgType      { return msgPing }
 
-func (*helloMsg) fdCount() int    { return 0 }
-func (*welcomeMsg) fdCount() int  { return 0 }
-func (*failMsg) fdCount() int     { return 0 }
-func (m *opMsg) fdCount() int     { return m.nfds }
-func (m *resultMsg) fdCount() int { return m.nfds }
-func (*abortMsg) fdCount() int    { return 0 }
-func (*byeMsg) fdCount() int      { return 0 }
+func (*helloMsg) fdCount() int     { return 0 }
+func (*welcomeMsg) fdCount() int   { return 0 }
+func (*failMsg) fdCount() int      { return 0 }
+func (m *opMsg) fdCount() int      { return m.nfds }
+func (m *resultMsg) fdCount() int  { return m.nfds }
+func (*abortMsg) fdCount() int     { return 0 }
+func (*byeMsg) fdCount() int       { return 0 }
 func (*challengeMsg) fdCount() int { return 0 }
 func (*proofMsg) fdCount() int     { return 0 }
 func (*proofOKMsg) fdCount() int   { return 0 }

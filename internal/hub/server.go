@@ -102,8 +102,8 @@ const (
 type Server struct {
 	cfg          ServerConfig
 	ln           net.Listener
-	tcp          bool   // ranks connect over TCP
-	path         string // the socket's path, or the TCP address
+	tcp          bool     // ranks connect over TCP
+	path         string   // the socket's path, or the TCP address
 	dir          string   // directory Listen made; "" when cfg.Path was given
 	owner        *os.File // dir's owner file, flock'ed while the hub lives; nil without dir
 	uid          int      // the uid every peer must have (tests change it)
