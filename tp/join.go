@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -47,6 +48,9 @@ type joinConfig struct {
 	logf    func(format string, args ...any)
 	// collective: WithCollectiveTimeout's d; 0 when not given.
 	collective time.Duration
+	// listener: rank 0's TCP listener, opened by the caller (tests);
+	// nil: Join listens at the rendezvous address.
+	listener net.Listener
 }
 
 // DefaultTimeout bounds the rendezvous when no WithTimeout is given.
@@ -135,6 +139,20 @@ type launch struct {
 	hubPath, token string
 	// Other launchers: the job id the hub's path and token derive from.
 	jobID string
+
+	// node is the node this rank says it runs on: TPRUN_FORCE_NODE, else
+	// the hostname (filled by Join).
+	node string
+	// cross: the job's ranks are on more than one node (or
+	// TPRUN_FORCE_NODE makes this rank act so): they rendezvous over TCP
+	// at rendezvous (host:port), which rendezvousFrom names for messages.
+	cross          bool
+	forcedNode     string
+	rendezvous     string
+	rendezvousFrom string
+	// hostOf says on which host the launcher puts a rank ("" unknown);
+	// nil when it does not say.
+	hostOf func(rank int) string
 }
 
 // Join finds the job this process belongs to and returns once every rank
@@ -155,15 +173,21 @@ func Join(ctx context.Context, opts ...JoinOption) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
+	l.node = l.forcedNode
+	if l.node == "" {
+		l.node, _ = os.Hostname()
+	}
 	hello := hub.Hello{
 		Rank: l.rank, WorldSize: l.size, LocalRank: l.localRank, PID: os.Getpid(),
-		Hostname: host, Device: strconv.Itoa(l.device()),
+		Hostname: l.node, Device: strconv.Itoa(l.device()),
 	}
 	var g *Group
-	if l.launcher == LauncherTprun {
+	switch {
+	case l.launcher == LauncherTprun:
 		g, err = joinLauncher(ctx, cfg, l, hello)
-	} else {
+	case l.cross:
+		g, err = joinTCP(ctx, cfg, l, hello, collective)
+	default:
 		g, err = joinExternal(ctx, cfg, l, hello, collective)
 	}
 	if err != nil {
@@ -267,7 +291,7 @@ func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello
 			return nil, fmt.Errorf("tp: rank %d of %s job %q: rank 0 did not open the hub at %s within %v: %w",
 				l.rank, l.launcher, l.jobID, path, cfg.timeout, err)
 		}
-		err = fmt.Errorf("tp: rank %d of %d (%s job %q): %w", l.rank, l.size, l.launcher, l.jobID, blameHost(l, l.rank == 0, err))
+		err = fmt.Errorf("tp: rank %d of %d (%s job %q): %w", l.rank, l.size, l.launcher, l.jobID, blameHost(l, l.rank == 0, "", err))
 		// On rank 0 the hub it opened goes too; a failure to remove its
 		// socket is worth knowing beside the join's own error.
 		if herr := g.stopHub(); herr != nil {
@@ -355,6 +379,9 @@ func parseEnv(lookup func(string) (string, bool)) (launch, error) {
 	}
 	if e.err == nil {
 		e.check(&l)
+	}
+	if e.err == nil {
+		e.crossNode(&l)
 	}
 	if e.err != nil {
 		return launch{}, e.err
@@ -573,10 +600,6 @@ func (e *envReader) check(l *launch) {
 		e.fail(e.localRankVar, strconv.Itoa(l.localRank), "local rank is not below the local size %d", l.localSize)
 	case len(l.devices) > 0 && len(l.devices) < l.localSize:
 		e.fail("TPRUN_DEVICES", "", "lists %d devices for %d local ranks", len(l.devices), l.localSize)
-	case l.launcher != LauncherTprun && l.localSize != l.size:
-		// The hub is a Unix socket on rank 0's node.
-		e.fail(e.sizeVar, strconv.Itoa(l.size), "%s started the job across nodes (%d of its ranks on this node); "+
-			"tp joins without the tprun launcher only on one node", l.launcher, l.localSize)
 	}
 }
 
