@@ -467,3 +467,28 @@ func joinTCP(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello, col
 	g.c = c
 	return g, nil
 }
+
+// rankNodes names each rank's node when ex's ranks span nodes (a Group
+// across nodes), else nil: what mailbox.Facts.Nodes wants.
+func rankNodes(ex interface{ Rank() int }) []string {
+	g, ok := ex.(interface {
+		SpansNodes() bool
+		Peers() []Peer
+	})
+	if !ok || !g.SpansNodes() {
+		return nil
+	}
+	peers := g.Peers()
+	nodes := make([]string, len(peers))
+	for r, p := range peers {
+		nodes[r] = p.Hostname
+	}
+	return nodes
+}
+
+// sameNode reports whether ranks a and b share a node (always, when nodes
+// is nil: one node). Peer access between GPUs is a question within a node;
+// across nodes the fabric handles are the access.
+func sameNode(nodes []string, a, b int) bool {
+	return nodes == nil || nodes[a] == nodes[b]
+}

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/mailbox"
 )
 
 // withListener hands rank 0 a listener the test opened, so that the test
@@ -369,4 +371,44 @@ func TestJoinTCPFailures(t *testing.T) {
 			})
 		noErrors(t, errs)
 	})
+}
+
+// TestResolveMailboxAcrossNodes: ranks on two nodes with the same device
+// ordinals, each node's GPUs peers of each other only: auto picks unicast
+// over fabric handles under the safety rule (not host, not a refusal for
+// missing peer access across nodes, not "ranks share a device"), and the
+// host backend fails naming the reason.
+func TestResolveMailboxAcrossNodes(t *testing.T) {
+	const n, perNode = 4, 2
+	ln, secret := loopback(t), randomSecret(t)
+	errs := runRanks(t, n, func(r int) map[string]string { return crossEnv(ln.Addr().String(), secret, r, n, perNode) },
+		[]JoinOption{withListener(ln)}, func(r int, g *Group) error {
+			dev := r % perNode
+			p := gpuProbe{usable: true, peers: 0b11 &^ (1 << dev),
+				facts: mailbox.DeviceFacts{Device: dev, VMM: true, POSIXFD: true, Fabric: true, Multicast: true}}
+			safety := func(k string) string {
+				if k == "NCCL_NVLS_ENABLE" {
+					return "0"
+				}
+				return ""
+			}
+			kind, reason, _, err := resolveMailbox(context.Background(), g, mailbox.KindAuto, p, safety)
+			if err != nil || kind != mailbox.KindUnicast || !strings.Contains(reason, "devices node-a:0,node-a:1,node-b:0,node-b:1 share VMM memory peer to peer (across 2 nodes, through fabric handles)") {
+				return fmt.Errorf("auto: %v %q %v", kind, reason, err)
+			}
+			// The host backend shares descriptors: it fails on every rank,
+			// saying why, and the group goes on.
+			h, err := mailbox.NewHost(context.Background(), g, mailbox.Config{Hidden: 16, Capacity: 2})
+			if err == nil {
+				_ = h.Close()
+			}
+			if !errors.Is(err, ErrCrossNode) {
+				return fmt.Errorf("host backend across nodes: %v, want ErrCrossNode", err)
+			}
+			if r == 0 {
+				t.Logf("host backend across nodes: %v", err)
+			}
+			return g.Barrier(context.Background())
+		})
+	noErrors(t, errs)
 }
