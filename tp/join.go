@@ -157,6 +157,21 @@ type launch struct {
 
 // Join finds the job this process belongs to and returns once every rank
 // has joined. ctx bounds the whole rendezvous.
+//
+// Under the tprun launcher the ranks meet at the launcher's hub. Started
+// by srun, mpirun or torchrun on one node, rank 0 hosts a hub on a Unix
+// socket that the others find by the job id. When the launcher's variables
+// say the job spans nodes (a local size below the world size), or
+// TPRUN_FORCE_NODE is set, rank 0 hosts the hub on TCP instead: at
+// TPRUN_RENDEZVOUS, else at torchrun's MASTER_ADDR and MASTER_PORT+1, else
+// on the first node of Slurm's node list at a port derived from the job
+// id (mpirun needs TPRUN_RENDEZVOUS). Every rank must then present the
+// same job secret (TPRUN_JOB_SECRET, or TPRUN_JOB_SECRET_FILE naming a
+// file only the user can read); without one Join refuses. A rank whose
+// node goes silent for TPRUN_NODE_TIMEOUT (default 10s) ends the job,
+// naming the node and its ranks; the descriptor collectives fail with
+// ErrCrossNode, and the GPU mailbox shares memory through CUDA fabric
+// handles only.
 func Join(ctx context.Context, opts ...JoinOption) (*Group, error) {
 	cfg := joinConfig{lookup: os.LookupEnv, timeout: DefaultTimeout}
 	for _, o := range opts {
