@@ -220,8 +220,11 @@ func TestCollectiveTimeoutHubDefault(t *testing.T) {
 // the timeout runs on, even when its collectives together take many times
 // the timeout; a stopped timer must not fire into a later collective.
 func TestCollectiveTimeoutNotSpurious(t *testing.T) {
-	const n, rounds = 3, 8
-	timeout := 200 * time.Millisecond
+	const n, rounds = 3, 24
+	// Each collective's last rank comes a tenth of the timeout after the
+	// first, a margin for a loaded machine; together they take more than
+	// two timeouts.
+	timeout := 500 * time.Millisecond
 	h := startHub(t, ServerConfig{WorldSize: n}, nil)
 	clients := dialAll(t, h)
 	for _, c := range clients {
@@ -230,9 +233,8 @@ func TestCollectiveTimeoutNotSpurious(t *testing.T) {
 	start := time.Now()
 	onEvery(t, clients, func(r int, c *Client) error {
 		for i := range rounds {
-			// The last rank to arrive comes 100 ms after the first.
 			if r == (i % n) {
-				time.Sleep(timeout / 2)
+				time.Sleep(timeout / 10)
 			}
 			got, err := c.AllGather(context.Background(), []byte{byte(r), byte(i)})
 			if err != nil {

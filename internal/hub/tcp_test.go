@@ -449,7 +449,7 @@ func TestTCPSilentNode(t *testing.T) {
 		wg.Go(func() { errs[r] = clients[r].Barrier(context.Background()) })
 	}
 	wg.Wait()
-	if took := time.Since(start); took > live+live/2+500*time.Millisecond {
+	if took := time.Since(start); took > live+2*time.Second {
 		t.Errorf("node-a's ranks failed after %v, liveness %v", took, live)
 	}
 	for r, err := range errs {
@@ -480,7 +480,7 @@ func TestTCPSilentNode(t *testing.T) {
 		defer c.Close()
 		start := time.Now()
 		err = c.Barrier(context.Background())
-		if took := time.Since(start); took > live+live/2+500*time.Millisecond {
+		if took := time.Since(start); took > live+2*time.Second {
 			t.Errorf("failed after %v", took)
 		}
 		if !errors.Is(err, ErrHubLost) || !strings.Contains(err.Error(), "no word from the hub at "+addr+" for 400ms") {
