@@ -314,6 +314,7 @@ func xnodeRank() int {
 	defer drv.Close()
 	if victim && mode == "die-setup" {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
 	}
 	u, err := mailbox.NewUnicast(ctx, g, drv, cuda.Device(g.LocalRank()), mailbox.Config{Hidden: 32 * g.Size(), Capacity: 4})
 	if err != nil {
@@ -330,8 +331,10 @@ func xnodeRank() int {
 			switch mode {
 			case "die-run":
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // however long the signal takes, nothing more is written
 			case "stop-run":
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				select {}
 			}
 		}
 		m := 1 + int(t)%l.Capacity
