@@ -299,7 +299,10 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		s.nextSeq[r] = 1
 	}
 	if tcp {
-		return s, s.listenTCP()
+		if err := s.listenTCP(); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	if cfg.Path == "" {
 		base, fellBack, err := socketBase(os.TempDir())
@@ -822,6 +825,8 @@ func (s *Server) handle(p *peer) {
 	}
 	_ = p.fc.c.SetDeadline(time.Time{})
 	p.fc.admit()
+	// The liveness clock starts now: the handshake had its own deadline.
+	p.heard.Store(time.Now().UnixNano())
 	stay, reply := s.admit(p, h.h)
 	if !stay {
 		p.sendNow(reply)

@@ -10,6 +10,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -570,4 +571,46 @@ func FuzzDecodeTCPStream(f *testing.F) {
 			used += len(again)
 		}
 	})
+}
+
+// TestTCPSlowHandshake: a rank whose handshake took longer than the
+// liveness period (a slow node, within the handshake's own deadline) is
+// not taken for silent once admitted.
+func TestTCPSlowHandshake(t *testing.T) {
+	live := 300 * time.Millisecond
+	h := startTCPHub(t, ServerConfig{WorldSize: 1, Liveness: live}, nil)
+	c, err := net.Dial("tcp", h.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fc := newStreamConn(c)
+	time.Sleep(2 * live) // the challenge waits unread
+	if err := prove(fc, h.Path(), TCPConfig{Secret: h.secret}); err != nil {
+		t.Fatal(err)
+	}
+	fc.admit()
+	if err := fc.writeMessage(&helloMsg{h: h.hello(0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Quiet for half the period (the hub's watch ticks five times in
+	// it), then ping as a client does, for a while, reading what comes.
+	time.Sleep(live / 2)
+	deadline := time.Now().Add(2 * live)
+	for time.Now().Before(deadline) {
+		_ = c.SetReadDeadline(time.Now().Add(live / 5))
+		m, _, err := fc.readMessage()
+		if f, ok := m.(*failMsg); ok {
+			t.Fatalf("the hub failed the job: %v", f.err(h.Path()))
+		}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal(err)
+		}
+		if err := fc.writeMessage(&pingMsg{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Err(); err != nil {
+		t.Errorf("job failed: %v", err)
+	}
 }
