@@ -139,6 +139,28 @@ func (k *Kernels) Close() error {
 	return nil
 }
 
+// SlotRotation makes the mailbox slot a device-side choice.
+type SlotRotation struct {
+	// Counter is the device address of two uint32 words, 8-byte aligned,
+	// both zero when the op is set up: word 0 is the slot index of the
+	// next step (0..Slots-1), word 1 an arrival count the kernels use.
+	// Zero Counter: no rotation (the addresses are used as given).
+	Counter cuda.DevicePtr
+	Slots   int    // >= 2
+	Stride  uint64 // bytes from one slot to the next, for every Dst and Receive.Slot
+	// Fixed: bit d set means Dst[d] is not a mailbox slot (it is the step's
+	// output block) and is used as given, never offset by s*Stride.
+	Fixed uint32
+}
+
+// validate checks r: no rotation, or at least two slots.
+func (r SlotRotation) validate() error {
+	if r.Counter != 0 && r.Slots < 2 {
+		return &ArgError{Field: "Rotation.Slots", Value: fmt.Sprint(r.Slots), Rule: "must be at least 2 when Rotation.Counter is set"}
+	}
+	return nil
+}
+
 // SkinnyArgs are the operands of one rank's fused up-projection on the
 // device. All pointers are device addresses of bf16 data, 16-byte aligned.
 type SkinnyArgs struct {
@@ -170,6 +192,8 @@ type SkinnyArgs struct {
 	// the tiles then store this rank's columns of Out, the receive the
 	// others'.
 	Receive *ReceiveArgs
+	// Rotation, when Counter is set, makes the slot a device-side choice.
+	Rotation SlotRotation
 }
 
 // LaunchSkinny queues the fused up-projection for a's shape and rank on
@@ -262,6 +286,9 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 		if v == 0 || v%16 != 0 {
 			bad(field, fmt.Sprintf("%#x", uint64(v)), "must be a non-null 16-byte aligned device address")
 		}
+	}
+	if err := a.Rotation.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	ptr("Latent", a.Latent)
 	ptr("Weight", a.Weight)
@@ -368,6 +395,8 @@ type ReceiveArgs struct {
 	// into Out (in place of its local slot) receives only the others'.
 	SkipSlice bool
 	SkipRank  int
+	// Rotation, when Counter is set, makes the slot a device-side choice.
+	Rotation SlotRotation
 }
 
 // polledColumns is how many columns of each row the receive polls.
@@ -431,6 +460,9 @@ func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
 	}
 	if a.Timeout <= 0 {
 		bad("Timeout", a.Timeout, "must be positive")
+	}
+	if err := a.Rotation.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if a.SkipSlice && hiddenOK && a.Shard > 0 && a.Hidden%a.Shard == 0 && (a.SkipRank < 0 || a.SkipRank >= a.Hidden/a.Shard) {
 		bad("SkipRank", a.SkipRank, fmt.Sprintf("must be in 0..%d (Hidden/Shard ranks)", a.Hidden/a.Shard-1))

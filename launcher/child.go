@@ -10,16 +10,29 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// drainTimeout bounds how long a rank's exit waits for its output pipes to
-// reach EOF. A pipe stays open after the rank exits only when something it
-// started still holds it; that must not hold up the report forever.
-const drainTimeout = 2 * time.Second
+// settleTimeout is how long the supervisor, having reaped a rank whose
+// process group is empty, waits for the rank's pipes to reach EOF before it
+// looks for who else holds them. The rank closed its ends when it exited,
+// so the pumps see EOF within a scheduling delay unless some other process
+// still holds a copy.
+const settleTimeout = 20 * time.Millisecond
+
+// drainTimeout bounds how long, once every rank was reaped, tprun waits for
+// a rank's pipes to reach EOF. What can still hold one then is a process of
+// the rank's group that tprun has just SIGKILLed and that has not finished
+// dying (a process in uninterruptible sleep, such as a driver call, closes
+// its files only when that call returns). Everything it and the rank wrote
+// is in the pipe already and is forwarded whether or not EOF comes: the
+// wait only lets it close the pipe on its own, and a pipe still held after
+// it is read to its end and closed, naming the holder.
+const drainTimeout = 500 * time.Millisecond
 
 // spawner starts every child from one OS thread locked for the lifetime of
 // the job. The parent-death signal (Pdeathsig) fires when the *thread* that
@@ -130,7 +143,15 @@ type child struct {
 	started time.Time
 	outR    *os.File
 	errR    *os.File
-	pumped  chan struct{} // one value per finished pump
+	// pipes: the inodes of its stdout and stderr pipes (0 when unknown),
+	// by which /proc shows who else holds them.
+	pipes [2]uint64
+	// drained is closed once both pumps have returned: each pipe reached
+	// EOF (or was cut off by stopReading) and its lines were written.
+	drained chan struct{}
+	// exitHold, when set, holds the report of its exit until it is closed
+	// (Config.exitHold).
+	exitHold <-chan struct{}
 
 	// Set by the waiter.
 	ended  time.Time
@@ -148,6 +169,8 @@ type child struct {
 	// reaped (RankResult.AfterHubFailure).
 	afterHub  bool
 	hubBlamed int
+	// leftovers: what it left running when it ended (killLeftovers).
+	leftovers []Leftover
 }
 
 // childSpec is what startChild needs to know about one rank.
@@ -157,11 +180,13 @@ type childSpec struct {
 	argv, env []string // argv[0] as the user wrote it
 	dir       string
 	out       *output
-	log       io.Writer // the rank's log file, or nil
+	log       io.Writer       // the rank's log file, or nil
+	exitHold  <-chan struct{} // Config.exitHold
 }
 
 // startChild starts the rank's process through sp and its two output
-// pumps. The pumps belong to the child's waiter, which waits for both.
+// pumps. The pumps outlive the process when something it started still
+// holds a pipe; the job waits for them (job.drain) before its report.
 func startChild(sp *spawner, spec childSpec) (*child, error) {
 	rank := spec.rank
 	outR, outW, err := os.Pipe()
@@ -196,26 +221,55 @@ func startChild(sp *spawner, spec childSpec) (*child, error) {
 		return nil, fmt.Errorf("rank %d: start %s: %w", rank, spec.path, err)
 	}
 	c := &child{
-		rank:    rank,
-		cmd:     cmd,
-		pid:     cmd.Process.Pid,
-		tail:    newTail(TailLines),
-		started: time.Now(),
-		outR:    outR,
-		errR:    errR,
-		pumped:  make(chan struct{}, 2),
+		rank:     rank,
+		cmd:      cmd,
+		pid:      cmd.Process.Pid,
+		tail:     newTail(TailLines),
+		started:  time.Now(),
+		outR:     outR,
+		errR:     errR,
+		pipes:    [2]uint64{pipeInode(outR), pipeInode(errR)},
+		drained:  make(chan struct{}),
+		exitHold: spec.exitHold,
 	}
 	prefix := rankPrefix(rank)
 	po := &pump{out: spec.out, stream: "stdout", prefix: prefix, log: spec.log, rank: rank}
 	pe := &pump{out: spec.out, stream: "stderr", prefix: prefix, log: spec.log, rank: rank, tail: c.tail}
-	go func() { po.run(outR); c.pumped <- struct{}{} }()
-	go func() { pe.run(errR); c.pumped <- struct{}{} }()
+	var left atomic.Int32
+	left.Store(2)
+	for _, p := range []struct {
+		p *pump
+		f *os.File
+	}{{po, outR}, {pe, errR}} {
+		go func() {
+			p.p.run(p.f)
+			p.f.Close()
+			if left.Add(-1) == 0 {
+				close(c.drained)
+			}
+		}()
+	}
 	return c, nil
 }
 
+// pipeInode is f's inode number, or 0.
+func pipeInode(f *os.File) uint64 {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}
+
 // wait is the one goroutine that waits on the child. It reports the exit
-// on done only after both pumps finished, so every line the rank wrote is
-// out before its exit is acted on.
+// on done as soon as the process is reaped, whether or not its pipes have
+// reached EOF: something the rank started may hold them open for as long
+// as it runs, and the rank's peers must not wait for that. The pumps go
+// on forwarding; the job waits for them before its report (job.drain),
+// so no line the rank wrote is lost.
 func (c *child) wait(done chan<- *child) {
 	err := c.cmd.Wait()
 	c.ended = time.Now()
@@ -228,29 +282,41 @@ func (c *child) wait(done chan<- *child) {
 	} else {
 		c.status = Status{Code: -1}
 	}
-	timer := time.NewTimer(drainTimeout)
-	defer timer.Stop()
-	for n := 0; n < 2; n++ {
-		select {
-		case <-c.pumped:
-		case <-timer.C:
-			// Something the rank started still holds the pipe: stop
-			// reading; the pump flushes what it has and returns.
-			now := time.Now()
-			_ = c.outR.SetReadDeadline(now)
-			_ = c.errR.SetReadDeadline(now)
-			<-c.pumped
-		}
+	if c.exitHold != nil {
+		<-c.exitHold
 	}
-	c.outR.Close()
-	c.errR.Close()
 	done <- c
 }
 
+// drainedWithin reports whether both pumps return within d.
+func (c *child) drainedWithin(d time.Duration) bool {
+	select {
+	case <-c.drained:
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.drained:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// stopReading makes the pumps read what the pipes hold now and return,
+// whoever still holds them open (pump.run).
+func (c *child) stopReading() {
+	now := time.Now()
+	_ = c.outR.SetReadDeadline(now)
+	_ = c.errR.SetReadDeadline(now)
+}
+
 // running reports whether the rank's process has not ended yet. The exit
-// reaches the supervisor only after the output is drained (up to
-// drainTimeout later), so exited says too little: a rank that died on its
-// own just before tprun stops the job must not count as stopped by tprun.
+// reaches the supervisor a moment after the process ended, so exited says
+// too little: a rank that died on its own just before tprun stops the job
+// must not count as stopped by tprun.
 // waitid with WNOWAIT looks without reaping; ECHILD means the waiter has
 // reaped it already.
 // A process that is exiting has closed its files (so the hub may already

@@ -144,6 +144,11 @@ type Config struct {
 	// listen opens the rendezvous hub; nil means the real internal/hub.
 	// Tests replace it to watch Abort calls.
 	listen listenFunc
+	// exitHold, when set, gives a channel per rank (or nil) that holds the
+	// report of that rank's exit to the supervisor until it is closed, as
+	// when a process is slow to finish exiting after its files were
+	// closed (which its peers and the hub may see first). Tests only.
+	exitHold func(rank int) <-chan struct{}
 	// path is Command[0] resolved through PATH by validate.
 	path string
 }

@@ -22,6 +22,15 @@
 // they die with tprun even when tprun itself is SIGKILLed (what they started
 // themselves does not: only a stop signals their process groups).
 //
+// A rank's exit is acted on the moment its process is reaped, not when its
+// stdout and stderr reach EOF: a background process it started may hold
+// them open for as long as it runs. What the rank left running is named
+// (pid, command line, which of its outputs it holds) and killed with its
+// process group; a process that left the group is named and left alone.
+// The output pumps go on until every rank was reaped, then get a short,
+// bounded wait for EOF; a pipe still held then is read to its end, so
+// that every line a rank wrote is out before the report.
+//
 // What this package must not do: call os.Exit or install signal handlers (the
 // caller passes signals in through Config.Signals), touch
 // CUDA_VISIBLE_DEVICES (every rank sees every GPU and picks its own), or be

@@ -67,6 +67,8 @@ func helperMain(args []string) int {
 		return helperLaunch(args[1:])
 	case "hub":
 		return helperHub(rank)
+	case "linger":
+		return helperLinger(rank)
 	case "idle":
 		time.Sleep(30 * time.Second)
 		return 0
@@ -181,6 +183,67 @@ func helperJob(rank int) int {
 	return 0
 }
 
+// helperLinger: rank HELPER_LINGER_RANK starts a process that inherits its
+// stdout and stderr and outlives it (helper mode "idle"): in its process
+// group, or with HELPER_LINGER_SETSID=1 in a session of its own, out of
+// the reach of a signal to the rank's group. It prints "holder <pid>",
+// waits until every rank's ready-R is in HELPER_SYNC_DIR, writes
+// HELPER_LINGER_LINES numbered lines on stdout and on stderr, prints
+// "dying <unix ns>" and ends: exit 1, or SIGKILL with HELPER_LINGER_END=kill.
+// Every other rank creates ready-R and waits for SIGTERM, then prints
+// "term <unix ns>" and dies by it.
+func helperLinger(rank int) int {
+	dir := os.Getenv("HELPER_SYNC_DIR")
+	victim, _ := strconv.Atoi(os.Getenv("HELPER_LINGER_RANK"))
+	if rank != victim {
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("ready-%d", rank)), nil, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 98
+		}
+		select {
+		case <-term:
+		case <-time.After(30 * time.Second):
+			return 97
+		}
+		fmt.Printf("term %d\n", time.Now().UnixNano())
+		signal.Reset(syscall.SIGTERM)
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		time.Sleep(time.Minute)
+		return 96
+	}
+	hold := exec.Command(os.Args[0], "idle")
+	hold.Stdout, hold.Stderr = os.Stdout, os.Stderr
+	if os.Getenv("HELPER_LINGER_SETSID") == "1" {
+		hold.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
+	if err := hold.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "hold:", err)
+		return 95
+	}
+	fmt.Printf("holder %d\n", hold.Process.Pid)
+	n, _ := strconv.Atoi(os.Getenv("TPRUN_WORLD_SIZE"))
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("ready-%d", rank)), nil, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 98
+	}
+	for !allReady(dir, n) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	lines, _ := strconv.Atoi(os.Getenv("HELPER_LINGER_LINES"))
+	for i := 0; i < lines; i++ {
+		fmt.Fprintf(os.Stdout, "out line %d\n", i)
+		fmt.Fprintf(os.Stderr, "err line %d\n", i)
+	}
+	fmt.Printf("dying %d\n", time.Now().UnixNano())
+	if os.Getenv("HELPER_LINGER_END") == "kill" {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Minute)
+	}
+	return 1
+}
+
 func allReady(dir string, n int) bool {
 	for r := 0; r < n; r++ {
 		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("ready-%d", r))); err != nil {
@@ -223,10 +286,6 @@ func helperLaunch(args []string) int {
 // Close, then that exit code).
 // HELPER_PEER_DELAY makes the others wait that long after their barrier
 // failed, so that V ends before they do.
-// HELPER_VICTIM_HOLD=1 makes V first start a process that inherits its
-// stdout and stderr, so the launcher learns of V's end only once that
-// process is gone (when tprun stops V's process group) or after its drain
-// timeout: V's peers are reaped before V.
 // HELPER_NOJOIN_RANK=R makes rank R exit 0 at once, without a hello; the
 // others then print "dial-failed <error>" and exit 10.
 func helperHub(rank int) int {
@@ -296,14 +355,6 @@ func helperHub(rank int) int {
 		return 0
 	}
 	if rank == victim {
-		if os.Getenv("HELPER_VICTIM_HOLD") == "1" {
-			hold := exec.Command(os.Args[0], "idle")
-			hold.Stdout, hold.Stderr = os.Stdout, os.Stderr
-			if err := hold.Start(); err != nil {
-				fmt.Fprintln(os.Stderr, "hold:", err)
-				return 15
-			}
-		}
 		time.Sleep(300 * time.Millisecond) // let the others block
 		fmt.Printf("killed-at %d\n", time.Now().UnixNano())
 		switch os.Getenv("HELPER_VICTIM_END") {

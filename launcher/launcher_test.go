@@ -853,21 +853,29 @@ func TestFailedFirst(t *testing.T) {
 				// Under -race a helper would linger a second at exit, and
 				// the order of the ends is what each case is about.
 				"GORACE=atexit_sleep_ms=0"}
-			if tc.hold {
-				env = append(env, "HELPER_VICTIM_HOLD=1")
-			}
 			if tc.peerDelay {
-				// Well under drainTimeout, which would reap a held victim.
 				env = append(env, "HELPER_PEER_DELAY=700ms")
 			}
-			var stdout, stderr lockedBuffer
-			start := time.Now()
-			res, err := Run(context.Background(), Config{
+			cfg := Config{
 				WorldSize: n, Command: helperCommand("hub"), Env: helperEnviron(env...),
-				Grace: 5 * time.Second, Stdout: &stdout, Stderr: &stderr,
-			})
+				Grace: 5 * time.Second,
+			}
+			var held *holdingHub
+			if tc.hold {
+				cfg.listen, cfg.exitHold = holdExit(&held, victim)
+			}
+			var stdout, stderr lockedBuffer
+			cfg.Stdout, cfg.Stderr = &stdout, &stderr
+			start := time.Now()
+			res, err := Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if held != nil {
+				// The hold worked: a peer's failure reached the hub first.
+				if a := held.Aborts(); len(a) == 0 || strings.HasPrefix(a[0], strconv.Itoa(victim)+": ") {
+					t.Errorf("hub aborts %q; want a peer of rank %d first", a, victim)
+				}
 			}
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("Run took %s", d)
@@ -902,6 +910,57 @@ func TestFailedFirst(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdingHub is the real hub (its verdict and hellos included) that
+// records Abort calls and closes first at the first one.
+type holdingHub struct {
+	*hub.Server
+	first chan struct{}
+	once  sync.Once
+	mu    sync.Mutex
+	abort []string
+}
+
+func (h *holdingHub) release() { h.once.Do(func() { close(h.first) }) }
+
+func (h *holdingHub) Abort(rank int, reason string) {
+	h.mu.Lock()
+	h.abort = append(h.abort, fmt.Sprintf("%d: %s", rank, reason))
+	h.mu.Unlock()
+	h.Server.Abort(rank, reason)
+	h.release()
+}
+
+func (h *holdingHub) Aborts() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.abort...)
+}
+
+// holdExit returns a listen and an exitHold for Config that make the
+// supervisor learn of rank victim's exit only once the hub was told of
+// another failure (or after 5 s, so that a test cannot hang on it), as
+// when a process takes long to finish exiting after its connection
+// closed: its peers are reaped first.
+func holdExit(h **holdingHub, victim int) (listenFunc, func(int) <-chan struct{}) {
+	first := make(chan struct{})
+	listen := func(c hubConfig) (hubServer, error) {
+		s, err := listenHub(c)
+		if err != nil {
+			return nil, err
+		}
+		*h = &holdingHub{Server: s.(*hub.Server), first: first}
+		time.AfterFunc(5*time.Second, (*h).release)
+		return *h, nil
+	}
+	hold := func(rank int) <-chan struct{} {
+		if rank == victim {
+			return first
+		}
+		return nil
+	}
+	return listen, hold
 }
 
 // blamingHub is the real hub whose verdict names a fixed rank.

@@ -8,8 +8,12 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -231,12 +235,17 @@ type pump struct {
 
 func rankPrefix(rank int) []byte { return []byte("[rank " + strconv.Itoa(rank) + "] ") }
 
-// run reads r until EOF or error. A final line without "\n" is still passed
+// run reads f until EOF or error. A final line without "\n" is still passed
 // on. bufio.Reader rather than bufio.Scanner: Scanner gives up on lines over
 // its buffer size, and a rank's long line must not stop its output.
-func (p *pump) run(r io.Reader) {
-	br := bufio.NewReaderSize(r, 64<<10)
+//
+// When tprun stops waiting for EOF (child.stopReading sets a read deadline
+// that has passed), run reads the bytes the pipe holds at that moment, so
+// that nothing written before then is lost, and returns.
+func (p *pump) run(f *os.File) {
+	br := bufio.NewReaderSize(f, 64<<10)
 	var line []byte
+	final := false
 	for {
 		frag, err := br.ReadSlice('\n')
 		line = append(line, frag...)
@@ -247,15 +256,42 @@ func (p *pump) run(r io.Reader) {
 			}
 			continue
 		}
+		if !final && errors.Is(err, os.ErrDeadlineExceeded) {
+			// ReadSlice hands back everything it buffered with the
+			// error, so the reader can start over on what is left.
+			final = true
+			br.Reset(pending(f))
+			continue
+		}
 		if len(line) > 0 {
 			p.emit(line)
 			line = line[:0]
 		}
 		if err != nil {
-			// io.EOF, or os.ErrDeadlineExceeded after the drain timeout.
+			// io.EOF, or the end of what the pipe held when tprun stopped
+			// reading.
 			return
 		}
 	}
+}
+
+// pending is a reader of the bytes pipe f holds now (FIONREAD, which Linux
+// also names TIOCINQ); what is written later is not read. Empty when the
+// count cannot be had.
+func pending(f *os.File) io.Reader {
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		return strings.NewReader("")
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return strings.NewReader("")
+	}
+	n := 0
+	cerr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
+	if cerr != nil || err != nil || n <= 0 {
+		return strings.NewReader("")
+	}
+	return io.LimitReader(f, int64(n))
 }
 
 func (p *pump) emit(line []byte) {

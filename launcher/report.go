@@ -85,6 +85,22 @@ func (r *Result) Report() string {
 	if len(early) > 0 {
 		fmt.Fprintf(&b, "tprun: exited 0 before rank %d failed: %s\n", r.FirstFailed, joinRanks(early))
 	}
+	for _, rr := range r.Ranks {
+		var killed, outside []Leftover
+		for _, l := range rr.Leftovers {
+			if l.Killed {
+				killed = append(killed, l)
+			} else {
+				outside = append(outside, l)
+			}
+		}
+		if len(killed) > 0 {
+			fmt.Fprintf(&b, "tprun: rank %d left processes running when it ended, killed with its process group: %s\n", rr.Rank, joinLeftovers(killed))
+		}
+		if len(outside) > 0 {
+			fmt.Fprintf(&b, "tprun: rank %d left processes running outside its process group, not killed (their output was read until the job ended): %s\n", rr.Rank, joinLeftovers(outside))
+		}
+	}
 	if len(r.OutputLost) > 0 {
 		fmt.Fprintf(&b, "tprun: output lost (writes failed, the job went on): %s\n", strings.Join(r.OutputLost, "; "))
 	}

@@ -85,6 +85,12 @@ type RankResult struct {
 	// in). HubBlamed means nothing without it.
 	AfterHubFailure bool
 	HubBlamed       int
+	// Leftovers: what it left running when it ended (killed with its
+	// process group, or out of its reach) and which of them held its
+	// output open; tprun also says so on stderr the moment it reaps the
+	// rank. What a rank tprun stopped left in its group is not listed:
+	// tprun's SIGTERM went to it too.
+	Leftovers []Leftover
 }
 
 // Run starts cfg.WorldSize ranks, supervises them to the end and writes the
@@ -279,6 +285,9 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 			env: rankEnv(j.cfg.Env, r, j.cfg.WorldSize, j.srv.Path(), token, j.cfg.Devices),
 			dir: j.cfg.Dir, out: j.out,
 		}
+		if j.cfg.exitHold != nil {
+			spec.exitHold = j.cfg.exitHold(r)
+		}
 		if logs != nil {
 			spec.log = logs[r]
 		}
@@ -289,6 +298,7 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 			j.stopReason = "a rank failed to start"
 			j.killAll()
 			j.reap(done)
+			j.drain()
 			return nil, fmt.Errorf("%w: %w", ErrStart, err)
 		}
 		j.children = append(j.children, c)
@@ -296,6 +306,7 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 		go c.wait(done)
 	}
 	j.supervise(ctx, done)
+	j.drain()
 	// Every pump is done: the log files are closed here, so that an error
 	// only their close reports is in the result too.
 	for r, f := range logs {
@@ -308,19 +319,106 @@ func (j *job) run(ctx context.Context, token string, logs []*os.File) (*Result, 
 
 // killLeftovers kills what rank c left running in its process group (its
 // command's background processes) once c itself has been reaped, and says
-// so: a job leaves nothing behind, whether it succeeded or not. Right after
-// the reap, so that the group id (c's pid) cannot have been reused yet.
+// so, naming them and which of them hold c's stdout or stderr open: a job
+// leaves nothing behind, whether it succeeded or not. Right after the
+// reap, so that the group id (c's pid) cannot have been reused yet. A
+// process outside the group that holds c's output open is named too but
+// not signalled; its output is forwarded until the job ends (job.drain).
+// It costs one scan of /proc, and only when c's group still has a member
+// or c's pipes did not reach EOF at once.
 func (j *job) killLeftovers(c *child) {
-	if !c.groupAlive() {
+	alive := c.groupAlive()
+	if !alive && c.drainedWithin(settleTimeout) {
 		return
 	}
-	c.signalGroup(syscall.SIGKILL)
-	if c.stopped {
-		// tprun's SIGTERM went to the whole group: what is left was
-		// told to go and may simply not have died yet. Not worth a line.
-		return
+	// Before the kill: a killed process may vanish from /proc at once.
+	found := findLeftovers(c.pid, c.pipes)
+	if alive {
+		c.signalGroup(syscall.SIGKILL)
 	}
-	j.printf("rank %d left processes running in its process group when it ended; killed them", c.rank)
+	var killed, outside []Leftover
+	for _, l := range found {
+		switch {
+		case !l.Killed:
+			outside = append(outside, l)
+		case !c.stopped:
+			// tprun's SIGTERM went to the whole group of a rank it
+			// stopped: what is left there was told to go and may simply
+			// not have died yet. Not worth a line.
+			killed = append(killed, l)
+		}
+	}
+	c.leftovers = append(killed, outside...)
+	if alive && !c.stopped {
+		j.printf("rank %d left processes running in its process group when it ended; killed them", c.rank)
+		for _, l := range killed {
+			j.out.writeErr("tprun:   " + l.String() + "\n")
+		}
+	}
+	if len(outside) > 0 {
+		j.printf("rank %d left processes running outside its process group, not killed; their output is forwarded until the job ends: %s",
+			c.rank, joinLeftovers(outside))
+	}
+}
+
+// joinLeftovers lists ls on one line.
+func joinLeftovers(ls []Leftover) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// drain ends the output pumps once every rank was reaped, so that every
+// line is out before the report. A pipe held by a process outside the
+// rank's group (which tprun did not kill) would never reach EOF: it is read
+// to its end at once. The others get up to drainTimeout to reach EOF; one
+// still held then is read to its end too, and its holders are named.
+func (j *job) drain() {
+	cut := make([]bool, len(j.children))
+	for i, c := range j.children {
+		for _, l := range c.leftovers {
+			if !l.Killed && l.Holds != "" {
+				c.stopReading()
+				cut[i] = true
+				break
+			}
+		}
+	}
+	timer := time.NewTimer(drainTimeout)
+	defer timer.Stop()
+	expired := false
+	for i, c := range j.children {
+		if !cut[i] && !expired {
+			select {
+			case <-c.drained:
+				continue
+			case <-timer.C:
+				expired = true
+			}
+		}
+		select {
+		case <-c.drained:
+			continue
+		default:
+		}
+		if !cut[i] {
+			var holders []Leftover
+			for _, l := range findLeftovers(-1, c.pipes) {
+				if l.Holds != "" {
+					holders = append(holders, l)
+				}
+			}
+			who := "a process tprun cannot see in /proc"
+			if len(holders) > 0 {
+				who = joinLeftovers(holders)
+			}
+			j.printf("rank %d's output was still held open %s after the job ended, by %s; stopped reading it", c.rank, drainTimeout, who)
+			c.stopReading()
+		}
+		<-c.drained
+	}
 }
 
 // reap waits for every running child without supervising it.
@@ -525,6 +623,7 @@ func (j *job) result() *Result {
 			Tail:            c.tail.get(),
 			AfterHubFailure: c.afterHub,
 			HubBlamed:       c.hubBlamed,
+			Leftovers:       c.leftovers,
 		})
 	}
 	if h, ok := j.srv.(hubHellos); ok {

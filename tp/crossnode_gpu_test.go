@@ -22,14 +22,14 @@ import (
 // skips without a GPU. The safety rule is set, so no multicast object is
 // ever made.
 func TestGPUAcrossNodesRefused(t *testing.T) {
-	drv, err := OpenGPU()
+	drv, err := openGPU()
 	switch {
 	case errors.Is(err, cuda.ErrNoDriver):
 		t.Skipf("no CUDA driver (libcuda.so.1 not loadable): %v", err)
 	case cuda.IsNoDevice(err) || errors.Is(err, ErrNoGPU):
 		t.Skipf("CUDA driver present but no device: %v", err)
 	case err != nil:
-		t.Fatalf("OpenGPU: %v", err)
+		t.Fatalf("opening the GPU: %v", err)
 	}
 	if err := drv.Close(); err != nil {
 		t.Fatal(err)

@@ -13,11 +13,6 @@ import (
 	"github.com/tprun/tprun/mailbox"
 )
 
-// DevicePtr is a device address in the primary context of the rank's
-// device (the context the CUDA runtime and PyTorch share), e.g. a tensor's
-// data_ptr().
-type DevicePtr = cuda.DevicePtr
-
 // DeviceInputs are one step's operands in device memory, raw bf16,
 // row-major (the weight may be packed instead, WeightPacked), every
 // pointer 16-byte aligned (the operation is written out in package kernel's
@@ -28,9 +23,9 @@ type DeviceInputs struct {
 	Latent DevicePtr
 	// Weight is [shard, latent_dim]: this rank's rows of the full weight,
 	// row-major, or with WeightPacked in the kernel's packed layout
-	// (kernel.PackWeight, kernel.PackedWeightLen elements). The kernels run
-	// faster on the layout kernel.PreferPacked names for the shape; a
-	// weight uploaded once is best packed when that holds.
+	// (PackWeight, PackedWeightLen elements). Zero uses the op's own copy
+	// (SetWeight), the usual way: the op keeps it in the layout the kernels
+	// run fastest on (PreferPacked).
 	Weight       DevicePtr
 	WeightPacked bool
 	// Shared holds element (m, n) of this rank's [M, shard] slice at
@@ -57,51 +52,11 @@ func WithDevice(ordinal int) UpOption {
 	return func(c *upConfig) { c.device, c.deviceSet = ordinal, true }
 }
 
-// WithCUDADriver makes the op use drv (from OpenGPU) instead of opening its
-// own. The op does not close it; the caller closes it after the op.
-//
-// The operands must live in the primary context of the op's device, which
-// is the one the CUDA runtime and PyTorch use. A program that allocates
-// them through drv itself: retains that context (drv.DevicePrimaryCtxRetain),
-// binds it on the goroutine before every driver call (drv.BindContext, and
-// the unbind it returns after), frees its memory before it releases its
-// retain, and releases after the op's Close. The op holds a retain of its
-// own only until its Close, so memory that relied on the op's retain is gone
-// with it.
-func WithCUDADriver(drv *cuda.Driver) UpOption {
+// withCUDADriver makes the op use drv instead of the process's driver; the
+// caller closes it after the op. Tests that bring their own driver use it.
+func withCUDADriver(drv *cuda.Driver) UpOption {
 	return func(c *upConfig) { c.drv = drv }
 }
-
-// OpenGPU opens and initializes the CUDA driver and checks that it sees a
-// device: what "a GPU is usable here" means for the auto choices. The
-// caller closes the driver. The error matches ErrNoDriver when there is no
-// CUDA driver library, and ErrNoGPU when the driver sees no device.
-func OpenGPU() (*cuda.Driver, error) {
-	drv, err := cuda.Open()
-	if err != nil {
-		return nil, err
-	}
-	if err := drv.Init(); err != nil {
-		if cuda.IsNoDevice(err) {
-			err = fmt.Errorf("%w: %w", ErrNoGPU, err)
-		}
-		return nil, errors.Join(fmt.Errorf("cuInit: %w", err), drv.Close())
-	}
-	n, err := drv.DeviceCount()
-	if err == nil && n < 1 {
-		err = ErrNoGPU
-	}
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("counting devices: %w", err), drv.Close())
-	}
-	return drv, nil
-}
-
-// ErrNoGPU: the CUDA driver loads but reports no device.
-var ErrNoGPU = errors.New("tp: the CUDA driver sees no device")
-
-// ErrNoDriver: the CUDA driver library (libcuda.so.1) cannot be loaded.
-var ErrNoDriver = cuda.ErrNoDriver
 
 // gpuProbe is one rank's view of its device, all-gathered by
 // ResolveMailbox.
@@ -222,20 +177,30 @@ func probeGPU(drv *cuda.Driver, noDrv error, ordinal int) gpuProbe {
 	return p
 }
 
-// ResolveMailbox picks the mailbox backend for kind (mailbox.Resolve) from
-// every rank's device and every rank's environment: a collective, so every
-// rank gets the same answer, even when the multicast safety rule's
-// variables are set on some ranks only (multicast is then refused, or not
-// picked, on all of them).
+// NoDevice, as ResolveMailbox's device, stands for a rank that runs
+// without a GPU: its probe reports none, whatever the machine has.
+const NoDevice = -1
+
+// ResolveMailbox picks the mailbox backend for kind from every rank's
+// device and every rank's environment, as NewUpProjection does: a
+// collective, so every rank gets the same answer, even when the multicast
+// safety rule's variables are set on some ranks only (multicast is then
+// refused, or not picked, on all of them). A program calls it to learn the
+// backend before it makes the op (to prepare host or device operands); the
+// op made afterwards with WithBackend(the result) agrees with it.
 //
-// drv is this rank's driver (nil where none could be opened; noDrv then
-// says why) and ordinal its device. A rank without a usable GPU makes the
-// group GPU-less: auto gives host, unicast and multicast are refused.
-// The reason is a line a person can read; errors wrap
-// ErrBackendUnavailable (and mailbox.ErrUnavailable or
-// mailbox.ErrMulticastDisabled, naming the variable).
-func ResolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind, drv *cuda.Driver, noDrv error, ordinal int) (mailbox.Kind, string, error) {
-	got, reason, _, err := resolveMailbox(ctx, ex, kind, probeGPU(drv, noDrv, ordinal), os.Getenv)
+// device is this rank's CUDA device ordinal, or NoDevice. A rank without
+// a usable GPU makes the group GPU-less: auto gives host, unicast and
+// multicast are refused. The reason is a line a person can read; errors
+// wrap ErrBackendUnavailable (and ErrMulticastDisabled, naming the
+// variable).
+func ResolveMailbox(ctx context.Context, ex Exchanger, kind BackendKind, device int) (BackendKind, string, error) {
+	var drv *cuda.Driver
+	noDrv := errors.New("this rank runs without a GPU")
+	if device != NoDevice && (kind != BackendMulticast || mailbox.CheckMulticastAllowed(os.Getenv) == nil) {
+		drv, noDrv = processGPU()
+	}
+	got, reason, _, err := resolveMailbox(ctx, ex, kind, probeGPU(drv, noDrv, device), os.Getenv)
 	return got, reason, err
 }
 
@@ -355,10 +320,11 @@ var _ stepKernels = (*loadedKernels)(nil)
 
 func (l *loadedKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) error {
 	args := kernel.SkinnyArgs{Shape: a.shape, Rank: a.rank, Latent: a.latent, Weight: a.weight, WeightPacked: a.weightPacked,
-		Shared: a.shared, SharedStride: a.sharedStride, Dst: a.dst}
+		Shared: a.shared, SharedStride: a.sharedStride, Dst: a.dst, Rotation: a.rotation}
 	if r := a.receive; r != nil {
 		args.Receive = &kernel.ReceiveArgs{M: r.m, Hidden: r.hidden, Shard: r.shard, Slot: r.slot, Out: r.out,
-			Status: r.status, Timeout: r.timeout, Abortable: r.abortable, SkipSlice: r.skip, SkipRank: r.skipRank}
+			Status: r.status, Timeout: r.timeout, Abortable: r.abortable, SkipSlice: r.skip, SkipRank: r.skipRank,
+			Rotation: r.rotation}
 	}
 	return l.k.LaunchSkinny(s, args, pdl)
 }
@@ -367,7 +333,8 @@ func (l *loadedKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, pdl bool) er
 // waits for the skinny kernel before it touches memory.
 func (l *loadedKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
 	return l.k.LaunchReceive(s, kernel.ReceiveArgs{M: a.m, Hidden: a.hidden, Shard: a.shard, Slot: a.slot, Out: a.out,
-		Status: a.status, Timeout: a.timeout, Abortable: a.abortable, SkipSlice: a.skip, SkipRank: a.skipRank}, true)
+		Status: a.status, Timeout: a.timeout, Abortable: a.abortable, SkipSlice: a.skip, SkipRank: a.skipRank,
+		Rotation: a.rotation}, true)
 }
 
 func (l *loadedKernels) unload() error { return l.k.Close() }

@@ -82,7 +82,7 @@ func TestStepChecks(t *testing.T) {
 					if err := up.StepDevice(ctx, din, o); err != nil {
 						return nil, err
 					}
-					b, err := gpu.bytes(o, 2*maxM*hidden)
+					b, err := gpu.at(o, 2*maxM*hidden)
 					return slices.Clone(bf16s(b)), err
 				}
 				// Step 0 agrees; at step 1 rank 1 passes M = 3, rank 0 M = 2.

@@ -27,6 +27,11 @@ var ErrBackendUnavailable = errors.New("tp: backend not available")
 // order nobody chose.
 var ErrBusy = errors.New("tp: another call of this up-projection is running")
 
+// ErrNoWeight is matched when a step leaves its weight out (a nil
+// UpInputs.Weight, a zero DeviceInputs.Weight) before SetWeight gave the
+// op one.
+var ErrNoWeight = errors.New("tp: no weight: pass one with the step, or give the op its own with SetWeight first")
+
 // UpOption changes how NewUpProjection sets the op up.
 type UpOption func(*upConfig)
 
@@ -42,20 +47,20 @@ type upConfig struct {
 	stepChecks   bool // WithStepChecks, or StepChecksEnv
 }
 
-// WithBackend picks the mailbox backend (package mailbox describes them). The
-// default, mailbox.KindAuto, resolves collectively from every rank's
+// WithBackend picks the mailbox backend (BackendKind). The
+// default, BackendAuto, resolves collectively from every rank's
 // device (ResolveMailbox): multicast where allowed and supported, else
 // unicast, both on the CUDA engine; the host backend where some rank has
 // no usable GPU. Unicast and multicast asked for by name run on the CUDA
 // engine or fail with ErrBackendUnavailable.
-func WithBackend(k mailbox.Kind) UpOption { return func(c *upConfig) { c.backend = k } }
+func WithBackend(k BackendKind) UpOption { return func(c *upConfig) { c.backend = k } }
 
-// WithSlots sets the number of mailbox slots (at least 2; 0 means
-// mailbox.DefaultSlots).
+// WithSlots sets the number of mailbox slots (at least 2; 0 means the
+// default, 3).
 func WithSlots(n int) UpOption { return func(c *upConfig) { c.slots = n } }
 
 // WithDeadline bounds how long a step waits for the peers' slices (0 means
-// mailbox.DefaultDeadline). Past it the step fails naming the missing ranks.
+// the default, 10 s). Past it the step fails naming the missing ranks.
 func WithDeadline(d time.Duration) UpOption { return func(c *upConfig) { c.deadline = d } }
 
 // UpInputs are one step's operands in host memory, raw bf16, row-major
@@ -64,31 +69,35 @@ func WithDeadline(d time.Duration) UpOption { return func(c *upConfig) { c.deadl
 type UpInputs struct {
 	M int // rows this step, 1..the maxM given to NewUpProjection
 	// Latent is [M, latent_dim], the same on every rank.
-	Latent []kernel.BF16
+	Latent []BF16
 	// Weight is [shard, latent_dim]: this rank's rows of the full
-	// [hidden_dim, latent_dim] weight.
-	Weight []kernel.BF16
+	// [hidden_dim, latent_dim] weight. Nil uses the op's own copy
+	// (SetWeight), the usual way: a weight passed here is copied to the
+	// device at every step of the CUDA engine.
+	Weight []BF16
 	// Shared is [M, shard] with row stride SharedStride: this rank's
 	// columns of an [M, hidden_dim] tensor. Pass shared[rank*shard:] of the
 	// full tensor with SharedStride hidden_dim, or a packed [M, shard]
 	// slice with SharedStride shard.
-	Shared       []kernel.BF16
+	Shared       []BF16
 	SharedStride int
 }
 
 // UpProjection is the fused up-projection of one rank of a group: every
-// Step multiplies the latent block by this rank's weight shard, adds its
+// step multiplies the latent block by this rank's weight shard, adds its
 // shared slice, writes the result into every other rank's mailbox slot (and
 // its own, or with the CUDA engine's unicast mailbox straight into the
-// output) and returns once the whole [M, hidden_dim] block, every rank's
-// slice, has arrived. Every rank of the group must call Step the same number of times
-// with the same M. Ranks that pass different M for a step do not get a
-// block: every rank's step fails at the deadline with a
-// *mailbox.TimeoutError that names the ranks which passed another M.
+// output) and completes once the whole [M, hidden_dim] block, every rank's
+// slice, has arrived. Every rank of the group must run the same steps, in
+// the same order, with the same M: Step (host operands), StepDevice
+// (device operands, waited for), Enqueue (queued on a stream), Capture's
+// graphs; the kinds may differ between ranks. Ranks that pass different M
+// for a step do not get a block: every rank's step fails at the deadline
+// with a *TimeoutError that names the ranks which passed another M.
 //
-// Step must not be called concurrently with itself: a second call fails
-// with ErrBusy. Close may be called from any goroutine, and a Step waiting
-// at that moment fails.
+// The calls of an op must not overlap: a second call while one runs fails
+// with ErrBusy. Err and Close may be called from any goroutine; a step
+// waiting when Close is called fails.
 //
 // An op made from a Group (Group.NewUpProjection) also watches the job: when
 // the job fails (a peer died or left, a rank aborted), a step waiting for
@@ -112,8 +121,10 @@ type UpProjection struct {
 	opID      int // this op's number among the checked ops of its exchanger
 
 	busy atomic.Bool // a call that must not overlap another is running (ErrBusy)
-	mu   sync.Mutex  // guards next and the engine's scratch
+	mu   sync.Mutex  // guards next, weightSet and the engine's scratch
 	next uint64      // the step the next Step call runs
+	// weightSet: SetWeight gave the op its own weight.
+	weightSet bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -128,8 +139,12 @@ type upEngine interface {
 	// name is the mailbox backend's name ("host", "unicast", "multicast").
 	name() string
 	// hostStep runs step t for shape s (already validated against in and
-	// out) and leaves the whole block in out[:s.M*s.Hidden].
+	// out) and leaves the whole block in out[:s.M*s.Hidden]. A nil
+	// in.Weight is the engine's own (setWeight).
 	hostStep(ctx context.Context, t uint64, s kernel.Shape, in UpInputs, out []kernel.BF16) error
+	// setWeight keeps w, the row-major [shard, latent] weight (its length
+	// checked), as the engine's own.
+	setWeight(w []kernel.BF16) error
 	// close releases the engine; it may run while hostStep waits.
 	close() error
 }
@@ -139,7 +154,7 @@ type upEngine interface {
 // rows of the weight). It is a collective: every rank must call it with the
 // same arguments. *Group.NewUpProjection is the usual way in; ex is an
 // interface so that tests can run ranks as goroutines.
-func NewUpProjection(ctx context.Context, ex mailbox.Exchanger, hidden, latent, maxM int, opts ...UpOption) (*UpProjection, error) {
+func NewUpProjection(ctx context.Context, ex Exchanger, hidden, latent, maxM int, opts ...UpOption) (*UpProjection, error) {
 	var cfg upConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -232,27 +247,20 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 		eng, err := newHostEngine(ctx, ex, s, cfg)
 		return eng, "host asked for", err
 	}
-	drv, closeDrv, noDrv := cfg.drv, func() error { return nil }, error(nil)
+	// The process's driver, unless a test brings its own; none at all
+	// where multicast was asked for under its safety rule (the refusal
+	// below names the variable).
+	drv, noDrv := cfg.drv, error(nil)
 	if drv == nil && (cfg.backend != mailbox.KindMulticast || mailbox.CheckMulticastAllowed(os.Getenv) == nil) {
-		if drv, noDrv = OpenGPU(); drv != nil {
-			closeDrv = drv.Close
-		}
+		drv, noDrv = processGPU()
 	}
 	kind, reason, devices, err := resolveMailbox(ctx, ex, cfg.backend, probeGPU(drv, noDrv, cfg.device), os.Getenv)
-	if err == nil && kind == mailbox.KindHost {
-		err = closeDrv()
-		var eng upEngine
-		if err == nil {
-			eng, err = newHostEngine(ctx, ex, s, cfg)
-		}
-		return eng, reason, err
-	}
 	if err != nil {
-		return nil, "", errors.Join(err, closeDrv())
+		return nil, "", err
 	}
-	own := closeDrv
-	if cfg.drv != nil {
-		own = nil
+	if kind == mailbox.KindHost {
+		eng, err := newHostEngine(ctx, ex, s, cfg)
+		return eng, reason, err
 	}
 	// Ranks that share this device (other processes under MPS, or
 	// goroutines of this one) run concurrently with ours on its SMs.
@@ -261,7 +269,7 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 			cfg.sharedDevice = true
 		}
 	}
-	eng, err := newCUDAEngine(ctx, ex, s, cfg, drv, own, cfg.device, kind, deps)
+	eng, err := newCUDAEngine(ctx, ex, s, cfg, gpuDriver{drv}, nil, cfg.device, kind, deps)
 	if err != nil {
 		return nil, "", err
 	}
@@ -272,7 +280,7 @@ func newEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg up
 func (u *UpProjection) Rank() int { return u.rank }
 
 // Shape is the op's shape with M set to the largest M a step may use.
-func (u *UpProjection) Shape() kernel.Shape { return u.shape }
+func (u *UpProjection) Shape() Shape { return u.shape }
 
 // Backend names the mailbox backend: "host", "unicast" or "multicast".
 func (u *UpProjection) Backend() string { return u.eng.name() }
@@ -280,27 +288,29 @@ func (u *UpProjection) Backend() string { return u.eng.name() }
 // BackendReason says why this backend was picked, for a person to read.
 func (u *UpProjection) BackendReason() string { return u.reason }
 
-// Steps is the number of steps that have completed. It waits while a call
-// of the op (a step, a capture, a batch of replays) runs.
+// Steps is the host's count of the op's steps: those run, those Enqueue
+// queued, and the replays of Capture's graphs (the caller's own graphs
+// replay unseen). It names steps in errors. It waits while a call of the
+// op (a step, a capture, a batch of replays) runs.
 func (u *UpProjection) Steps() uint64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.next
 }
 
-// Step runs one step: it validates in and out (errors wrap kernel.ErrShape
+// Step runs one step: it validates in and out (errors wrap ErrShape
 // and name the value and the rule; nothing is sent then, and the group can
 // go on), computes this rank's slice, writes it to every rank and waits
 // until every rank's slice has arrived, leaving the whole [M, hidden_dim]
 // block, row-major, in out[:M*hidden_dim].
 //
 // When a peer's slice does not arrive within the deadline the error is a
-// *mailbox.TimeoutError naming the missing ranks (errors.Is
-// mailbox.ErrTimeout), and the ranks that ran this step with another M
+// *TimeoutError naming the missing ranks (errors.Is
+// ErrTimeout), and the ranks that ran this step with another M
 // (TimeoutError.OtherM). After a failed wait the op is unusable: later steps
-// fail with mailbox.ErrBroken (only; the cause is in the text), or, for an
+// fail with ErrBroken (only; the cause is in the text), or, for an
 // op made from a Group whose job has failed, with the job's failure.
-func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16) error {
+func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []BF16) error {
 	leave, err := u.enter("step")
 	if err != nil {
 		return err
@@ -320,6 +330,64 @@ func (u *UpProjection) Step(ctx context.Context, in UpInputs, out []kernel.BF16)
 		return fmt.Errorf("tp: rank %d: up-projection step %d (%v): %w", u.rank, u.next, s, err)
 	}
 	u.next++
+	return nil
+}
+
+// SetWeight gives the op this rank's weight shard once: w is
+// [shard, latent_dim], row-major as frameworks hold it (rows
+// rank*shard.. of the full [hidden_dim, latent_dim] weight). The op keeps
+// its own copy, on the CUDA engine in device memory and in the layout
+// the kernels run fastest on (PreferPacked), and a step whose inputs leave
+// the weight out (nil UpInputs.Weight, zero DeviceInputs.Weight) uses it.
+// The caller may reuse w afterwards.
+//
+// It is local to the rank (no collective) and may be called again to
+// replace the weight: the copy is overwritten in place, so graphs captured
+// before compute with the new weight. No step of the op may be running
+// meanwhile: synchronize the streams of enqueued steps first. A w of
+// another length is refused with a *ShapeError (ErrShape).
+func (u *UpProjection) SetWeight(ctx context.Context, w []BF16) error {
+	return u.setWeight(ctx, "set weight", func() error {
+		if want := u.shape.Shard() * u.shape.Latent; len(w) != want {
+			return &kernel.ShapeError{Field: "len(weight shard)", Value: len(w),
+				Rule: fmt.Sprintf("must be shard_dim*latent_dim = %d*%d = %d", u.shape.Shard(), u.shape.Latent, want)}
+		}
+		return u.eng.setWeight(w)
+	})
+}
+
+// SetWeightDevice is SetWeight from device memory: w is the row-major
+// [shard, latent_dim] weight in the primary context of Device() (a
+// tensor's data_ptr(), say), whose writes have finished. The op copies it
+// into its own buffer (packing it on the way where the kernels prefer
+// that), and the caller may free w afterwards. The host backend refuses it
+// with ErrBackendUnavailable.
+func (u *UpProjection) SetWeightDevice(ctx context.Context, w DevicePtr) error {
+	return u.setWeight(ctx, "set weight from device memory", func() error {
+		e, err := u.cudaEngine("set weight from device memory")
+		if err != nil {
+			return err
+		}
+		if w == 0 {
+			return &kernel.ShapeError{Field: "weight", Value: 0, Rule: "device address must be non-zero"}
+		}
+		return e.setWeightDevice(cuda.DevicePtr(w))
+	})
+}
+
+func (u *UpProjection) setWeight(ctx context.Context, what string, set func() error) error {
+	leave, err := u.enter(what)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tp: rank %d: up-projection %s: %w", u.rank, what, err)
+	}
+	if err := set(); err != nil {
+		return fmt.Errorf("tp: rank %d: up-projection %s (%v): %w", u.rank, what, u.shape, err)
+	}
+	u.weightSet = true
 	return nil
 }
 
@@ -379,6 +447,12 @@ func (u *UpProjection) validate(s kernel.Shape, in UpInputs, out []kernel.BF16) 
 	var errs []error
 	l := kernel.Layout{LatentLen: len(in.Latent), WeightLen: len(in.Weight), SharedLen: len(in.Shared),
 		SharedStride: in.SharedStride, OutLen: -1}
+	if in.Weight == nil {
+		l.WeightLen = s.Shard() * s.Latent // the op's own
+		if !u.weightSet {
+			errs = append(errs, ErrNoWeight)
+		}
+	}
 	if err := s.ValidateLayout(l); err != nil {
 		errs = append(errs, err)
 	}
@@ -399,7 +473,10 @@ func (u *UpProjection) validateM(m int) error {
 }
 
 // Close releases the mailbox and the engine. It is idempotent and safe to
-// call while Step waits; that Step then fails.
+// call while Step waits; that Step then fails. Steps still queued by
+// Enqueue (or in the caller's graphs) are ended first, their blocks
+// garbage: synchronize before Close to have them finish normally, and
+// replay no graph holding the op's steps after it.
 func (u *UpProjection) Close() error {
 	u.closeOnce.Do(func() {
 		if err := u.eng.close(); err != nil {
@@ -421,9 +498,10 @@ var _ hostMailbox = (*mailbox.Host)(nil)
 // hostEngine computes with kernel.CPU and exchanges through the host
 // mailbox (a memfd per rank, mapped by every rank process).
 type hostEngine struct {
-	mb    hostMailbox
-	cpu   kernel.CPU
-	slice []kernel.BF16 // this rank's [maxM, shard] result, before it is sent
+	mb     hostMailbox
+	cpu    kernel.CPU
+	slice  []kernel.BF16 // this rank's [maxM, shard] result, before it is sent
+	weight []kernel.BF16 // the op's own weight (setWeight), row-major as the CPU kernel reads it
 }
 
 var _ upEngine = (*hostEngine)(nil)
@@ -440,15 +518,24 @@ func (e *hostEngine) name() string { return e.mb.Name() }
 
 func (e *hostEngine) hostStep(ctx context.Context, t uint64, s kernel.Shape, in UpInputs, out []kernel.BF16) error {
 	slice := e.slice[:s.M*s.Shard()]
+	w := in.Weight
+	if w == nil {
+		w = e.weight
+	}
 	// The slice is computed packed and then stored by the mailbox, word by
 	// word with atomics, into every rank's slot (its own included).
-	if err := e.cpu.UpProject(s, in.Latent, in.Weight, in.Shared, in.SharedStride, slice, s.Shard()); err != nil {
+	if err := e.cpu.UpProject(s, in.Latent, w, in.Shared, in.SharedStride, slice, s.Shard()); err != nil {
 		return err
 	}
 	if err := e.mb.Write(ctx, t, s.M, bits(slice)); err != nil {
 		return err
 	}
 	return e.mb.Receive(ctx, t, s.M, bits(out[:s.M*s.Hidden]))
+}
+
+func (e *hostEngine) setWeight(w []kernel.BF16) error {
+	e.weight = append(e.weight[:0], w...)
+	return nil
 }
 
 func (e *hostEngine) close() error { return e.mb.Close() }

@@ -2,7 +2,6 @@ package tp
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -32,6 +31,13 @@ import (
 // waits (griddepcontrol.wait, after issuing its weight loads) until the
 // previous receive has finished, which is the rule the Lamport protocol
 // needs; a host-side step additionally synchronizes the stream.
+//
+// The slot a step uses is the device's choice (kernel.SlotRotation): the
+// kernels get the addresses of slot 0 and read the slot index from a
+// counter word in device memory, and the step's last CTA advances it. So a
+// graph holding one step (the caller's own capture of Enqueue, or Capture)
+// replays any number of times, and the host's step count is only a
+// diagnostic: the engine reads the counter back when it names a slot.
 
 // engineDriver is the part of the CUDA driver the engine calls; the
 // methods have *cuda.Driver's signatures.
@@ -52,6 +58,7 @@ type engineDriver interface {
 	MemHostGetDevicePointer(b []byte) (cuda.DevicePtr, error)
 	MemcpyHtoD(dst cuda.DevicePtr, src []byte) error
 	MemcpyDtoH(dst []byte, src cuda.DevicePtr) error
+	MemcpyDtoD(dst, src cuda.DevicePtr, n uint64) error
 	EventCreate(flags cuda.EventFlags) (cuda.Event, error)
 	EventDestroy(e cuda.Event) error
 	EventRecord(e cuda.Event, s cuda.Stream) error
@@ -75,8 +82,9 @@ type skinnyLaunch struct {
 	latent, weight, shared cuda.DevicePtr
 	weightPacked           bool             // weight in the packed layout (kernel.SkinnyArgs.WeightPacked)
 	sharedStride           int              // elements
-	dst                    []cuda.DevicePtr // slot bases; the kernel adds m*hidden + rank*shard
+	dst                    []cuda.DevicePtr // slot-0 regions; the kernel adds m*hidden + rank*shard
 	receive                *receiveLaunch   // the fused receive, or nil (kernel.SkinnyArgs.Receive)
+	rotation               kernel.SlotRotation
 }
 
 // receiveLaunch is one launch of the receive kernel.
@@ -89,6 +97,7 @@ type receiveLaunch struct {
 	// that rank's skinny kernel stored them straight into out.
 	skip     bool
 	skipRank int
+	rotation kernel.SlotRotation // slot is slot 0's region
 }
 
 // stepKernels is what the engine needs from the loaded kernels.
@@ -167,6 +176,12 @@ func fusedReceive() (bool, error) {
 	}
 }
 
+// enqueueWatchEvery is how often the watch of enqueued steps
+// (watchEnqueued) looks at the status page. A receive waits out its
+// deadline (seconds) before it reports, so a coarse look costs nothing in
+// how soon a stall is known.
+const enqueueWatchEvery = 20 * time.Millisecond
+
 // abortWord is the receive's abort word in the host-mapped status page.
 func (e *cudaEngine) abortWord() *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&e.status[4*kernel.ReceiveAbortWord]))
@@ -217,6 +232,14 @@ type cudaEngine struct {
 
 	status    []byte // host-mapped, statusBytes
 	statusDev cuda.DevicePtr
+	// counter: the two words of the device-side slot rotation
+	// (kernel.SlotRotation), zero at setup.
+	counter cuda.DevicePtr
+	// weight: the op's own copy of the weight shard (SetWeight), in the
+	// packed layout when weightPacked; 0 until SetWeight. preferPacked:
+	// the layout SetWeight makes (kernel.PreferPacked for the shape).
+	weight                     cuda.DevicePtr
+	weightPacked, preferPacked bool
 	// fill is page-locked host memory without a sentinel word (zeros),
 	// SlotRows(capacity)*hidden*2 bytes: what keepAborting copies over
 	// every region of every local slot. Made at setup: a page-locked
@@ -224,16 +247,35 @@ type cudaEngine struct {
 	// receive it must end.
 	fill []byte
 
-	// Staging for hostStep, allocated on first use: latent, weight,
-	// shared (packed) and out, each 256-byte aligned in one allocation.
-	stage                               cuda.DevicePtr
-	stLatent, stWeight, stShared, stOut cuda.DevicePtr
-	sharedScratch                       []kernel.BF16
-	mu                                  sync.Mutex
-	closed                              bool
-	broken                              error // set by a failed wait; later steps fail
-	graphs                              map[*StepGraph]struct{}
-	closing, inflight                   atomic.Bool
+	// Staging for hostStep, allocated on first use: latent, shared
+	// (packed) and out, each 256-byte aligned in one allocation; the
+	// weight, when a step passes one, in one of its own.
+	stage                     cuda.DevicePtr
+	stLatent, stShared, stOut cuda.DevicePtr
+	stWeight                  cuda.DevicePtr
+	sharedScratch             []kernel.BF16
+	mu                        sync.Mutex
+	closed                    bool
+	graphs                    map[*StepGraph]struct{}
+	closing, inflight         atomic.Bool
+	// enqueued: Enqueue has queued steps on a caller's stream since the
+	// last Synchronize that found them done; pendingFrom is the host's
+	// count of the first of them. everEnqueued: Close must end steps the
+	// caller may still have queued (its own graphs included).
+	enqueued, everEnqueued atomic.Bool
+	pendingFrom            atomic.Uint64
+	watchStop              chan struct{} // ends watchEnqueued; nil until the first Enqueue
+	watchWG                sync.WaitGroup
+	// failMu guards failure and released, which Err reads without waiting
+	// for mu (a step may hold it while it waits for its peers). failure is
+	// the op's first failure (a timed-out or aborted wait, a failed launch,
+	// the job's failure): the op refuses steps from then on. released: the
+	// status page is gone.
+	failMu   sync.Mutex
+	failure  error
+	stall    *mailbox.TimeoutError // the failure, when asyncFailure found it
+	released bool
+	stopJob  func() bool // ends the job watch (jobFailed)
 	// failJob fails the job for every rank, and job ends once it has
 	// failed (the exchanger's jobWatcher methods; both nil when it is no
 	// jobWatcher): see startWatch.
@@ -253,7 +295,8 @@ var _ upEngine = (*cudaEngine)(nil)
 func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig, drv engineDriver, closeDrv func() error,
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
-		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice}
+		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice,
+		preferPacked: kernel.PreferPacked(s.Shard(), s.Latent)}
 	if w, ok := ex.(jobWatcher); ok {
 		e.failJob, e.job = w.abortJob, w.jobContext()
 	}
@@ -299,6 +342,18 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		if e.statusDev, err = drv.MemHostGetDevicePointer(e.status); err != nil {
 			return fmt.Errorf("receive status buffer: %w", err)
 		}
+		// The kernels only ever set status words (on a timeout or an
+		// abort), and the op refuses steps once one is set: zeroed once.
+		clear(e.status)
+		if e.counter, err = drv.MemAlloc(8); err != nil {
+			return fmt.Errorf("slot counter: %w", err)
+		}
+		if err := drv.MemcpyHtoD(e.counter, make([]byte, 8)); err != nil {
+			return fmt.Errorf("zeroing the slot counter: %w", err)
+		}
+		if err := drv.StreamSynchronize(0); err != nil {
+			return fmt.Errorf("zeroing the slot counter: %w", err)
+		}
 		// Every region of a slot: a waiting receive may be polling any.
 		fillBytes := mailbox.SlotRows(s.M) * s.Hidden * 2
 		if e.fill, err = drv.MemHostAlloc(fillBytes, cuda.HostAllocPortable); err != nil {
@@ -330,7 +385,42 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 	}
 	e.bases = bases
 	e.own = slices.Index(bases, e.local)
+	if e.job != nil {
+		e.stopJob = context.AfterFunc(e.job, e.jobFailed)
+	}
 	return e, nil
+}
+
+// jobFailed records the job's failure and sets the abort word, so that
+// every receive queued or waiting ends within about 200 µs instead of at
+// its deadline: steps enqueued on a caller's stream have no wait of the
+// host's to end them (a step of the host's own, which does, ends as well).
+func (e *cudaEngine) jobFailed() {
+	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	if e.released {
+		return
+	}
+	if e.failure == nil {
+		e.failure = fmt.Errorf("the job has failed: %w", context.Cause(e.job))
+	}
+	e.abortWord().Store(1)
+}
+
+// setFailure records err as the op's failure unless one is recorded.
+func (e *cudaEngine) setFailure(err error) {
+	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	if e.failure == nil {
+		e.failure = err
+	}
+}
+
+// failed is the op's recorded failure, or nil.
+func (e *cudaEngine) failed() error {
+	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	return e.failure
 }
 
 // agree all-gathers every rank's local result: it fails on every rank,
@@ -380,6 +470,9 @@ func (e *cudaEngine) release(unbind func()) error {
 		unbind, err = e.drv.BindContext(e.cuctx)
 		note("binding the context", err)
 	}
+	if e.stopJob != nil {
+		e.stopJob()
+	}
 	if e.stream != 0 {
 		// Nothing may be running when memory goes away.
 		note("synchronizing the step stream", e.drv.StreamSynchronize(e.stream))
@@ -395,7 +488,23 @@ func (e *cudaEngine) release(unbind func()) error {
 		note("freeing the staging buffers", e.drv.MemFree(e.stage))
 		e.stage = 0
 	}
+	if e.stWeight != 0 {
+		note("freeing the weight staging buffer", e.drv.MemFree(e.stWeight))
+		e.stWeight = 0
+	}
+	if e.weight != 0 {
+		note("freeing the weight", e.drv.MemFree(e.weight))
+		e.weight = 0
+	}
+	if e.counter != 0 {
+		note("freeing the slot counter", e.drv.MemFree(e.counter))
+		e.counter = 0
+	}
 	if e.status != nil {
+		// The job watch and Err read the page: not from now on.
+		e.failMu.Lock()
+		e.released = true
+		e.failMu.Unlock()
 		note("freeing the status buffer", e.drv.MemFreeHost(e.status))
 		e.status = nil
 	}
@@ -439,7 +548,10 @@ func (e *cudaEngine) close() error {
 		abortErr error
 	)
 	stop := make(chan struct{})
-	if e.inflight.Load() {
+	// Steps the caller enqueued may still be queued or waiting on its
+	// streams (its own graphs included): they are ended too, before
+	// release frees what they use.
+	if e.inflight.Load() || e.everEnqueued.Load() {
 		wg.Go(func() { abortErr = e.keepAborting(stop) })
 	}
 	e.mu.Lock()
@@ -450,6 +562,10 @@ func (e *cudaEngine) close() error {
 		return nil
 	}
 	e.closed = true
+	if e.watchStop != nil {
+		close(e.watchStop)
+		e.watchWG.Wait()
+	}
 	return errors.Join(abortErr, e.release(nil))
 }
 
@@ -516,11 +632,11 @@ func (e *cudaEngine) keepAborting(stop <-chan struct{}) error {
 
 // usable reports why no step may start, or nil. Call with e.mu held.
 func (e *cudaEngine) usable() error {
-	switch {
-	case e.closed || e.closing.Load():
+	if e.closed || e.closing.Load() {
 		return mailbox.ErrClosed
-	case e.broken != nil:
-		return fmt.Errorf("%w (%v)", mailbox.ErrBroken, e.broken)
+	}
+	if f := e.failed(); f != nil {
+		return fmt.Errorf("%w (%v)", mailbox.ErrBroken, f)
 	}
 	return nil
 }
@@ -549,32 +665,43 @@ func (e *cudaEngine) begin() (end func(), err error) {
 	return end, nil
 }
 
-// launch queues step t (skinny into every destination, then the receive
+// launch queues a step (skinny into every destination, then the receive
 // of the local slot: in the skinny kernel's receive CTAs when fused, else a
-// receive kernel) on the step stream.
-func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, pdl bool) error {
-	off := cuda.DevicePtr(e.layout.StepOffset(t, s.M))
-	recv := receiveLaunch{slot: e.local + off, out: out,
-		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard(), abortable: true}
-	sk := skinnyLaunch{shape: s, rank: e.rank, latent: in.Latent, weight: in.Weight, weightPacked: in.WeightPacked,
-		shared: in.Shared, sharedStride: in.SharedStride, dst: make([]cuda.DevicePtr, len(e.bases))}
+// receive kernel) on stream. The addresses are slot 0's: the kernels add
+// the slot the counter names (kernel.SlotRotation). A zero in.Weight is
+// the op's own weight. Call with e.mu held and the context bound.
+func (e *cudaEngine) launch(stream cuda.Stream, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, pdl bool) error {
+	off := cuda.DevicePtr(e.layout.RegionOffset(s.M))
+	rot := kernel.SlotRotation{Counter: e.counter, Slots: e.layout.Slots, Stride: uint64(e.layout.SlotBytes)}
+	weight, packed := cuda.DevicePtr(in.Weight), in.WeightPacked
+	if weight == 0 {
+		weight, packed = e.weight, e.weightPacked
+	}
+	sk := skinnyLaunch{shape: s, rank: e.rank, latent: cuda.DevicePtr(in.Latent), weight: weight, weightPacked: packed,
+		shared: cuda.DevicePtr(in.Shared), sharedStride: in.SharedStride, dst: make([]cuda.DevicePtr, len(e.bases))}
 	for i, b := range e.bases {
 		sk.dst[i] = b + off
 	}
+	recv := receiveLaunch{slot: e.local + off, out: out,
+		status: e.statusDev, timeout: e.deadline, m: s.M, hidden: s.Hidden, shard: s.Shard(), abortable: true}
 	if e.own >= 0 {
+		// This rank's slice goes straight into the block, which is no
+		// slot: the kernels use that address as given.
 		sk.dst[e.own] = out
+		rot.Fixed = 1 << e.own
 		recv.skip, recv.skipRank = true, e.rank
 	}
+	sk.rotation, recv.rotation = rot, rot
 	if e.fused {
 		sk.receive = &recv
 	}
-	if err := e.kern.launchSkinny(e.stream, sk, pdl); err != nil {
+	if err := e.kern.launchSkinny(stream, sk, pdl); err != nil {
 		return fmt.Errorf("launching the skinny kernel: %w", err)
 	}
 	if e.fused {
 		return nil
 	}
-	if err := e.kern.launchReceive(e.stream, recv); err != nil {
+	if err := e.kern.launchReceive(stream, recv); err != nil {
 		return fmt.Errorf("launching the receive kernel: %w", err)
 	}
 	return nil
@@ -583,12 +710,13 @@ func (e *cudaEngine) launch(t uint64, s kernel.Shape, in DeviceInputs, out cuda.
 // wait synchronizes the step stream. When ctx ends first it aborts the
 // receive (see keepAborting). Afterwards it reads the receive status: a timeout
 // becomes a *mailbox.TimeoutError for step t (the first step of a batch).
-// m is step t's rows when t was a single step (a timeout then also reads
-// the slot back to name the ranks that ran the step with another M), or 0
-// for a batch of replays. w is the watch started before the work was
-// queued (startWatch), or nil to start one now. Any failure leaves the
-// engine broken. Call with e.mu held and the context bound.
-func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, m int, started time.Time) error {
+// steps is how many steps were queued from t; m is step t's rows when it
+// was a single step (a timeout then also reads the slot back to name the
+// ranks that ran the step with another M), or 0 for a batch of replays. w
+// is the watch started before the work was queued (startWatch), or nil to
+// start one now. Any failure leaves the engine broken. Call with e.mu held
+// and the context bound.
+func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, steps, m int, started time.Time) error {
 	if w == nil {
 		w = e.startWatch(ctx, t, false)
 	}
@@ -596,7 +724,7 @@ func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, m int, st
 	w.end()
 	switch {
 	case err != nil:
-		e.broken = fmt.Errorf("step %d: %w", t, err)
+		e.setFailure(fmt.Errorf("step %d: %w", t, err))
 		return fmt.Errorf("waiting for the step: %w", err)
 	case e.closing.Load():
 		return mailbox.ErrClosed
@@ -604,8 +732,8 @@ func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, m int, st
 		// The watch saw a receive of the batch time out and failed the
 		// job; its snapshot names the missing ranks (the receives it
 		// then ended early would name the healthy ones too).
-		te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.layout.Slot(t), Missing: w.stalled, Waited: time.Since(started)}
-		e.broken = te
+		te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.slotBefore(steps, t), Missing: w.stalled, Waited: time.Since(started)}
+		e.setFailure(te)
 		return errors.Join(te, w.abortErr)
 	case w.canceled.Load() || (w.batch && ctx.Err() != nil):
 		// The cause: tprun's stop (ctx's own error) or, under an op's job
@@ -614,23 +742,49 @@ func (e *cudaEngine) wait(ctx context.Context, w *waitWatch, t uint64, m int, st
 		// queued steps may have stored into this rank's slots (startWatch).
 		// Only a batch: every rank makes the same calls, and single steps
 		// queue nothing that could run ahead.
-		e.broken = fmt.Errorf("step %d canceled: %w", t, context.Cause(ctx))
+		e.setFailure(fmt.Errorf("step %d canceled: %w", t, context.Cause(ctx)))
 		return errors.Join(fmt.Errorf("step %d: %w", t, context.Cause(ctx)), w.abortErr)
 	}
-	var words [kernel.ReceiveStatusWords]uint32
-	for i := range words {
-		words[i] = binary.LittleEndian.Uint32(e.status[4*i:])
-	}
-	timedOut, missing := kernel.DecodeReceiveStatus(words)
+	timedOut, missing := e.readStatus()
 	if !timedOut {
 		return nil
 	}
-	te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.layout.Slot(t), Missing: missing, Waited: time.Since(started)}
-	e.broken = te
+	if e.job != nil && e.job.Err() != nil && e.abortWord().Load() != 0 {
+		// The job watch ended the receive (jobFailed), not a missing
+		// slice: every rank but the one to blame would be named.
+		err := fmt.Errorf("step %d: the job failed while the step waited for the other ranks: %w", t, context.Cause(e.job))
+		e.setFailure(err)
+		return err
+	}
+	te := &mailbox.TimeoutError{Rank: e.rank, Step: t, Slot: e.slotBefore(steps, t), Missing: missing, Waited: time.Since(started)}
+	e.setFailure(te)
 	if m > 0 {
-		te.M, te.OtherM = m, e.otherRows(t, m)
+		te.M, te.OtherM = m, e.otherRows(te.Slot, m)
 	}
 	return errors.Join(te, w.jobErr)
+}
+
+// readStatus reads the receive status words: whether a receive timed out
+// (or was aborted), and the ranks some word of whose slice never arrived.
+func (e *cudaEngine) readStatus() (timedOut bool, missing []int) {
+	var words [kernel.ReceiveStatusWords]uint32
+	for i := range words {
+		words[i] = e.statusWord(i)
+	}
+	return kernel.DecodeReceiveStatus(words)
+}
+
+// slotBefore is the slot of the step that came back steps before the next
+// one, read from the device's slot counter (nothing may be running), or
+// the slot the host's count t would give where the counter cannot be
+// read. Call with the context bound.
+func (e *cudaEngine) slotBefore(back int, t uint64) int {
+	var w [2]uint32
+	n := e.layout.Slots
+	if err := e.drv.MemcpyDtoH(cuda.AsBytes(w[:]), e.counter); err != nil || int(w[0]) >= n {
+		return e.layout.Slot(t)
+	}
+	return ((int(w[0])-back)%n + n) % n
 }
 
 // How a batch of replays watches its receives (startWatch): the status
@@ -749,7 +903,9 @@ func (e *cudaEngine) startWatch(ctx context.Context, t uint64, batch bool) *wait
 			// read would otherwise hold the wait. It ends when the write
 			// does, or when the group closes the connection.
 			sent := make(chan error, 1)
-			go func() { sent <- e.failJob(stallReason(t, stalled, e.deadline)) }()
+			go func() {
+				sent <- e.failJob(stallReason(fmt.Sprintf("in the graph replays from step %d", t), stalled, e.deadline))
+			}()
 			// failed: the job's failure came back, so the peers have been
 			// sent it; the queued receives may end now.
 			failed := func() {
@@ -787,9 +943,9 @@ func (e *cudaEngine) startWatch(ctx context.Context, t uint64, batch bool) *wait
 	return w
 }
 
-// stallReason is the job's failure when a replay batch's receive timed out:
-// what the peers and the launcher read.
-func stallReason(t uint64, missing []int, deadline time.Duration) string {
+// stallReason is the job's failure when a receive of queued steps (where:
+// which) timed out: what the peers and the launcher read.
+func stallReason(where string, missing []int, deadline time.Duration) string {
 	who := "some rank"
 	switch len(missing) {
 	case 0:
@@ -802,8 +958,8 @@ func stallReason(t uint64, missing []int, deadline time.Duration) string {
 		}
 		who = "ranks " + strings.Join(rs, ", ")
 	}
-	return fmt.Sprintf("no slice from %s within the %v deadline, in the graph replays from step %d; the job ends rather than each queued step waiting out the deadline too",
-		who, deadline, t)
+	return fmt.Sprintf("no slice from %s within the %v deadline, %s; the job ends rather than each queued step waiting out the deadline too",
+		who, deadline, where)
 }
 
 // statusWord reads word i of the host-mapped status page, which kernels
@@ -812,29 +968,15 @@ func (e *cudaEngine) statusWord(i int) uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&e.status[4*i])).Load()
 }
 
-// otherRows reads step t's slot back and lists the ranks that stored into
-// a region other than m's (see mailbox.Layout.OtherRows). A failed copy
+// otherRows reads local slot back and lists the ranks that stored into a
+// region other than m's (see mailbox.Layout.OtherRows). A failed copy
 // lists none: the timeout is reported all the same.
-func (e *cudaEngine) otherRows(t uint64, m int) []mailbox.RankRows {
-	slot := make([]uint32, e.layout.SlotBytes/4)
-	if err := e.drv.MemcpyDtoH(cuda.AsBytes(slot), e.local+cuda.DevicePtr(e.layout.SlotOffset(t))); err != nil {
+func (e *cudaEngine) otherRows(slot, m int) []mailbox.RankRows {
+	words := make([]uint32, e.layout.SlotBytes/4)
+	if err := e.drv.MemcpyDtoH(cuda.AsBytes(words), e.local+cuda.DevicePtr(slot*e.layout.SlotBytes)); err != nil {
 		return nil
 	}
-	return e.layout.OtherRows(slot, m)
-}
-
-// clearStatus zeroes the receive status words and the abort word; no
-// kernel may be running. The abort word is stored atomically: Close's
-// abort may be setting it at the same time. Close sets closing before it
-// starts aborting, so if our zero may have erased its store, closing is
-// already visible here and the word is set again: the next round of the
-// abort could be held up behind a fill the driver delays.
-func (e *cudaEngine) clearStatus() {
-	clear(e.status[:4*statusWords])
-	e.abortWord().Store(0)
-	if e.closing.Load() {
-		e.abortWord().Store(1)
-	}
+	return e.layout.OtherRows(words, m)
 }
 
 // deviceStep runs step t with operands in device memory and waits for it.
@@ -853,15 +995,14 @@ func (e *cudaEngine) deviceStepLocked(ctx context.Context, t uint64, s kernel.Sh
 		return err
 	}
 	defer end()
-	e.clearStatus()
 	started := time.Now()
-	if err := e.launch(t, s, in, out, true); err != nil {
+	if err := e.launch(e.stream, s, in, out, true); err != nil {
 		// Whatever was queued must finish before the op goes on; the
 		// slots may now be half-written, so the op is broken.
-		e.broken = err
+		e.setFailure(err)
 		return errors.Join(err, e.drv.StreamSynchronize(e.stream))
 	}
-	return e.wait(ctx, nil, t, s.M, started)
+	return e.wait(ctx, nil, t, 1, s.M, started)
 }
 
 // hostStep stages the host operands in device memory, runs the step and
@@ -875,7 +1016,10 @@ func (e *cudaEngine) hostStep(ctx context.Context, t uint64, s kernel.Shape, in 
 	if err := e.stageInputs(s, in); err != nil {
 		return err
 	}
-	din := DeviceInputs{M: s.M, Latent: e.stLatent, Weight: e.stWeight, Shared: e.stShared, SharedStride: s.Shard()}
+	din := DeviceInputs{M: s.M, Latent: DevicePtr(e.stLatent), Shared: DevicePtr(e.stShared), SharedStride: s.Shard()}
+	if in.Weight != nil {
+		din.Weight = DevicePtr(e.stWeight)
+	}
 	if err := e.deviceStepLocked(ctx, t, s, din, e.stOut); err != nil {
 		return err
 	}
@@ -890,8 +1034,72 @@ func (e *cudaEngine) hostStep(ctx context.Context, t uint64, s kernel.Shape, in 
 	return nil
 }
 
+// setWeight keeps w (row-major) as the engine's own weight.
+func (e *cudaEngine) setWeight(w []kernel.BF16) error { return e.loadWeight(w, 0) }
+
+// setWeightDevice is setWeight from device memory.
+func (e *cudaEngine) setWeightDevice(w cuda.DevicePtr) error { return e.loadWeight(nil, w) }
+
+// loadWeight copies the row-major weight, from host (when not nil) or
+// from device memory at dev, into the engine's weight buffer (allocated on
+// first use), packed where the kernels prefer that: packing goes through
+// the host; a row-major weight from device memory is copied on the
+// device. The copies have landed when it returns.
+func (e *cudaEngine) loadWeight(host []kernel.BF16, dev cuda.DevicePtr) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	unbind, err := e.drv.BindContext(e.cuctx)
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	shard, latent := e.shape.Shard(), e.shape.Latent
+	packed := e.preferPacked
+	n := shard * latent
+	if packed {
+		n = kernel.PackedWeightLen(shard, latent)
+	}
+	if e.weight == 0 {
+		if e.weight, err = e.drv.MemAlloc(uint64(2 * n)); err != nil {
+			return fmt.Errorf("the weight buffer (%d bytes): %w", 2*n, err)
+		}
+	}
+	if host == nil && !packed {
+		if err := e.drv.MemcpyDtoD(e.weight, dev, uint64(2*n)); err != nil {
+			return fmt.Errorf("copying the weight from %#x: %w", uint64(dev), err)
+		}
+	} else {
+		if host == nil {
+			host = make([]kernel.BF16, shard*latent)
+			if err := e.drv.MemcpyDtoH(cuda.AsBytes(host), dev); err != nil {
+				return fmt.Errorf("copying the weight from %#x to the host: %w", uint64(dev), err)
+			}
+		}
+		if packed {
+			p := make([]kernel.BF16, n)
+			if err := kernel.PackWeight(p, host, shard, latent); err != nil {
+				return fmt.Errorf("packing the weight: %w", err)
+			}
+			host = p
+		}
+		if err := e.drv.MemcpyHtoD(e.weight, cuda.AsBytes(host)); err != nil {
+			return fmt.Errorf("copying the weight to the device: %w", err)
+		}
+	}
+	// A copy from pageable memory, or between device buffers, may return
+	// before it has landed; it runs on the legacy stream.
+	if err := e.drv.StreamSynchronize(0); err != nil {
+		return fmt.Errorf("waiting for the weight copy: %w", err)
+	}
+	e.weightPacked = packed
+	return nil
+}
+
 // stageInputs copies in to the staging buffers (allocating them on first
-// use). Call with e.mu held.
+// use), the weight only when in has one. Call with e.mu held.
 func (e *cudaEngine) stageInputs(s kernel.Shape, in UpInputs) error {
 	unbind, err := e.drv.BindContext(e.cuctx)
 	if err != nil {
@@ -900,7 +1108,7 @@ func (e *cudaEngine) stageInputs(s kernel.Shape, in UpInputs) error {
 	defer unbind()
 	c, shard := e.shape, e.shape.Shard()
 	if e.stage == 0 {
-		sizes := []int{c.M * c.Latent * 2, shard * c.Latent * 2, c.M * shard * 2, c.M * c.Hidden * 2}
+		sizes := []int{c.M * c.Latent * 2, c.M * shard * 2, c.M * c.Hidden * 2}
 		offs := make([]int, len(sizes))
 		total := 0
 		for i, n := range sizes {
@@ -912,24 +1120,36 @@ func (e *cudaEngine) stageInputs(s kernel.Shape, in UpInputs) error {
 			return fmt.Errorf("staging buffers (%d bytes): %w", total, err)
 		}
 		e.stage = p
-		e.stLatent, e.stWeight = p+cuda.DevicePtr(offs[0]), p+cuda.DevicePtr(offs[1])
-		e.stShared, e.stOut = p+cuda.DevicePtr(offs[2]), p+cuda.DevicePtr(offs[3])
+		e.stLatent, e.stShared, e.stOut = p+cuda.DevicePtr(offs[0]), p+cuda.DevicePtr(offs[1]), p+cuda.DevicePtr(offs[2])
 		e.sharedScratch = make([]kernel.BF16, c.M*shard)
+	}
+	if in.Weight != nil && e.stWeight == 0 {
+		n := shard * c.Latent * 2
+		if e.stWeight, err = e.drv.MemAlloc(uint64(n)); err != nil {
+			return fmt.Errorf("weight staging buffer (%d bytes): %w", n, err)
+		}
 	}
 	n := s.Shard()
 	shared := e.sharedScratch[:s.M*n]
 	for m := range s.M {
 		copy(shared[m*n:(m+1)*n], in.Shared[m*in.SharedStride:])
 	}
-	for _, c := range []struct {
+	copies := []struct {
 		what string
 		dst  cuda.DevicePtr
 		src  []kernel.BF16
 	}{
 		{"latent", e.stLatent, in.Latent[:s.M*s.Latent]},
-		{"weight", e.stWeight, in.Weight[:n*s.Latent]},
 		{"shared", e.stShared, shared},
-	} {
+	}
+	if in.Weight != nil {
+		copies = append(copies, struct {
+			what string
+			dst  cuda.DevicePtr
+			src  []kernel.BF16
+		}{"weight", e.stWeight, in.Weight[:n*s.Latent]})
+	}
+	for _, c := range copies {
 		if err := e.drv.MemcpyHtoD(c.dst, cuda.AsBytes(c.src)); err != nil {
 			return fmt.Errorf("copying the %s to the device: %w", c.what, err)
 		}
@@ -948,19 +1168,17 @@ func (e *cudaEngine) stageInputs(s kernel.Shape, in UpInputs) error {
 // and advances the op's step count by Steps().
 //
 // The lockstep rule: every rank of the group must capture the same number
-// of steps with the same M values at the same point of its step sequence,
-// and replay its graph the same number of times, interleaved with the
-// same Step calls, in the same order. Steps() is a multiple of the slot
-// count, so a replay leaves every slot where it found it; a graph may be
-// replayed only while the op's step count is at the slot phase it was
-// captured at (Replay checks that).
+// of steps with the same M values, and replay its graph the same number of
+// times, interleaved with the same other steps, in the same order. The
+// mailbox slot of each step is chosen on the device, so a graph of any
+// number of steps (one is enough) replays at any point of the op's step
+// sequence.
 type StepGraph struct {
 	u      *UpProjection
 	e      *cudaEngine
 	exec   cuda.GraphExec
 	steps  int
 	ms     []int // each captured step's M, for the step checks
-	phase  int   // slot of the first captured step
 	closed bool
 	events []cuda.Event // for TimeReplays, made on first use
 }
@@ -999,8 +1217,8 @@ func (u *UpProjection) Device() int {
 //
 // Cancelling ctx while the step waits for peers ends the wait within about
 // 200 µs (the receive reads a host-set abort word) and leaves the op broken
-// (later steps fail with mailbox.ErrBroken); so does Close, with
-// mailbox.ErrClosed.
+// (later steps fail with ErrBroken); so does Close, with
+// ErrClosed.
 func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out DevicePtr) error {
 	leave, err := u.enter("device step")
 	if err != nil {
@@ -1017,7 +1235,7 @@ func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out Devi
 		var wctx context.Context
 		var done func()
 		if wctx, done, err = u.watchJob(ctx); err == nil {
-			err = u.jobFailure(ctx, e.deviceStep(wctx, u.next, s, in, out))
+			err = u.jobFailure(ctx, e.deviceStep(wctx, u.next, s, in, cuda.DevicePtr(out)))
 			done()
 		}
 	}
@@ -1037,10 +1255,17 @@ func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out Devic
 		return err
 	}
 	var errs []error
-	for _, p := range []struct {
+	ptrs := []struct {
 		name string
 		v    DevicePtr
-	}{{"Latent", in.Latent}, {"Weight", in.Weight}, {"Shared", in.Shared}, {"out", out}} {
+	}{{"Latent", in.Latent}, {"Weight", in.Weight}, {"Shared", in.Shared}, {"out", out}}
+	if in.Weight == 0 {
+		ptrs = slices.Delete(ptrs, 1, 2) // the op's own weight
+		if !u.weightSet {
+			errs = append(errs, ErrNoWeight)
+		}
+	}
+	for _, p := range ptrs {
 		if p.v == 0 || p.v%16 != 0 {
 			errs = append(errs, &kernel.ShapeError{Field: p.name, Value: int(p.v % 16), Rule: fmt.Sprintf("device address %#x must be non-zero and 16-byte aligned (value: address mod 16)", uint64(p.v))})
 		}
@@ -1062,6 +1287,9 @@ func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out Devic
 		}{{"Latent", in.Latent, in.Latent + DevicePtr(2*s.M*s.Latent)},
 			{"Weight", in.Weight, in.Weight + DevicePtr(2*wlen)},
 			{"Shared", in.Shared, in.Shared + DevicePtr(2*((s.M-1)*in.SharedStride+s.Shard()))}} {
+			if p.from == 0 {
+				continue // the op's own weight
+			}
 			if out < p.to && p.from < outEnd {
 				errs = append(errs, &kernel.ShapeError{Field: "out", Value: int(out - p.from),
 					Rule: fmt.Sprintf("the block [%#x, %#x) must not overlap %s [%#x, %#x) (value: out - %s)",
@@ -1072,14 +1300,16 @@ func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out Devic
 	return errors.Join(errs...)
 }
 
-// ErrGraphPhase: a StepGraph was replayed at a step whose slot differs
-// from the one it was captured at.
+// ErrGraphPhase was matched by a StepGraph replayed at another slot phase
+// than it was captured at. Nothing returns it: the slot of a step is chosen
+// on the device, so a graph replays at any phase.
 var ErrGraphPhase = errors.New("tp: step graph replayed out of slot phase")
 
 // Capture records steps as one CUDA graph without running them (see
-// StepGraph for the lockstep rule). len(steps) must be a positive multiple
-// of the mailbox slot count (mailbox.DefaultSlots, 3, unless WithSlots set
-// it). The operands are baked into the graph: they must stay allocated,
+// StepGraph for the lockstep rule). Any positive number of steps will do:
+// a graph of one step replays any number of times. A step's zero Weight is
+// the op's own weight (SetWeight), read at replay time: a later SetWeight
+// changes what the graph computes. The operands are baked into the graph: they must stay allocated,
 // and their contents at replay time are what is computed; as for
 // StepDevice, their writes must have finished before each Replay. A step's
 // weight is read before that step waits for the one before it, so no
@@ -1098,12 +1328,11 @@ func (u *UpProjection) Capture(ctx context.Context, steps []DeviceStep) (*StepGr
 	fail := func(err error) (*StepGraph, error) {
 		return nil, fmt.Errorf("tp: rank %d: capturing %d steps from step %d: %w", u.rank, len(steps), u.next, err)
 	}
-	slots := e.layout.Slots
 	shapes := make([]kernel.Shape, len(steps))
 	ms := make([]int, len(steps))
 	local := func() error {
-		if len(steps) == 0 || len(steps)%slots != 0 {
-			return fmt.Errorf("%w: %d steps is not a positive multiple of the %d mailbox slots", mailbox.ErrArgument, len(steps), slots)
+		if len(steps) == 0 {
+			return fmt.Errorf("%w: a graph of no steps", mailbox.ErrArgument)
 		}
 		for i, st := range steps {
 			s := u.shape
@@ -1121,7 +1350,7 @@ func (u *UpProjection) Capture(ctx context.Context, steps []DeviceStep) (*StepGr
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	g, err := e.capture(u.next, shapes, steps)
+	g, err := e.capture(shapes, steps)
 	if err != nil {
 		return fail(err)
 	}
@@ -1129,7 +1358,7 @@ func (u *UpProjection) Capture(ctx context.Context, steps []DeviceStep) (*StepGr
 	return g, nil
 }
 
-func (e *cudaEngine) capture(t0 uint64, shapes []kernel.Shape, steps []DeviceStep) (_ *StepGraph, err error) {
+func (e *cudaEngine) capture(shapes []kernel.Shape, steps []DeviceStep) (_ *StepGraph, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	end, err := e.begin()
@@ -1145,7 +1374,7 @@ func (e *cudaEngine) capture(t0 uint64, shapes []kernel.Shape, steps []DeviceSte
 	var lerr error
 	for i, st := range steps {
 		// The first kernel of a graph has no kernel before it to overlap.
-		if lerr = e.launch(t0+uint64(i), shapes[i], st.In, st.Out, i > 0 && e.chain); lerr != nil {
+		if lerr = e.launch(e.stream, shapes[i], st.In, cuda.DevicePtr(st.Out), i > 0 && e.chain); lerr != nil {
 			lerr = fmt.Errorf("step %d of the graph: %w", i, lerr)
 			break
 		}
@@ -1172,10 +1401,10 @@ func (e *cudaEngine) capture(t0 uint64, shapes []kernel.Shape, steps []DeviceSte
 		return nil, errors.Join(fmt.Errorf("upload: %w", err), e.drv.GraphExecDestroy(exec))
 	}
 	if err := e.drv.StreamSynchronize(e.stream); err != nil {
-		e.broken = err
+		e.setFailure(err)
 		return nil, errors.Join(fmt.Errorf("upload: %w", err), e.drv.GraphExecDestroy(exec))
 	}
-	g := &StepGraph{e: e, exec: exec, steps: len(steps), phase: e.layout.Slot(t0)}
+	g := &StepGraph{e: e, exec: exec, steps: len(steps)}
 	e.graphs[g] = struct{}{}
 	return g, nil
 }
@@ -1185,7 +1414,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 
 // Replay runs the graph n times and waits for them; the op's step count
 // advances by n*Steps(). A peer's missing slice gives a
-// *mailbox.TimeoutError whose Step is the first step of the batch of
+// *TimeoutError whose Step is the first step of the batch of
 // replays it happened in (replays are queued in batches of up to 32).
 //
 // A peer that stalls without dying (the job watch sees nothing) would
@@ -1194,7 +1423,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 // the batch has timed out, the rank fails the job (naming the missing
 // ranks), and when that failure has come back to it, ends the receives
 // queued behind: the batch ends about one deadline after the stall, with
-// the *mailbox.TimeoutError on this rank and the job's failure
+// the *TimeoutError on this rank and the job's failure
 // (ErrAborted, naming this rank and the missing ones) on the others, the
 // stalled rank's next call included. A single timeout thus ends the job,
 // as NCCL's watchdog does; WithDeadline sets how long a receive waits.
@@ -1204,7 +1433,7 @@ func (g *StepGraph) Steps() int { return g.steps }
 // them for earlier steps' slices; a peer whose batch ends after the
 // failure reached its process returns the failure, not its block, but a
 // peer process that did not run in between (stopped, starved of CPU) is
-// not protected. An op made from another mailbox.Exchanger keeps waiting
+// not protected. An op made from another Exchanger keeps waiting
 // out every deadline.
 //
 // Cancelling ctx aborts the wait (within about 200 µs) and breaks the op,
@@ -1243,9 +1472,6 @@ func (g *StepGraph) run(ctx context.Context, n int, timed bool) ([]time.Duration
 				local = fmt.Errorf("%w: %d replays", mailbox.ErrArgument, n)
 			case g.isClosed():
 				local = errGraphClosed
-			case g.e.layout.Slot(u.next) != g.phase:
-				local = fmt.Errorf("%w: captured at slot %d, the op's next step %d uses slot %d (every Step moves the phase by one)",
-					ErrGraphPhase, g.phase, u.next, g.e.layout.Slot(u.next))
 			}
 			if err := u.checkCall(ctx, fmt.Sprintf("%d replays of a graph", n), g.ms, local); err != nil {
 				return err
@@ -1295,13 +1521,12 @@ func (e *cudaEngine) replay(ctx context.Context, g *StepGraph, t uint64, k int, 
 			g.events = append(g.events, ev)
 		}
 	}
-	e.clearStatus()
 	started := time.Now()
 	w := e.startWatch(ctx, t, true)
 	// failed drains what was queued before a failed call, with the
 	// watcher still aborting the receives if ctx ends meanwhile.
 	failed := func(err error) ([]time.Duration, error) {
-		e.broken = err
+		e.setFailure(err)
 		err = errors.Join(err, e.drv.StreamSynchronize(e.stream))
 		w.end()
 		return nil, errors.Join(err, w.jobErr, w.abortErr)
@@ -1321,7 +1546,7 @@ func (e *cudaEngine) replay(ctx context.Context, g *StepGraph, t uint64, k int, 
 			return failed(err)
 		}
 	}
-	if err := e.wait(ctx, w, t, 0, started); err != nil {
+	if err := e.wait(ctx, w, t, k*g.steps, 0, started); err != nil {
 		return nil, err
 	}
 	if !timed {
@@ -1350,7 +1575,7 @@ func (g *StepGraph) isClosed() bool {
 // Close frees the graph; it is idempotent. Called while another goroutine
 // replays the graph, it waits until the batch of replays in flight has
 // ended (a batch is up to 32 replays), and the next replay fails with
-// mailbox.ErrClosed. Closing the op frees its graphs too.
+// ErrClosed. Closing the op frees its graphs too.
 func (g *StepGraph) Close() error {
 	e := g.e
 	e.mu.Lock()

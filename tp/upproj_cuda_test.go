@@ -2,10 +2,12 @@ package tp
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,6 +147,9 @@ func (g *fakeGPU) bytes(p cuda.DevicePtr, n int) ([]byte, error) {
 	return nil, fmt.Errorf("fake GPU: %#x is not allocated (illegal address)", uint64(p))
 }
 
+// at is bytes for an address of package tp's type.
+func (g *fakeGPU) at(p DevicePtr, n int) ([]byte, error) { return g.bytes(cuda.DevicePtr(p), n) }
+
 // stores is where a store of n bytes at p lands: the memory at p, or for
 // an address in a fake multicast range the same offset of every mailbox
 // bound to it.
@@ -192,6 +197,7 @@ type fakeDrv struct {
 	graphs               map[uintptr][]func() error
 	streams              map[cuda.Stream]*fakeStream
 	nextID               uintptr
+	syncs                atomic.Int64 // StreamSynchronize calls, any stream
 }
 
 // fakeStream runs its work in order, each op on a goroutine that waits
@@ -333,6 +339,7 @@ func (d *fakeDrv) StreamDestroy(s cuda.Stream) error {
 	return nil
 }
 func (d *fakeDrv) StreamSynchronize(s cuda.Stream) error {
+	d.syncs.Add(1)
 	d.mu.Lock()
 	st := d.stream(s)
 	last := st.last
@@ -398,6 +405,17 @@ func (d *fakeDrv) MemcpyHtoD(dst cuda.DevicePtr, src []byte) error {
 			storeWords(b, src)
 		}
 		return err
+	})
+}
+func (d *fakeDrv) MemcpyDtoD(dst, src cuda.DevicePtr, n uint64) error {
+	return d.legacy(func() error {
+		to, err1 := d.gpu.bytes(dst, int(n))
+		from, err2 := d.gpu.bytes(src, int(n))
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		storeWords(to, from)
+		return nil
 	})
 }
 func (d *fakeDrv) MemcpyDtoH(dst []byte, src cuda.DevicePtr) error {
@@ -513,17 +531,64 @@ func (d *fakeDrv) GraphExecDestroy(e cuda.GraphExec) error {
 	return nil
 }
 
-// fakeKernels compute like the real kernels, from and into fake memory.
+// fakeKernels compute like the real kernels, from and into fake memory,
+// with the slot rotation on the device (kernel.SlotRotation): a launch
+// reads the slot from the counter when it runs, and the step's receive
+// advances it.
 type fakeKernels struct {
 	d       *fakeDrv
 	fused   atomic.Int64 // skinny launches that did a fused receive
 	skipped atomic.Int64 // receives that skipped this rank's slice
+	mu      sync.Mutex
+	streams []cuda.Stream // the stream of every skinny launch, in order
+}
+
+// launchedOn is the stream of every skinny launch so far.
+func (k *fakeKernels) launchedOn() []cuda.Stream {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.streams)
+}
+
+// slotWords is the rotation's counter, checked as the kernels would.
+func (k *fakeKernels) slotWords(r kernel.SlotRotation) ([]uint32, error) {
+	if r.Counter == 0 || r.Slots < 2 || r.Stride == 0 {
+		return nil, fmt.Errorf("fake kernel: launch without a device-side slot rotation: %+v", r)
+	}
+	b, err := k.d.gpu.bytes(r.Counter, 8)
+	if err != nil {
+		return nil, err
+	}
+	w := words(b)
+	if s := atomic.LoadUint32(&w[0]); int(s) >= r.Slots {
+		return nil, fmt.Errorf("fake kernel: slot counter %d with %d slots", s, r.Slots)
+	}
+	return w, nil
+}
+
+// slotOffset is the byte offset of the slot the counter names.
+func slotOffset(w []uint32, r kernel.SlotRotation) cuda.DevicePtr {
+	return cuda.DevicePtr(uint64(atomic.LoadUint32(&w[0])) * r.Stride)
+}
+
+// advance moves the counter to the next slot, as the step's last CTA does.
+func advance(w []uint32, r kernel.SlotRotation) {
+	atomic.StoreUint32(&w[0], (atomic.LoadUint32(&w[0])+1)%uint32(r.Slots))
+	atomic.StoreUint32(&w[1], 0)
 }
 
 func (k *fakeKernels) unload() error { k.d.gpu.add("module", -1); return nil }
 
 func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error {
+	k.mu.Lock()
+	k.streams = append(k.streams, s)
+	k.mu.Unlock()
 	return k.d.enqueue(s, func() error {
+		counter, err := k.slotWords(a.rotation)
+		if err != nil {
+			return err
+		}
+		off := slotOffset(counter, a.rotation)
 		sh := a.shape
 		n, K := sh.Shard(), sh.Latent
 		wlen := n * K
@@ -547,7 +612,10 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 		if err := kernel.UpProjectCPU(sh, bf16s(lat), weight, bf16s(shared), a.sharedStride, out, n); err != nil {
 			return err
 		}
-		for _, dst := range a.dst {
+		for d, dst := range a.dst {
+			if a.rotation.Fixed&(1<<d) == 0 {
+				dst += off
+			}
 			for m := range sh.M {
 				bs, err := k.d.gpu.stores(dst+cuda.DevicePtr(2*(m*sh.Hidden+a.rank*n)), 2*n)
 				if err != nil {
@@ -563,14 +631,27 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 		}
 		if a.receive != nil {
 			k.fused.Add(1)
-			return k.receive(*a.receive)
+			r := *a.receive
+			r.slot += off
+			err := k.receive(r)
+			advance(counter, a.rotation)
+			return err
 		}
 		return nil
 	})
 }
 
 func (k *fakeKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
-	return k.d.enqueue(s, func() error { return k.receive(a) })
+	return k.d.enqueue(s, func() error {
+		counter, err := k.slotWords(a.rotation)
+		if err != nil {
+			return err
+		}
+		a.slot += slotOffset(counter, a.rotation)
+		err = k.receive(a)
+		advance(counter, a.rotation)
+		return err
+	})
 }
 
 // receive is the Lamport receive of a, as the kernel does it (also the tail
@@ -757,11 +838,11 @@ func newFakeUpKind(ctx context.Context, ex mailbox.Exchanger, gpu *fakeGPU, hidd
 }
 
 // devBuf allocates fake device memory holding v.
-func devBuf(t testing.TB, g *fakeGPU, v []kernel.BF16) cuda.DevicePtr {
+func devBuf(t testing.TB, g *fakeGPU, v []kernel.BF16) DevicePtr {
 	t.Helper()
 	b := make([]byte, 2*len(v)+64)
 	copy(b, cuda.AsBytes(v))
-	return g.alloc(b)
+	return DevicePtr(g.alloc(b))
 }
 
 func TestCUDAEngineFakeSteps(t *testing.T) {
@@ -810,11 +891,11 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 							w = packedWeight(t, w, shard, tc.latent)
 						}
 						in := DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, w), WeightPacked: tc.packed,
-							Shared: devBuf(t, gpu, d.shared) + cuda.DevicePtr(2*r*shard), SharedStride: tc.hidden}
+							Shared: devBuf(t, gpu, d.shared) + DevicePtr(2*r*shard), SharedStride: tc.hidden}
 						if err := up.StepDevice(ctx, in, o); err != nil {
 							return err
 						}
-						b, err := gpu.bytes(o, 2*len(out))
+						b, err := gpu.at(o, 2*len(out))
 						if err != nil {
 							return err
 						}
@@ -892,7 +973,7 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 		}
 		defer func() { err = errors.Join(err, up.Close()) }()
 		var ds []DeviceStep
-		var outs []cuda.DevicePtr
+		var outs []DevicePtr
 		for _, d := range steps {
 			o := devBuf(t, gpu, make([]kernel.BF16, maxM*hidden))
 			outs = append(outs, o)
@@ -900,8 +981,8 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 				Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
 				Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}})
 		}
-		if _, err := up.Capture(ctx, ds[:4]); !errors.Is(err, mailbox.ErrArgument) {
-			return fmt.Errorf("capture of 4 steps with 3 slots gave %v, want mailbox.ErrArgument", err)
+		if _, err := up.Capture(ctx, nil); !errors.Is(err, mailbox.ErrArgument) {
+			return fmt.Errorf("capture of no steps gave %v, want mailbox.ErrArgument", err)
 		}
 		g, err := up.Capture(ctx, ds)
 		if err != nil {
@@ -912,7 +993,7 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 		}
 		for rep := range 3 {
 			for _, o := range outs {
-				b, err := gpu.bytes(o, 2*maxM*hidden)
+				b, err := gpu.at(o, 2*maxM*hidden)
 				if err != nil {
 					return err
 				}
@@ -937,19 +1018,38 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 			return fmt.Errorf("Steps() = %d after 3 replays, want %d", up.Steps(), want)
 		}
 		for i, o := range outs {
-			b, err := gpu.bytes(o, 2*ms[i]*hidden)
+			b, err := gpu.at(o, 2*ms[i]*hidden)
 			if err != nil {
 				return err
 			}
 			got[r] = append(got[r], slices.Clone(bf16s(b)))
 		}
-		// One plain step moves the slot phase; the graph then refuses.
+		// One plain step moves the slot phase; the graph replays all the
+		// same (the slots rotate on the device) and gives the same blocks.
 		d := ds[0]
 		if err := up.StepDevice(ctx, d.In, d.Out); err != nil {
 			return err
 		}
-		if err := g.Replay(ctx, 1); !errors.Is(err, ErrGraphPhase) {
-			return fmt.Errorf("replay out of phase gave %v, want ErrGraphPhase", err)
+		for _, o := range outs {
+			b, err := gpu.at(o, 2*maxM*hidden)
+			if err != nil {
+				return err
+			}
+			for i := range bf16s(b) {
+				bf16s(b)[i] = poison
+			}
+		}
+		if err := g.Replay(ctx, 1); err != nil {
+			return fmt.Errorf("replay after a plain step: %w", err)
+		}
+		for i, o := range outs {
+			b, err := gpu.at(o, 2*ms[i]*hidden)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(bf16s(b), got[r][i]) {
+				return fmt.Errorf("step %d of the replay after a plain step: another block than before", i)
+			}
 		}
 		if err := g.Close(); err != nil {
 			return err
@@ -1534,8 +1634,8 @@ func TestStallReason(t *testing.T) {
 		{[]int{1, 3, 7}, "no slice from ranks 1, 3, 7 within the 10s deadline, in the graph replays from step 42;"},
 		{nil, "no slice from some rank within the 10s deadline, in the graph replays from step 42;"},
 	} {
-		if got := stallReason(42, tc.missing, 10*time.Second); !strings.HasPrefix(got, tc.want) {
-			t.Errorf("stallReason(42, %v, 10s) = %q, want it to begin %q", tc.missing, got, tc.want)
+		if got := stallReason("in the graph replays from step 42", tc.missing, 10*time.Second); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("stallReason(..., %v, 10s) = %q, want it to begin %q", tc.missing, got, tc.want)
 		}
 	}
 }
@@ -1765,12 +1865,12 @@ func TestResolveMailboxWithoutGPU(t *testing.T) {
 		if r == 1 {
 			noDrv = errors.New("something else")
 		}
-		kind, reason, err := ResolveMailbox(ctx, ex, mailbox.KindAuto, nil, noDrv, 0)
+		kind, reason, _, err := resolveMailbox(ctx, ex, mailbox.KindAuto, probeGPU(nil, noDrv, 0), os.Getenv)
 		if err != nil || kind != mailbox.KindHost || !strings.Contains(reason, "no GPU") ||
 			!strings.Contains(reason, "ranks 0,2: probe: cuda: no CUDA driver; rank 1: something else") {
 			return fmt.Errorf("auto: %v %q %v", kind, reason, err)
 		}
-		_, _, err = ResolveMailbox(ctx, ex, mailbox.KindUnicast, nil, noDrv, 0)
+		_, _, _, err = resolveMailbox(ctx, ex, mailbox.KindUnicast, probeGPU(nil, noDrv, 0), os.Getenv)
 		if !errors.Is(err, ErrBackendUnavailable) || !errors.Is(err, mailbox.ErrUnavailable) || !strings.Contains(err.Error(), "no CUDA driver") {
 			return fmt.Errorf("unicast: %v", err)
 		}
@@ -1813,14 +1913,14 @@ func (f gpuFixture) bind() (unbind func(), err error) { return f.drv.BindContext
 
 func openTestGPU(t *testing.T) gpuFixture {
 	t.Helper()
-	drv, err := OpenGPU()
+	drv, err := openGPU()
 	switch {
 	case errors.Is(err, cuda.ErrNoDriver):
 		t.Skipf("no CUDA driver (libcuda.so.1 not loadable): %v", err)
 	case cuda.IsNoDevice(err) || errors.Is(err, ErrNoGPU):
 		t.Skipf("CUDA driver present but no device: %v", err)
 	case err != nil:
-		t.Fatalf("OpenGPU: %v", err)
+		t.Fatalf("opening the GPU: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := drv.Close(); err != nil {
@@ -1860,12 +1960,12 @@ func openTestGPU(t *testing.T) gpuFixture {
 // mailbox.
 func (f gpuFixture) newUp(ctx context.Context, ex mailbox.Exchanger, hidden, latent, maxM int, deadline time.Duration) (*UpProjection, error) {
 	return NewUpProjection(ctx, ex, hidden, latent, maxM, WithBackend(mailbox.KindUnicast), WithDevice(f.ordinal),
-		WithCUDADriver(f.drv), WithDeadline(deadline))
+		withCUDADriver(f.drv), WithDeadline(deadline))
 }
 
 // devAlloc allocates device memory holding v (nil: n poisoned elements),
 // freed at the end of the test. The caller's thread has the context.
-func (f gpuFixture) devAlloc(t *testing.T, v []kernel.BF16, n int) cuda.DevicePtr {
+func (f gpuFixture) devAlloc(t *testing.T, v []kernel.BF16, n int) DevicePtr {
 	t.Helper()
 	if v == nil {
 		v = make([]kernel.BF16, n)
@@ -1902,12 +2002,12 @@ func (f gpuFixture) devAlloc(t *testing.T, v []kernel.BF16, n int) cuda.DevicePt
 	if err := f.drv.StreamSynchronize(0); err != nil {
 		t.Fatalf("StreamSynchronize(legacy): %v", err)
 	}
-	return p
+	return DevicePtr(p)
 }
 
-func (f gpuFixture) download(p cuda.DevicePtr, n int) ([]kernel.BF16, error) {
+func (f gpuFixture) download(p DevicePtr, n int) ([]kernel.BF16, error) {
 	v := make([]kernel.BF16, n)
-	err := f.drv.MemcpyDtoH(cuda.AsBytes(v), p)
+	err := f.drv.MemcpyDtoH(cuda.AsBytes(v), cuda.DevicePtr(p))
 	return v, err
 }
 
@@ -1938,7 +2038,7 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 			// Device operands are made here, on the test's thread.
 			type devStep struct {
 				in  []DeviceInputs // per rank
-				out []cuda.DevicePtr
+				out []DevicePtr
 			}
 			dev := make([]devStep, len(steps))
 			if tc.device {
@@ -1950,7 +2050,7 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 							w = packedWeight(t, w, shard, tc.latent)
 						}
 						dev[i].in = append(dev[i].in, DeviceInputs{M: d.m, Latent: lat, Weight: f.devAlloc(t, w, 0), WeightPacked: tc.packed,
-							Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: tc.hidden})
+							Shared: sh + DevicePtr(2*r*shard), SharedStride: tc.hidden})
 						dev[i].out = append(dev[i].out, f.devAlloc(t, nil, tc.maxM*tc.hidden))
 					}
 				}
@@ -2027,7 +2127,7 @@ func TestGPUUpProjectionGraph(t *testing.T) {
 		for r := range tp {
 			ds[r] = append(ds[r], DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: lat,
 				Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
-				Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: hidden}})
+				Shared: sh + DevicePtr(2*r*shard), SharedStride: hidden}})
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -2075,7 +2175,7 @@ func TestGPUUpProjectionGraph(t *testing.T) {
 		}
 		// Poison, replay once more, check.
 		for _, st := range ds[r] {
-			if err := f.drv.MemsetD32(st.Out, 0x7FC17FC1, uint64(maxM*hidden/2)); err != nil {
+			if err := f.drv.MemsetD32(cuda.DevicePtr(st.Out), 0x7FC17FC1, uint64(maxM*hidden/2)); err != nil {
 				return err
 			}
 		}
@@ -2170,7 +2270,7 @@ func TestGPUUpProjectionStalledPeerReplay(t *testing.T) {
 	for r := range n {
 		ds[r] = DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: lat,
 			Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
-			Shared: sh + cuda.DevicePtr(2*r*shard), SharedStride: hidden}}
+			Shared: sh + DevicePtr(2*r*shard), SharedStride: hidden}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -2731,5 +2831,415 @@ func TestCUDAEngineFakeMulticast(t *testing.T) {
 	}
 	if slices.Equal(uni[0], make([]kernel.BF16, 2*hidden)) {
 		t.Errorf("the blocks are all zeros: the test cannot tell anything apart")
+	}
+}
+
+// ---- The public op API on the real GPU: the op's own weight, stream-ordered
+// steps and graphs of one step. Goroutine ranks share device
+// TPRUN_TEST_DEVICE (0), so at tp > 1 the engine takes the receive kernel
+// path, at tp 1 the fused receive.
+
+// write copies v to p on the calling goroutine's thread (which it binds)
+// and waits for the copy: a synchronous copy on the legacy stream, which
+// no rank's non-blocking stream holds back.
+func (f gpuFixture) write(p DevicePtr, v []kernel.BF16) error {
+	unbind, err := f.bind()
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	if err := f.drv.MemcpyHtoD(cuda.DevicePtr(p), cuda.AsBytes(v)); err != nil {
+		return err
+	}
+	return f.drv.StreamSynchronize(0)
+}
+
+// poisonBlock is n poison elements.
+func poisonBlock(n int) []kernel.BF16 {
+	v := make([]kernel.BF16, n)
+	for i := range v {
+		v[i] = poison
+	}
+	return v
+}
+
+// TestGPUSetWeight: the op's own weight, given row-major from the host
+// (SetWeight) or from device memory (SetWeightDevice), gives blocks bit
+// for bit equal to steps that pass the weight themselves in the layout
+// the op keeps (packed where kernel.PreferPacked holds), within the float64
+// reference's tolerance and identical on every rank.
+func TestGPUSetWeight(t *testing.T) {
+	f := openTestGPU(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d, device %d", seed, f.ordinal)
+	for i, tc := range []struct {
+		desc               string
+		tp, hidden, latent int
+		ms                 []int
+	}{
+		{desc: "reference shape, two ranks, every M", tp: 2, hidden: 7168, latent: 3584, ms: []int{1, 2, 3, 4, 5, 6, 7, 8}},
+		{desc: "one rank, shard 896", tp: 1, hidden: 896, latent: 3584, ms: []int{1, 8, 3}},
+		{desc: "three ranks, small (partial 16-row group, k tail)", tp: 3, hidden: 168, latent: 72, ms: []int{4, 1, 2}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			maxM := slices.Max(tc.ms)
+			shard := tc.hidden / tc.tp
+			ws := newWeightSteps(t, seed+uint64(i), tc.hidden, tc.latent, tc.ms)
+			packed := kernel.PreferPacked(shard, tc.latent)
+			type rankBufs struct {
+				wRow, wKept DevicePtr   // the shard row-major, and in the layout the op keeps
+				outs        []DevicePtr // [mode][step]
+			}
+			bufs := make([]rankBufs, tc.tp)
+			var lats, shs []DevicePtr
+			for _, d := range ws.steps {
+				lats, shs = append(lats, f.devAlloc(t, d.latent, 0)), append(shs, f.devAlloc(t, d.shared, 0))
+			}
+			for r := range bufs {
+				w := ws.shard(r, tc.tp)
+				bufs[r].wRow, bufs[r].wKept = f.devAlloc(t, w, 0), f.devAlloc(t, w, 0)
+				if packed {
+					bufs[r].wKept = f.devAlloc(t, packedWeight(t, w, shard, tc.latent), 0)
+				}
+				for range 3 * len(ws.steps) {
+					bufs[r].outs = append(bufs[r].outs, f.devAlloc(t, nil, maxM*tc.hidden))
+				}
+			}
+			got := make([][][][]kernel.BF16, 3) // [mode][rank][step]
+			for m := range got {
+				got[m] = make([][][]kernel.BF16, tc.tp)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) (err error) {
+				unbind, err := f.bind()
+				if err != nil {
+					return err
+				}
+				defer unbind()
+				up, err := f.newUp(ctx, ex, tc.hidden, tc.latent, maxM, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, up.Close()) }()
+				b := bufs[r]
+				for mode := range 3 {
+					switch mode {
+					case 0:
+						err = up.SetWeight(ctx, ws.shard(r, tc.tp))
+					case 2:
+						err = up.SetWeightDevice(ctx, b.wRow)
+					}
+					if err != nil {
+						return err
+					}
+					for i, d := range ws.steps {
+						in := DeviceInputs{M: d.m, Latent: lats[i], Shared: shs[i] + DevicePtr(2*r*shard), SharedStride: tc.hidden}
+						if mode == 1 {
+							in.Weight, in.WeightPacked = b.wKept, packed
+						}
+						o := b.outs[mode*len(ws.steps)+i]
+						if err := up.StepDevice(ctx, in, o); err != nil {
+							return fmt.Errorf("mode %d, step %d: %w", mode, i, err)
+						}
+						out, err := f.download(o, maxM*tc.hidden)
+						if err != nil {
+							return err
+						}
+						if err := keepBlock(i, d.m, tc.hidden, out, &got[mode][r]); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			for mode, what := range []string{"SetWeight", "the kept layout passed with the step", "SetWeightDevice"} {
+				checkBlocks(t, ws.steps, got[mode], tc.hidden)
+				for r := range tc.tp {
+					for i := range ws.steps {
+						if !equalBlocks(got[mode][r][i], got[1][r][i]) {
+							t.Errorf("rank %d, step %d: %s gave another block than the weight passed in the layout the op keeps", r, i, what)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestGPUEnqueue: steps queued with Enqueue on each rank's own stream,
+// every M, fresh inputs per step, then Synchronize: every block within the
+// float64 reference's tolerance and identical on every rank; host-waited
+// steps afterwards continue the device's slot rotation.
+func TestGPUEnqueue(t *testing.T) {
+	f := openTestGPU(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d, device %d", seed, f.ordinal)
+	for i, tc := range []struct {
+		desc               string
+		tp, hidden, latent int
+		ms                 []int
+	}{
+		{desc: "one rank, reference shape (fused receive)", tp: 1, hidden: 7168, latent: 3584, ms: []int{1, 2, 3, 4, 5, 6, 7, 8, 8, 1}},
+		{desc: "two ranks on one device, reference shape", tp: 2, hidden: 7168, latent: 3584, ms: []int{8, 1, 2, 3, 4, 5, 6, 7, 8}},
+		{desc: "four ranks on one device, shard 896", tp: 4, hidden: 3584, latent: 512, ms: []int{1, 8, 2, 5, 3}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			maxM := slices.Max(tc.ms)
+			shard := tc.hidden / tc.tp
+			ws := newWeightSteps(t, seed+uint64(i), tc.hidden, tc.latent, tc.ms)
+			const after = 2 // host-waited steps after the enqueued ones
+			var lats, shs []DevicePtr
+			for _, d := range ws.steps {
+				lats, shs = append(lats, f.devAlloc(t, d.latent, 0)), append(shs, f.devAlloc(t, d.shared, 0))
+			}
+			outs := make([][]DevicePtr, tc.tp)
+			for r := range outs {
+				for range ws.steps {
+					outs[r] = append(outs[r], f.devAlloc(t, nil, maxM*tc.hidden))
+				}
+			}
+			got := make([][][]kernel.BF16, tc.tp)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) (err error) {
+				unbind, err := f.bind()
+				if err != nil {
+					return err
+				}
+				defer unbind()
+				up, err := f.newUp(ctx, ex, tc.hidden, tc.latent, maxM, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, up.Close()) }()
+				if err := up.SetWeight(ctx, ws.shard(r, tc.tp)); err != nil {
+					return err
+				}
+				cs, err := f.drv.StreamCreate(cuda.StreamNonBlocking)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, f.drv.StreamDestroy(cs)) }()
+				in := func(i int) DeviceInputs {
+					return DeviceInputs{M: ws.steps[i].m, Latent: lats[i], Shared: shs[i] + DevicePtr(2*r*shard), SharedStride: tc.hidden}
+				}
+				n := len(ws.steps) - after
+				for i := range n {
+					if err := up.Enqueue(in(i), outs[r][i], Stream(cs)); err != nil {
+						return fmt.Errorf("enqueue %d: %w", i, err)
+					}
+				}
+				if err := up.Synchronize(ctx, Stream(cs)); err != nil {
+					return err
+				}
+				for i := n; i < len(ws.steps); i++ {
+					if err := up.StepDevice(ctx, in(i), outs[r][i]); err != nil {
+						return fmt.Errorf("host-waited step %d after the enqueued ones: %w", i, err)
+					}
+				}
+				if err := up.Err(); err != nil {
+					return err
+				}
+				for i, d := range ws.steps {
+					out, err := f.download(outs[r][i], maxM*tc.hidden)
+					if err != nil {
+						return err
+					}
+					if err := keepBlock(i, d.m, tc.hidden, out, &got[r]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			checkBlocks(t, ws.steps, got, tc.hidden)
+		})
+	}
+}
+
+// TestGPURotationOneStepGraph: a graph holding one step replays many times
+// (1000; 200 with -short) and stays right, at tp 1 and with two and four
+// ranks sharing the device: a Capture of one step, then the caller's own
+// stream capture of Enqueue. Before every replay the inputs are rewritten
+// in place from one of 4 input sets (4 is no multiple of the 3 slots) and
+// the output poisoned, and every replay's block is checked against the
+// float64 reference and across ranks: 0 wrong.
+func TestGPURotationOneStepGraph(t *testing.T) {
+	f := openTestGPU(t)
+	replays := 1000
+	if testing.Short() {
+		replays = 200
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d, device %d, %d replays of each graph", seed, f.ordinal, replays)
+	const sets = 4
+	for i, tc := range []struct {
+		desc                  string
+		tp, hidden, latent, m int
+	}{
+		{desc: "one rank", tp: 1, hidden: 1024, latent: 512, m: 3},
+		{desc: "two ranks on one device", tp: 2, hidden: 1024, latent: 512, m: 8},
+		{desc: "four ranks on one device", tp: 4, hidden: 2048, latent: 256, m: 1},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			shard := tc.hidden / tc.tp
+			ws := newWeightSteps(t, seed+uint64(i), tc.hidden, tc.latent, slices.Repeat([]int{tc.m}, sets))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			hashes := make([][]uint64, tc.tp) // [rank][replay]
+			wrong := make([]int, tc.tp)
+			errs := onUpRanks(tc.tp, func(r int, ex mailbox.Exchanger) (err error) {
+				unbind, err := f.bind()
+				if err != nil {
+					return err
+				}
+				defer unbind()
+				up, err := f.newUp(ctx, ex, tc.hidden, tc.latent, tc.m, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, up.Close()) }()
+				if err := up.SetWeight(ctx, ws.shard(r, tc.tp)); err != nil {
+					return err
+				}
+				lat := f.devAlloc(t, nil, tc.m*tc.latent)
+				sh := f.devAlloc(t, nil, tc.m*tc.hidden)
+				out := f.devAlloc(t, nil, tc.m*tc.hidden)
+				st := DeviceStep{Out: out, In: DeviceInputs{M: tc.m, Latent: lat, Shared: sh + DevicePtr(2*r*shard), SharedStride: tc.hidden}}
+				pois := poisonBlock(tc.m * tc.hidden)
+				// replay runs replay j of some graph with input set j%sets and
+				// checks its block.
+				replay := func(j int, run func() error) error {
+					d := ws.steps[j%sets]
+					for _, c := range []struct {
+						p DevicePtr
+						v []kernel.BF16
+					}{{lat, d.latent}, {sh, d.shared}, {out, pois}} {
+						if err := f.write(c.p, c.v); err != nil {
+							return err
+						}
+					}
+					if err := run(); err != nil {
+						return fmt.Errorf("replay %d: %w", j, err)
+					}
+					block, err := f.download(out, tc.m*tc.hidden)
+					if err != nil {
+						return err
+					}
+					res, err := d.want.Check(block, tc.hidden)
+					if err != nil {
+						return err
+					}
+					if res.Wrong > 0 {
+						if wrong[r] == 0 {
+							t.Errorf("rank %d, replay %d: %d of %d wrong, first %v", r, j, res.Wrong, res.Checked, res.First)
+						}
+						wrong[r] += res.Wrong
+					}
+					sum := sha256.Sum256(cuda.AsBytes(block))
+					hashes[r] = append(hashes[r], binary.LittleEndian.Uint64(sum[:]))
+					return nil
+				}
+				g, err := up.Capture(ctx, []DeviceStep{st})
+				if err != nil {
+					return fmt.Errorf("capture of one step: %w", err)
+				}
+				defer func() { err = errors.Join(err, g.Close()) }()
+				for j := range replays {
+					if err := replay(j, func() error { return g.Replay(ctx, 1) }); err != nil {
+						return err
+					}
+				}
+				// The caller's own capture of one Enqueue on its stream.
+				cs, err := f.drv.StreamCreate(cuda.StreamNonBlocking)
+				if err != nil {
+					return err
+				}
+				defer func() { err = errors.Join(err, f.drv.StreamDestroy(cs)) }()
+				if err := f.drv.StreamBeginCapture(cs, cuda.CaptureModeThreadLocal); err != nil {
+					return err
+				}
+				err = up.Enqueue(st.In, st.Out, Stream(cs))
+				graph, cerr := f.drv.StreamEndCapture(cs)
+				if err := errors.Join(err, cerr); err != nil {
+					return fmt.Errorf("capturing Enqueue: %w", err)
+				}
+				exec, err := f.drv.GraphInstantiate(graph, 0)
+				if derr := f.drv.GraphDestroy(graph); err != nil || derr != nil {
+					return errors.Join(err, derr)
+				}
+				defer func() { err = errors.Join(err, f.drv.GraphExecDestroy(exec)) }()
+				for j := replays; j < 2*replays; j++ {
+					if err := replay(j, func() error {
+						if err := f.drv.GraphLaunch(exec, cs); err != nil {
+							return err
+						}
+						return up.Synchronize(ctx, Stream(cs))
+					}); err != nil {
+						return err
+					}
+				}
+				return up.Err()
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			total := 0
+			for r := range tc.tp {
+				total += wrong[r]
+				if r > 0 && !slices.Equal(hashes[r], hashes[0]) {
+					t.Errorf("rank %d received other blocks than rank 0", r)
+				}
+			}
+			t.Logf("%d replays of a one-step Capture graph and %d of a captured Enqueue on %d ranks: %d wrong values", replays, replays, tc.tp, total)
+		})
+	}
+}
+
+// TestGPUDeviceHelpers: DeviceAlloc, CopyToDevice, CopyFromDevice and
+// DeviceFree round-trip data, and leave the calling thread's current
+// context as they found it (here: none).
+func TestGPUDeviceHelpers(t *testing.T) {
+	f := openTestGPU(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := f.drv.CtxSetCurrent(0); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := f.drv.CtxSetCurrent(f.cctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	v := make([]kernel.BF16, 4099)
+	kernel.FillRandom(kernel.NewRand(uint64(time.Now().UnixNano())), v, 1)
+	p, err := DeviceAlloc(f.ordinal, 2*len(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CopyToDevice(f.ordinal, p, v); err != nil {
+		t.Fatal(err)
+	}
+	back := poisonBlock(len(v))
+	if err := CopyFromDevice(f.ordinal, back, p); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back, v) {
+		t.Error("the copy back differs from what was copied to the device")
+	}
+	if err := DeviceFree(f.ordinal, p); err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := f.drv.CtxGetCurrent(); err != nil || cur != 0 {
+		t.Errorf("after the helpers the thread's current context is %#x (%v), want none as before", uintptr(cur), err)
+	}
+	if _, err := DeviceAlloc(f.ordinal, 0); !errors.Is(err, ErrArgument) {
+		t.Errorf("DeviceAlloc of 0 bytes: %v, want ErrArgument", err)
 	}
 }

@@ -1,11 +1,16 @@
 // Command tprun starts N tensor-parallel rank processes on this node and
 // supervises them; without a command it runs its own default job.
 //
-//	tprun --tp N [launcher flags] [job flags] [-- CMD ARGS...]
-//	tprun topo
+//	tprun --tp N [flags] [-- CMD ARGS...]
+//	tprun topo [--devices LIST] [--json] [--strict]
+//	tprun bench --tp N [flags]
+//	tprun help [topo|bench]
+//	tprun version
 //
 // This file only parses flags and wires packages together: supervision is
-// in package launcher, the default job in cmd/tprun/internal/job.
+// in package launcher, the default job and the benchmark in
+// cmd/tprun/internal/job, the topology check in cmd/tprun/internal/topo.
+// docs/cli.md is the manual.
 package main
 
 import (
@@ -16,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +39,10 @@ const (
 	exitInternal = 1
 )
 
+// subcommands are the words that may come first; the rest of a command
+// line is the launcher's.
+var subcommands = []string{"topo", "bench", "help", "version"}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -42,6 +52,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "topo":
 			return runTopo(context.Background(), args[1:], stdout, stderr)
+		case "bench":
+			return runBenchCommand(args[1:], stdout, stderr, nil)
+		case "help":
+			return runHelp(args[1:], stdout, stderr)
+		case "version":
+			if len(args) > 1 {
+				return usageFailure(stderr, "tprun", fmt.Sprintf("version takes no arguments, got %q", args[1]))
+			}
+			fmt.Fprintln(stdout, versionLine())
+			return 0
 		case rankCommand:
 			return runRank(args[1:], stdout, stderr)
 		case benchCommand:
@@ -49,6 +69,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return launch(args, stdout, stderr)
+}
+
+// runHelp is `tprun help [topo|bench]`.
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	var page *helpPage
+	switch {
+	case len(args) == 0:
+		fs, _, _, _ := newFlagSet()
+		page = mainHelp(fs)
+	case len(args) == 1 && args[0] == "topo":
+		fs, _, _, _ := newTopoFlagSet()
+		page = topoHelp(fs)
+	case len(args) == 1 && args[0] == "bench":
+		fs, _, _, _, _ := newBenchFlagSet()
+		page = benchHelp(fs)
+	default:
+		return usageFailure(stderr, "tprun", fmt.Sprintf("no help for %q: try tprun help, tprun help topo or tprun help bench", strings.Join(args, " ")))
+	}
+	return showHelp(stdout, stderr, page)
+}
+
+func showHelp(stdout, stderr io.Writer, page *helpPage) int {
+	if err := page.write(stdout); err != nil {
+		fmt.Fprintf(stderr, "tprun: writing the help: %v\n", err)
+		return exitInternal
+	}
+	return 0
 }
 
 // launchFlags are the launcher's own flags.
@@ -63,50 +110,34 @@ type launchFlags struct {
 	skipTopologyCheck bool
 }
 
-// newFlagSet defines the launcher flags and the job flags on one set; it
-// also returns the job flags' own set, used to tell the two kinds apart.
-func newFlagSet() (*flag.FlagSet, *launchFlags, *job.Config, *flag.FlagSet) {
-	fs := flag.NewFlagSet("tprun", flag.ContinueOnError)
-	// The flag package prints the whole usage on every error; we print
-	// one line instead.
-	fs.SetOutput(io.Discard)
-	lf := &launchFlags{}
-	fs.IntVar(&lf.tp, "tp", 1, "number of ranks (tensor-parallel size): 1..16 for the default job, up to 250 with -- CMD")
-	fs.StringVar(&lf.devices, "devices", "", "comma list of GPU indices or ranges (0-3), one per rank; a GPU may repeat (ranks then share it); ranks take the first --tp entries (default: rank K uses GPU K)")
-	fs.StringVar(&lf.logDir, "log-dir", "", "also write each rank's output to `DIR`/rank-K.log")
-	fs.DurationVar(&lf.grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
-	fs.DurationVar(&lf.timeout, "timeout", 0, "stop the job after this long (0: no limit)")
-	fs.DurationVar(&lf.rendezvousTimeout, "rendezvous-timeout", launcher.DefaultRendezvousTimeout, "how long the hub waits for every rank to join, once one has (0: the default)")
-	fs.BoolVar(&lf.strict, "strict", false, "treat topology warnings as errors")
-	fs.BoolVar(&lf.skipTopologyCheck, "skip-topology-check", false, "do not check the GPU topology before starting")
+// launcherFlagNames is the order the help lists the launcher flags in.
+var launcherFlagNames = []string{"tp", "devices", "log-dir", "timeout", "grace", "rendezvous-timeout", "strict", "skip-topology-check"}
 
-	jobFS := flag.NewFlagSet("job", flag.ContinueOnError)
-	jc := job.RegisterFlags(jobFS)
-	jobFS.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
-	return fs, lf, jc, jobFS
+// jobFlagNames is the order the help lists the default job's flags in.
+var jobFlagNames = []string{"backend", "mailbox", "m", "iters", "hidden", "latent", "slots", "seed", "deadline"}
+
+// addLauncherFlags defines the launcher's flags on fs: tprun and tprun
+// bench share them.
+func addLauncherFlags(fs *flag.FlagSet, maxTP string) *launchFlags {
+	lf := &launchFlags{tp: 1, grace: launcher.DefaultGrace, rendezvousTimeout: launcher.DefaultRendezvousTimeout}
+	fs.Var(intFlag{&lf.tp}, "tp", "number of ranks (the tensor-parallel size): "+maxTP)
+	fs.Var(stringFlag{&lf.devices}, "devices", "GPU of each rank, a comma list of indices and ranges such as 0,1 or 0-3; "+
+		"a GPU may repeat (those ranks share it); ranks take the first --tp entries (default: rank K uses GPU K)")
+	fs.Var(stringFlag{&lf.logDir}, "log-dir", "also write each rank's output, unprefixed, to DIR/rank-K.log")
+	fs.Var(durationFlag{&lf.timeout}, "timeout", "stop the job after this long, and exit 124 (0: no limit)")
+	fs.Var(durationFlag{&lf.grace}, "grace", "time between SIGTERM and SIGKILL when stopping ranks (0: kill at once)")
+	fs.Var(durationFlag{&lf.rendezvousTimeout}, "rendezvous-timeout", "how long the hub waits for every rank to join, once one has")
+	fs.Var(boolFlag{&lf.strict}, "strict", "treat topology warnings as errors")
+	fs.Var(boolFlag{&lf.skipTopologyCheck}, "skip-topology-check", "do not check the GPU topology before starting")
+	return lf
 }
 
-func launch(args []string, stdout, stderr io.Writer) int {
-	fs, lf, jc, jobFS := newFlagSet()
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout, fs, jobFS)
-			return 0
-		}
-		return usageError(stderr, err.Error())
-	}
-	command := fs.Args()
-	dashDash := len(args) > len(command) && args[len(args)-len(command)-1] == "--"
-	switch {
-	case len(command) > 0 && !dashDash:
-		return usageError(stderr, fmt.Sprintf("unexpected argument %q: put the command after --", command[0]))
-	case dashDash && len(command) == 0:
-		return usageError(stderr, "missing command after --")
-	}
-
+// config is the launcher's configuration for these flags (Command and
+// Preflight are the caller's).
+func (lf *launchFlags) config(stdout, stderr io.Writer) (launcher.Config, error) {
 	devs, err := topo.ParseDeviceList(lf.devices)
 	if err != nil {
-		return usageError(stderr, err.Error())
+		return launcher.Config{}, err
 	}
 	cfg := launcher.Config{
 		WorldSize:         lf.tp,
@@ -120,54 +151,103 @@ func launch(args []string, stdout, stderr io.Writer) int {
 		Stdout:            stdout,
 		Stderr:            stderr,
 	}
-	if len(command) > 0 {
-		var set []string
-		fs.Visit(func(f *flag.Flag) {
-			if jobFS.Lookup(f.Name) != nil {
-				set = append(set, "--"+f.Name)
-			}
-		})
-		if len(set) > 0 {
-			return usageError(stderr, fmt.Sprintf("%s: job flags apply only to the default job, not to -- %s", strings.Join(set, ", "), command[0]))
-		}
-		cfg.Command = command
-		cfg.Preflight = preflight(nil)
-	} else {
-		self, err := os.Executable()
-		if err != nil {
-			fmt.Fprintf(stderr, "tprun: cannot find own executable for the default job: %v\n", err)
-			return exitInternal
-		}
-		cfg.Command = append([]string{self, rankCommand}, jc.Args()...)
-		// Launcher settings first: "--tp 3 with 2 devices" says more than
-		// what follows from --tp 3.
-		if err := cfg.Validate(); err != nil {
-			return usageError(stderr, err.Error())
-		}
-		if err := jc.Validate(lf.tp); err != nil {
-			return usageError(stderr, err.Error())
-		}
-		if err := job.CheckShape(jc, lf.tp); err != nil {
-			return usageError(stderr, err.Error())
-		}
-		if err := job.CheckMailbox(jc, lf.tp); err != nil {
-			return usageError(stderr, err.Error())
-		}
-		if err := job.CheckMailboxAllowed(jc, os.Getenv); err != nil {
-			return refused(stderr, err.Error())
-		}
-		if avail, ok := availableMemory(); ok {
-			if err := job.CheckHostMemory(jc, lf.tp, avail); err != nil {
-				return refused(stderr, err.Error())
-			}
-		}
-		cfg.Preflight = preflight(jc)
-	}
 	if cfg.Grace == 0 {
 		// --grace 0 means "kill at once", not the default.
 		cfg.Grace = time.Nanosecond
 	}
+	return cfg, nil
+}
 
+// newFlagSet defines the launcher flags, the job flags and --version on
+// one set; it also returns the job flags' own set, used to tell the kinds
+// apart.
+func newFlagSet() (*flag.FlagSet, *launchFlags, *job.Config, *flag.FlagSet) {
+	fs := flag.NewFlagSet("tprun", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	lf := addLauncherFlags(fs, "1..16 for the default job, up to 250 with -- CMD")
+	jobFS := flag.NewFlagSet("job", flag.ContinueOnError)
+	jc := job.RegisterFlags(jobFS)
+	copyFlags(fs, jobFS)
+	var version bool
+	fs.Var(boolFlag{&version}, "version", "print tprun's version and exit")
+	return fs, lf, jc, jobFS
+}
+
+func launch(args []string, stdout, stderr io.Writer) int {
+	fs, lf, jc, jobFS := newFlagSet()
+	p, err := parseArgs(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return showHelp(stdout, stderr, mainHelp(fs))
+	case err != nil:
+		return usageFailure(stderr, "tprun", err.Error())
+	}
+	if v := fs.Lookup("version"); v.Value.String() == "true" {
+		fmt.Fprintln(stdout, versionLine())
+		return 0
+	}
+	command := p.args
+	switch {
+	case len(command) > 0 && !p.dashDash && slices.Contains(subcommands, command[0]):
+		return usageFailure(stderr, "tprun", fmt.Sprintf("%q comes first: tprun %s [flags]", command[0], command[0]))
+	case len(command) > 0 && !p.dashDash:
+		return usageFailure(stderr, "tprun", fmt.Sprintf("unexpected argument %q: put the command after --", command[0]))
+	case p.dashDash && len(command) == 0:
+		return usageFailure(stderr, "tprun", "missing command after --")
+	}
+
+	cfg, err := lf.config(stdout, stderr)
+	if err != nil {
+		return usageFailure(stderr, "tprun", err.Error())
+	}
+	if len(command) > 0 {
+		if set := setFlags(fs, jobFS); len(set) > 0 {
+			var names []string
+			for _, s := range set {
+				name, _, _ := strings.Cut(s, "=")
+				names = append(names, name)
+			}
+			return usageFailure(stderr, "tprun", fmt.Sprintf("%s: job flags apply only to the default job, not to -- %s", strings.Join(names, ", "), command[0]))
+		}
+		cfg.Command = command
+		cfg.Preflight = preflight(nil)
+		return runJob(cfg, stderr)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "tprun: cannot find own executable for the default job: %v\n", err)
+		return exitInternal
+	}
+	cfg.Command = append([]string{self, rankCommand}, jc.Args()...)
+	// Launcher settings first: "--tp 3 with 2 devices" says more than
+	// what follows from --tp 3.
+	if err := cfg.Validate(); err != nil {
+		return usageFailure(stderr, "tprun", err.Error())
+	}
+	for _, check := range []func() error{
+		func() error { return jc.Validate(lf.tp) },
+		func() error { return job.CheckShape(jc, lf.tp) },
+		func() error { return job.CheckMailbox(jc, lf.tp) },
+	} {
+		if err := check(); err != nil {
+			return usageFailure(stderr, "tprun", err.Error())
+		}
+	}
+	if err := job.CheckMailboxAllowed(jc, os.Getenv); err != nil {
+		return refused(stderr, err.Error())
+	}
+	if avail, ok := availableMemory(); ok {
+		if err := job.CheckHostMemory(jc, lf.tp, avail); err != nil {
+			return refused(stderr, err.Error())
+		}
+	}
+	cfg.Preflight = preflight(jc)
+	return runJob(cfg, stderr)
+}
+
+// runJob runs a job under the launcher with tprun's signal handling, and
+// returns tprun's exit status.
+func runJob(cfg launcher.Config, stderr io.Writer) int {
 	// SIGHUP (the terminal or ssh session went away) and SIGQUIT stop the
 	// job as SIGINT and SIGTERM do (torchrun does the same): left to their
 	// default, they would end tprun alone, and the ranks' children (the
@@ -197,7 +277,7 @@ func launch(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		switch {
 		case errors.Is(err, launcher.ErrConfig):
-			return usageError(stderr, err.Error())
+			return usageFailure(stderr, "tprun", err.Error())
 		case errors.Is(err, launcher.ErrPreflight):
 			return refused(stderr, err.Error())
 		}
@@ -221,8 +301,10 @@ func deviceStrings(devs []int) []string {
 	return out
 }
 
-func usageError(w io.Writer, msg string) int {
-	fmt.Fprintf(w, "tprun: %s (see tprun -h)\n", msg)
+// usageFailure reports bad input on one line, with where the help is, and
+// returns status 2. cmd is the command as typed ("tprun", "tprun bench").
+func usageFailure(w io.Writer, cmd, msg string) int {
+	fmt.Fprintf(w, "%s: %s (see %s --help)\n", cmd, msg, cmd)
 	return exitUsage
 }
 
@@ -231,54 +313,4 @@ func usageError(w io.Writer, msg string) int {
 func refused(w io.Writer, msg string) int {
 	fmt.Fprintf(w, "tprun: %s\n", msg)
 	return exitRefused
-}
-
-func usage(w io.Writer, fs, jobFS *flag.FlagSet) {
-	fmt.Fprint(w, `usage: tprun --tp N [launcher flags] [job flags] [-- CMD ARGS...]
-       tprun topo
-
-Starts N rank processes on this node, each with TPRUN_RANK, TPRUN_WORLD_SIZE,
-TPRUN_LOCAL_RANK, TPRUN_HUB, TPRUN_JOB_TOKEN, RANK, WORLD_SIZE, LOCAL_RANK and
-LOCAL_WORLD_SIZE set, and prefixes their output with [rank K]. The first rank
-that fails stops the others, as do SIGINT, SIGTERM, SIGHUP or SIGQUIT to tprun
-and a closed stdout or stderr (exit 128+signal). Output that cannot be
-written (a full disk) is reported and makes a job that succeeded exit 1.
-Without -- CMD it runs the default job, the fused tensor-parallel
-up-projection, checked against a float64 reference.
-
-launcher flags:
-`)
-	var launcherFlags, jobFlags []*flag.Flag
-	fs.VisitAll(func(f *flag.Flag) {
-		switch {
-		case jobFS.Lookup(f.Name) == nil:
-			launcherFlags = append(launcherFlags, f)
-		case !job.Hidden(f.Name):
-			jobFlags = append(jobFlags, f)
-		}
-	})
-	printFlags(w, launcherFlags)
-	fmt.Fprint(w, "\njob flags (default job only):\n")
-	printFlags(w, jobFlags)
-}
-
-func printFlags(w io.Writer, flags []*flag.Flag) {
-	for _, f := range flags {
-		name, text := flag.UnquoteUsage(f)
-		if name == "value" {
-			name = strings.ToUpper(f.Name)
-		}
-		line := "  --" + f.Name
-		if name != "" {
-			line += " " + name
-		}
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "false" {
-			text += " (default " + f.DefValue + ")"
-		}
-		if len(line) > 26 {
-			fmt.Fprintf(w, "%s\n%-26s %s\n", line, "", text)
-			continue
-		}
-		fmt.Fprintf(w, "%-26s %s\n", line, text)
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
 	"github.com/tprun/tprun/internal/proctest"
 )
 
@@ -101,15 +102,15 @@ func TestBadInput(t *testing.T) {
 		want string
 	}{
 		{"--tp 0", append([]string{"--tp", "0"}, touch...), `--tp "0": must be in 1..`},
-		{"--tp not a number", []string{"--tp", "two"}, `invalid value "two" for flag -tp`},
+		{"--tp not a number", []string{"--tp", "two"}, `--tp "two": not an integer`},
 		{"--tp above --devices", append([]string{"--tp", "3", "--devices", "0,1"}, touch...), "more than the 2 GPUs"},
 		{"--tp above --devices, default job", []string{"--tp", "3", "--devices", "0,1"}, "more than the 2 GPUs"},
 		{"bad --devices entry", append([]string{"--tp", "1", "--devices", "0,a"}, touch...), `entry "a"`},
-		{"unknown flag", append([]string{"--bogus"}, touch...), "flag provided but not defined: -bogus"},
+		{"unknown flag", append([]string{"--bogus"}, touch...), "unknown flag --bogus"},
 		{"command not found", []string{"--tp", "2", "--", "tprun-no-such-command"}, "not found"},
 		{"unwritable log dir", append([]string{"--log-dir", filepath.Join(notDir, "logs")}, touch...), "--log-dir"},
 		{"negative grace", append([]string{"--grace", "-1s"}, touch...), "--grace"},
-		{"bad job flag value", []string{"--backend", "tpu"}, `invalid value "tpu" for flag -backend`},
+		{"bad job flag value", []string{"--backend", "tpu"}, `--backend "tpu": want one of auto, cpu, cuda`},
 		{"M out of range", []string{"--m", "1,16"}, "M 16 is outside 1..8"},
 		{"one slot", []string{"--slots", "1"}, "must be at least 2"},
 		{"mailbox over its size limit", []string{"--tp", "2", "--slots", "100000"}, `--slots "100000": `},
@@ -128,7 +129,7 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("exit status %d, want 2", r.status)
 			}
 			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
-			if len(lines) != 1 || !strings.HasPrefix(lines[0], "tprun: ") || !strings.Contains(lines[0], tc.want) {
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "tprun: ") || !strings.Contains(lines[0], tc.want) || !strings.HasSuffix(lines[0], " (see tprun --help)") {
 				t.Errorf("stderr %q, want one line with %q", r.stderr, tc.want)
 			}
 			if r.stdout != "" {
@@ -157,21 +158,13 @@ func TestNotEnoughMemory(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
 	want := "tprun: not enough host memory for --tp 2 --hidden 1048576 --latent 1048576: each rank needs about 2 TiB (its weight shard alone is 1 TiB), 4 TiB in all"
-	if len(lines) != 1 || !strings.HasPrefix(lines[0], want) || strings.Contains(lines[0], "tprun -h") {
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], want) || strings.Contains(lines[0], "--help") {
 		t.Errorf("stderr %q, want one line starting %q, no usage hint", r.stderr, want)
 	}
 	if r.stdout != "" {
 		t.Errorf("stdout %q: a rank ran", r.stdout)
 	}
 	assertEmptyDir(t, tmp)
-}
-
-func TestHelp(t *testing.T) {
-	r := tprun(t, shortTempDir(t), "-h")
-	if r.status != 0 || !strings.HasPrefix(r.stdout, "usage: tprun --tp N") || !strings.Contains(r.stdout, "--iters") ||
-		strings.Contains(r.stdout, "inject-fault") {
-		t.Errorf("help: status %d stdout %q", r.status, r.stdout)
-	}
 }
 
 func TestCommandRanks(t *testing.T) {
@@ -386,7 +379,7 @@ func startCmd(t *testing.T, tmp string, cmd *exec.Cmd) (io.ReadCloser, *bytes.Bu
 func TestDefaultJobStopped(t *testing.T) {
 	tmp := shortTempDir(t)
 	cmd, sc, stderr := startTprun(t, tmp, "--tp", "2", "--hidden", "1024", "--latent", "512", "--iters", "100000000", "--m", "1")
-	for sc.Scan() && !strings.Contains(sc.Text(), "#  M  hidden") {
+	for sc.Scan() && !strings.Contains(sc.Text(), job.StepsStarted) {
 	}
 	time.Sleep(200 * time.Millisecond) // some steps
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -424,7 +417,7 @@ func TestDefaultJobPausedRank(t *testing.T) {
 	tmp := shortTempDir(t)
 	cmd, sc, stderr := startTprun(t, tmp, "--tp", "4", "--hidden", "1024", "--latent", "512", "--iters", "100000000",
 		"--m", "1", "--deadline", "1s", "--grace", "1m")
-	for sc.Scan() && !strings.Contains(sc.Text(), "#  M  hidden") {
+	for sc.Scan() && !strings.Contains(sc.Text(), job.StepsStarted) {
 	}
 	ranks := rankPIDs(t, cmd.Process.Pid, 4)
 	time.Sleep(100 * time.Millisecond) // some steps
@@ -575,7 +568,7 @@ func TestMulticastSafetyRule(t *testing.T) {
 			}
 			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
 			if len(lines) != 1 || !strings.Contains(lines[0], kv) || !strings.Contains(lines[0], "multicast") ||
-				strings.Contains(lines[0], "tprun -h") {
+				strings.Contains(lines[0], "--help") {
 				t.Errorf("stderr %q, want one line naming %s and no usage hint", stderr.String(), kv)
 			}
 			if stdout.Len() != 0 {

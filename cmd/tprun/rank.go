@@ -22,15 +22,16 @@ import (
 // job: `tprun __rank [job flags]`.
 const rankCommand = "__rank"
 
-// benchCommand is the hidden subcommand for the fused-step benchmark on
-// GPUs: `tprun --tp N -- tprun __bench [job and bench flags]`
-// (scripts/bench-step runs it).
+// benchCommand is the hidden subcommand whose ranks run the fused-step
+// benchmark: `tprun bench` starts `tprun __bench [bench flags]` on every
+// rank, and scripts may do the same under a launcher of their own
+// (`tprun --tp N -- tprun __bench ...`).
 const benchCommand = "__bench"
 
 func runRank(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tprun "+rankCommand, flag.ContinueOnError)
 	cfg := job.RegisterFlags(fs)
-	return runWorker(rankCommand, fs, args, stderr, func(ctx context.Context) error {
+	return runWorker(rankCommand, "tprun", fs, args, stderr, func(ctx context.Context) error {
 		return job.Main(ctx, cfg, stdout)
 	})
 }
@@ -38,21 +39,25 @@ func runRank(args []string, stdout, stderr io.Writer) int {
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tprun "+benchCommand, flag.ContinueOnError)
 	bc := job.RegisterBenchFlags(fs)
-	return runWorker(benchCommand, fs, args, stderr, func(ctx context.Context) error {
-		return job.BenchMain(ctx, bc, stdout)
+	bc.Version = versionLine()
+	return runWorker(benchCommand, "tprun bench", fs, args, stderr, func(ctx context.Context) error {
+		return job.BenchMain(ctx, bc, stdout, stderr)
 	})
 }
 
 // runWorker parses a rank worker's flags and runs it until it ends or the
-// launcher signals it.
-func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, main func(context.Context) error) int {
+// launcher signals it; help names the command whose help has its flags.
+func runWorker(name, help string, fs *flag.FlagSet, args []string, stderr io.Writer, main func(context.Context) error) int {
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "tprun %s: %v\n", name, err)
-		return exitUsage
+	p, err := parseArgs(fs, args)
+	if err == nil && len(p.args) > 0 {
+		err = usagef("unexpected argument %q", p.args[0])
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tprun %s: unexpected argument %q\n", name, fs.Arg(0))
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			err = usagef("the ranks' side of %s", help)
+		}
+		fmt.Fprintf(stderr, "tprun %s: %v (see %s --help)\n", name, err, help)
 		return exitUsage
 	}
 	// SIGTERM from the launcher cancels the job's ctx so it can leave the
@@ -73,7 +78,7 @@ func runWorker(name string, fs *flag.FlagSet, args []string, stderr io.Writer, m
 		case <-ctx.Done():
 		}
 	}()
-	err := main(ctx)
+	err = main(ctx)
 	if err == nil {
 		return 0
 	}

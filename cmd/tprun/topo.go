@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,10 +20,46 @@ import (
 	"github.com/tprun/tprun/launcher"
 )
 
+// newTopoFlagSet defines `tprun topo`'s flags. topo.Main parses them again
+// (a test keeps the two sets alike); here they are parsed first so that
+// the help and the errors look like the rest of tprun's.
+func newTopoFlagSet() (fs *flag.FlagSet, devices *string, asJSON, strict *bool) {
+	fs = flag.NewFlagSet("tprun topo", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	devices, asJSON, strict = new(string), new(bool), new(bool)
+	fs.Var(stringFlag{devices}, "devices", "CUDA ordinals to check, a comma list of indices and ranges such as 0,1 or 0-3 (default: every GPU CUDA sees)")
+	fs.Var(boolFlag{asJSON}, "json", "print the report as one JSON document (schema "+topo.Schema+")")
+	fs.Var(boolFlag{strict}, "strict", "treat warnings as reasons to refuse")
+	return fs, devices, asJSON, strict
+}
+
 // runTopo implements `tprun topo [--devices LIST] [--json] [--strict]`:
 // exit 0 usable, 1 refused, 2 usage, 3 no NVIDIA driver.
 func runTopo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return topo.Main(ctx, args, stdout, stderr, nvml.New(), os.LookupEnv)
+	fs, devices, asJSON, strict := newTopoFlagSet()
+	p, err := parseArgs(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return showHelp(stdout, stderr, topoHelp(fs))
+	case err != nil:
+		return usageFailure(stderr, "tprun topo", err.Error())
+	case len(p.args) > 0:
+		return usageFailure(stderr, "tprun topo", fmt.Sprintf("unexpected argument %q", p.args[0]))
+	}
+	if _, err := topo.ParseDevices(*devices); err != nil {
+		return usageFailure(stderr, "tprun topo", err.Error())
+	}
+	var canon []string
+	if *devices != "" {
+		canon = append(canon, "--devices="+*devices)
+	}
+	if *asJSON {
+		canon = append(canon, "--json")
+	}
+	if *strict {
+		canon = append(canon, "--strict")
+	}
+	return topo.Main(ctx, canon, stdout, stderr, nvml.New(), os.LookupEnv)
 }
 
 // preflight returns the launcher's topology hook (launcher.Config.Preflight)
@@ -30,9 +68,26 @@ func runTopo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // touches no GPU. The launcher skips the hook under --skip-topology-check
 // and passes --strict in its Config argument.
 func preflight(jc *job.Config) func(ctx context.Context, cfg launcher.Config) (notice string, err error) {
-	if jc != nil && (jc.Backend == "cpu" || jc.Mailbox == "host") {
+	if jc == nil {
+		return gpuCheck("", "")
+	}
+	if jc.Backend == "cpu" || jc.Mailbox == "host" {
 		return nil
 	}
+	needGPU := "" // the flag that asks for a GPU, if any
+	switch {
+	case jc.Backend == "cuda":
+		needGPU = "--backend cuda"
+	case jc.Mailbox == "unicast" || jc.Mailbox == "multicast":
+		needGPU = "--mailbox " + jc.Mailbox
+	}
+	return gpuCheck(jc.Mailbox, needGPU)
+}
+
+// gpuCheck is the topology hook for a job on the GPUs: mailbox is the
+// --mailbox asked for ("" for a command's job), needGPU what asks for a
+// GPU ("" when the job may run without one).
+func gpuCheck(mailbox, needGPU string) func(ctx context.Context, cfg launcher.Config) (notice string, err error) {
 	return func(ctx context.Context, cfg launcher.Config) (string, error) {
 		var devs []int
 		for _, d := range cfg.Devices {
@@ -47,16 +102,7 @@ func preflight(jc *job.Config) func(ctx context.Context, cfg launcher.Config) (n
 			Devices:   devs,
 			Strict:    cfg.Strict,
 			LookupEnv: topo.EnvLookup(cfg.Env),
-		}
-		needGPU := "" // the flag that asks for a GPU, if any
-		if jc != nil {
-			opts.Mailbox = jc.Mailbox
-			switch {
-			case jc.Backend == "cuda":
-				needGPU = "--backend cuda"
-			case jc.Mailbox == "unicast" || jc.Mailbox == "multicast":
-				needGPU = "--mailbox " + jc.Mailbox
-			}
+			Mailbox:   mailbox,
 		}
 		return topo.PreflightNotice(ctx, nvml.New(), opts, needGPU)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,43 +13,66 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tprun/tprun/internal/cuda"
 	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/tp"
 )
 
-// The step benchmark (hidden `tprun __bench`): the time of the whole fused
-// step (skinny kernel, stores to every rank, receive) per M, from CUDA
-// graph replays with the weights rotated through enough copies that they
-// stream from HBM, next to the HBM floor of the weight shard measured in
-// the same run.
+// The step benchmark (`tprun bench`, whose ranks run `tprun __bench`): the
+// time of the whole fused step (skinny kernel, stores to every rank,
+// receive) per M, from CUDA graph replays with the weights rotated through
+// enough copies that they stream from HBM, next to the HBM floor of the
+// weight shard measured in the same run.
 
-// BenchConfig is the benchmark's settings: the job flags (shape, M list,
-// mailbox, slots, deadline, seed; --iters and --backend are not used: the
-// benchmark always runs the CUDA engine) and its own.
+// BenchConfig is the benchmark's settings: the job flags it uses (shape,
+// M list, mailbox, slots, deadline, seed; it always runs the CUDA engine,
+// and times replays instead of --iters steps) and its own.
 type BenchConfig struct {
 	Job      *Config
 	Replays  int    // timed graph replays per M
 	Warmup   int    // untimed replays per M first
 	RotateMB int    // MiB of weight copies per rank that the steps rotate through
 	Table    string // rank 0 also writes the table here as TSV ("" none)
+	JSONOut  string // rank 0 also writes the BenchReport here as JSON ("" none)
+	// Version is the program's version, for the report.
+	Version string
 }
 
-// RegisterBenchFlags defines the job flags and the benchmark's own on fs.
+// BenchJobFlags are the job flags the benchmark takes, in the order the
+// help lists them.
+var BenchJobFlags = []string{"hidden", "latent", "m", "mailbox", "slots", "seed", "deadline"}
+
+// BenchFlags are the benchmark's own flags, in the order the help lists
+// them.
+var BenchFlags = []string{"replays", "warmup", "rotate-mb", "table", "json-out"}
+
+// RegisterBenchFlags defines BenchJobFlags and BenchFlags on fs. Unlike the
+// default job, the benchmark runs every M from 1 to 8 unless told
+// otherwise.
 func RegisterBenchFlags(fs *flag.FlagSet) *BenchConfig {
-	bc := &BenchConfig{Job: RegisterFlags(fs)}
-	fs.IntVar(&bc.Replays, "replays", 200, "timed CUDA graph replays per M")
-	fs.IntVar(&bc.Warmup, "warmup", 20, "untimed replays per M before timing")
-	fs.IntVar(&bc.RotateMB, "rotate-mb", 512, "MiB of weight copies per rank the steps rotate through (at least 512 keeps them out of L2)")
-	fs.StringVar(&bc.Table, "table", "", "rank 0 also writes the results as TSV to `FILE`")
+	all := flag.NewFlagSet("job", flag.ContinueOnError)
+	bc := &BenchConfig{Job: RegisterFlags(all), Replays: 200, Warmup: 20, RotateMB: 512}
+	bc.Job.M = []int{1, 2, 3, 4, 5, 6, 7, 8}
+	for _, name := range BenchJobFlags {
+		f := all.Lookup(name)
+		fs.Var(f.Value, f.Name, f.Usage)
+	}
+	fs.Var(&intValue{p: &bc.Replays, min: 1}, "replays", "timed CUDA graph replays per M")
+	fs.Var(&intValue{p: &bc.Warmup, min: 0}, "warmup", "untimed replays per M before timing")
+	fs.Var(&intValue{p: &bc.RotateMB, min: 1}, "rotate-mb", "MiB of weight copies per rank the steps rotate through (at least 512 keeps them out of L2)")
+	fs.Var(&stringValue{p: &bc.Table}, "table", "rank 0 also writes the table as TSV to FILE")
+	fs.Var(&stringValue{p: &bc.JSONOut}, "json-out", "rank 0 also writes the JSON document to FILE")
 	return bc
 }
 
 // BenchMain joins the job the environment describes and runs Bench on it
-// (what `tprun __bench` calls).
-func BenchMain(ctx context.Context, bc *BenchConfig, stdout io.Writer) (err error) {
+// (what `tprun __bench` calls). Rank 0 prints the table on stdout and, on
+// a long run, how far it has come on stderr.
+func BenchMain(ctx context.Context, bc *BenchConfig, stdout, stderr io.Writer) (err error) {
 	g, err := tp.Join(ctx)
 	if err != nil {
 		return fmt.Errorf("job: bench: join: %w", err)
@@ -58,7 +82,7 @@ func BenchMain(ctx context.Context, bc *BenchConfig, stdout io.Writer) (err erro
 			err = fmt.Errorf("job: bench: rank %d: leaving the group: %w", g.Rank(), cerr)
 		}
 	}()
-	return Bench(ctx, g, bc, stdout)
+	return Bench(ctx, g, bc, stdout, stderr)
 }
 
 // Bench measures the fused step on this rank of g (a collective: every
@@ -69,52 +93,103 @@ func BenchMain(ctx context.Context, bc *BenchConfig, stdout io.Writer) (err erro
 // events. The step time is a replay's time over K; rank 0 prints, per M,
 // the slowest rank's median and p90 over replays, and the floor: the
 // shard's weight bytes over the device-to-device copy bandwidth (read plus
-// write) measured in the same run, averaged over the ranks.
-func Bench(ctx context.Context, g *tp.Group, bc *BenchConfig, stdout io.Writer) error {
-	return bench(ctx, g, bc, stdout, tp.OpenGPU)
+// write) measured in the same run, averaged over the ranks. Rank 0 says on
+// stderr how far it has come when the run takes more than a few seconds.
+func Bench(ctx context.Context, g *tp.Group, bc *BenchConfig, stdout, stderr io.Writer) error {
+	return bench(ctx, g, bc, stdout, stderr, openBenchGPU)
 }
 
 // benchRecord is what each rank contributes per M.
 type benchRecord struct {
-	median, p90      time.Duration // per step
+	median, p10, p90 time.Duration // per step
 	checked, wrong   int
 	worst, bandwidth float64 // bandwidth in bytes/s
+	device           int     // CUDA ordinal
 	hashes           []uint64
+	gpu              string // the device's name
 }
 
-const benchMagic = 0x5450424e // "TPBN"
+const benchMagic = 0x5450424f // "TPBO"
 
 func (r benchRecord) encode() []byte {
 	b := binary.LittleEndian.AppendUint32(nil, benchMagic)
-	for _, v := range []uint64{uint64(r.median), uint64(r.p90), uint64(r.checked), uint64(r.wrong),
-		math.Float64bits(r.worst), math.Float64bits(r.bandwidth), uint64(len(r.hashes))} {
+	for _, v := range []uint64{uint64(r.median), uint64(r.p10), uint64(r.p90), uint64(r.checked), uint64(r.wrong),
+		math.Float64bits(r.worst), math.Float64bits(r.bandwidth), uint64(r.device), uint64(len(r.hashes))} {
 		b = binary.LittleEndian.AppendUint64(b, v)
 	}
 	for _, h := range r.hashes {
 		b = binary.LittleEndian.AppendUint64(b, h)
 	}
-	return b
+	return append(b, r.gpu...)
 }
 
 func decodeBenchRecord(b []byte) (benchRecord, error) {
-	const fixed = 4 + 7*8
+	const fixed = 4 + 9*8
 	if len(b) < fixed || binary.LittleEndian.Uint32(b) != benchMagic {
 		return benchRecord{}, fmt.Errorf("%w: %d bytes without the bench header", errRecord, len(b))
 	}
 	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[4+8*i:]) }
-	r := benchRecord{median: time.Duration(u(0)), p90: time.Duration(u(1)), checked: int(u(2)), wrong: int(u(3)),
-		worst: math.Float64frombits(u(4)), bandwidth: math.Float64frombits(u(5))}
-	n := u(6)
-	if n > uint64(len(b)-fixed)/8 || len(b) != fixed+8*int(n) {
+	r := benchRecord{median: time.Duration(u(0)), p10: time.Duration(u(1)), p90: time.Duration(u(2)), checked: int(u(3)),
+		wrong: int(u(4)), worst: math.Float64frombits(u(5)), bandwidth: math.Float64frombits(u(6)), device: int(u(7))}
+	n := u(8)
+	if n > uint64(len(b)-fixed)/8 {
 		return benchRecord{}, fmt.Errorf("%w: %d bytes for %d hashes", errRecord, len(b), n)
 	}
 	for i := range int(n) {
 		r.hashes = append(r.hashes, binary.LittleEndian.Uint64(b[fixed+8*i:]))
 	}
+	r.gpu = string(b[fixed+8*int(n):])
+	if !utf8.ValidString(r.gpu) {
+		return benchRecord{}, fmt.Errorf("%w: the GPU name is not UTF-8", errRecord)
+	}
 	return r, nil
 }
 
-func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu func() (*cuda.Driver, error)) (err error) {
+// benchProgressEvery is how often rank 0 says how far a long benchmark has
+// come; tests shorten it.
+var benchProgressEvery = 5 * time.Second
+
+// benchProgress is where a benchmark is, for the progress line.
+type benchProgress struct {
+	mu   sync.Mutex
+	ms   []int
+	done int       // M values done
+	loop time.Time // when the first M began; zero while setting up
+}
+
+func (p *benchProgress) startLoop(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loop = now
+}
+
+func (p *benchProgress) finished() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done++
+}
+
+// line is the progress line at now, after took since the benchmark began:
+// the M running, how many are done, and, once one is, about how long the
+// rest takes at the pace so far.
+func (p *benchProgress) line(now time.Time, took time.Duration) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.loop.IsZero():
+		return fmt.Sprintf("bench: setting up (inputs, float64 reference, copy bandwidth, weight copies), %.0f s so far\n", took.Seconds())
+	case p.done >= len(p.ms):
+		return ""
+	}
+	s := fmt.Sprintf("bench: M %d: %d of %d M values done", p.ms[p.done], p.done, len(p.ms))
+	if p.done > 0 {
+		per := now.Sub(p.loop).Seconds() / float64(p.done)
+		s += fmt.Sprintf(", about %.0f s left", per*float64(len(p.ms)-p.done))
+	}
+	return s + "\n"
+}
+
+func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writer, gpu func() (*cuda.Driver, error)) (err error) {
 	rank, size := g.Rank(), g.Size()
 	switch {
 	case bc.Replays < 1:
@@ -123,8 +198,9 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 		return &FlagError{Flag: "warmup", Value: fmt.Sprint(bc.Warmup), Rule: "must not be negative"}
 	case bc.RotateMB < 1:
 		return &FlagError{Flag: "rotate-mb", Value: fmt.Sprint(bc.RotateMB), Rule: "must be at least 1"}
-	case bc.Job.Backend == "cpu" || bc.Job.Mailbox == "host":
-		return &FlagError{Flag: "backend", Value: bc.Job.Backend + "/" + bc.Job.Mailbox, Rule: "the step benchmark runs the CUDA engine on a GPU mailbox"}
+	}
+	if err := CheckBenchMailbox(bc.Job); err != nil {
+		return err
 	}
 	cfg := *bc.Job
 	cfg.Backend = "cuda"
@@ -132,7 +208,13 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 	if err != nil {
 		return err
 	}
-	drv, err := p.pickBackend(ctx, g, gpu)
+	out := &printer{w: stdout, on: rank == 0}
+	progress := &benchProgress{ms: cfg.M}
+	stopNotes := (&printer{w: stderr, on: rank == 0}).every(benchProgressEvery, func(d time.Duration) string {
+		return progress.line(time.Now(), d)
+	})
+	defer stopNotes()
+	drv, err := p.pickBenchBackend(ctx, g, gpu)
 	if err != nil {
 		return err
 	}
@@ -155,6 +237,14 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 			err = fail(cerr)
 		}
 	}()
+	gpuName, err := drv.DeviceName(mem.dev)
+	if err != nil {
+		return fail(fmt.Errorf("device %d: its name: %w", deviceOf(g), err))
+	}
+	driverVersion, err := drv.DriverVersion()
+	if err != nil {
+		return fail(fmt.Errorf("the CUDA driver's version: %w", err))
+	}
 	bw, err := copyBandwidth(mem)
 	if err != nil {
 		return fail(fmt.Errorf("measuring the copy bandwidth: %w", err))
@@ -164,7 +254,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 		return fail(err)
 	}
 	up, err := tp.NewUpProjection(ctx, g, cfg.Hidden, cfg.Latent, p.shape.M, tp.WithBackend(p.mailbox),
-		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(deviceOf(g)), tp.WithCUDADriver(drv))
+		tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(deviceOf(g)))
 	if err != nil {
 		return fail(err)
 	}
@@ -177,9 +267,19 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 		return fail(fmt.Errorf("barrier before the benchmark: %w", err))
 	}
 
-	out := &printer{w: stdout, on: rank == 0}
 	shard := p.shape.Shard()
 	sb := shard * cfg.Latent * 2
+	report := &BenchReport{
+		Schema: BenchSchema, Version: bc.Version, Driver: fmt.Sprintf("%d.%d", driverVersion/1000, driverVersion%1000/10),
+		Shape:   BenchShape{TP: size, Hidden: cfg.Hidden, Latent: cfg.Latent, Shard: shard, WeightShardBytes: sb},
+		Backend: "cuda", Mailbox: up.Backend(), MailboxReason: p.reason, WeightLayout: "row-major",
+		StepsPerGraph: rig.k, Warmup: bc.Warmup, Replays: bc.Replays, RotateMB: bc.RotateMB, Slots: cfg.Slots,
+		Overrides: benchOverrides(), Rows: []BenchRow{},
+	}
+	report.Host, _ = os.Hostname()
+	if rig.packed {
+		report.WeightLayout = "packed"
+	}
 	out.printf("# tprun step benchmark: tp %d, hidden %d, latent %d, shard %d; backend cuda, mailbox %s: %s\n",
 		size, cfg.Hidden, cfg.Latent, shard, up.Backend(), p.reason)
 	layout := "row-major"
@@ -203,49 +303,44 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 	out.printf("# one CUDA graph = %d steps (skinny kernel + stores to every rank + receive, PDL-chained), %d warm-up and %d timed replays per M\n",
 		rig.k, bc.Warmup, bc.Replays)
 
-	var rows []benchRow
 	var failures []string
+	progress.startLoop(time.Now())
 	for _, m := range cfg.M {
 		rec, err := rig.run(ctx, up, m, bc.Warmup, bc.Replays)
 		if err != nil {
 			//lint:ignore ST1005 M, the row count, as the tables spell it
 			return fail(fmt.Errorf("M=%d: %w", m, err))
 		}
-		rec.bandwidth = bw
+		rec.bandwidth, rec.device, rec.gpu = bw, deviceOf(g), gpuName
 		all, err := g.AllGather(ctx, rec.encode())
 		if err != nil {
 			//lint:ignore ST1005 M, the row count, as the tables spell it
 			return fail(fmt.Errorf("M=%d: gathering the results: %w", m, err))
 		}
-		row := benchRow{m: m}
-		var bws []float64
+		var recs []benchRecord
 		for q, b := range all {
 			r, err := decodeBenchRecord(b)
 			if err != nil {
 				//lint:ignore ST1005 M, the row count, as the tables spell it
 				return fail(fmt.Errorf("M=%d: rank %d's result: %w", m, q, err))
 			}
-			row.median, row.p90 = max(row.median, r.median), max(row.p90, r.p90)
-			row.worst = max(row.worst, r.worst)
-			row.wrong += r.wrong
-			bws = append(bws, r.bandwidth)
-			if !slices.Equal(r.hashes, rec.hashes) {
-				row.differ = append(row.differ, q)
-			}
+			recs = append(recs, r)
 		}
-		if len(rows) == 0 {
-			strs := make([]string, len(bws))
-			for i, b := range bws {
-				strs[i] = fmt.Sprintf("%.2f", b/1e12)
+		row := summarizeBench(m, sb, recs, rec.hashes)
+		if len(report.Rows) == 0 {
+			strs := make([]string, len(recs))
+			for q, r := range recs {
+				strs[q] = fmt.Sprintf("%.2f", r.bandwidth/1e12)
+				report.GPUs = append(report.GPUs, BenchGPU{Rank: q, Device: r.device, Name: r.gpu, CopyTBps: r.bandwidth / 1e12})
 			}
 			out.printf("# copy bandwidth (read + write, %d MiB device-to-device copy) per rank: %s TB/s; HBM floor = shard weight bytes / mean bandwidth\n",
 				copyBytes>>20, strings.Join(strs, ", "))
 			out.printf("# step time = replay time / %d; the slowest rank's median and p90 over the replays\n", rig.k)
 			out.printf("#%s", fmt.Sprintf(benchFormat, "M", "median µs", "p90 µs", "floor µs", "ratio", "weight GB/s", "err/tol", "#wrong", "identical")[1:])
 		}
-		row.floor = time.Duration(float64(sb) / mean(bws) * 1e9)
-		rows = append(rows, row)
+		report.Rows = append(report.Rows, row.report(sb, bc.Replays))
 		out.printf("%s", row.String(sb))
+		progress.finished()
 		if row.wrong > 0 {
 			failures = append(failures, fmt.Sprintf("M=%d: %d wrong values", m, row.wrong))
 		}
@@ -253,10 +348,21 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 			failures = append(failures, fmt.Sprintf("M=%d: ranks %s received other blocks than this rank", m, intList(row.differ)))
 		}
 	}
+	report.OK = len(failures) == 0
 	if rank == 0 && bc.Table != "" {
-		if err := writeBenchTable(bc.Table, rows); err != nil {
+		if err := writeBenchTable(bc.Table, report.Rows); err != nil {
 			return fail(err)
 		}
+	}
+	if rank == 0 && bc.JSONOut != "" {
+		if err := report.writeFile(bc.JSONOut); err != nil {
+			return fail(err)
+		}
+	}
+	// No rank ends before rank 0 has written its files: a rank that
+	// fails ends the job, and rank 0 would be stopped mid-write.
+	if err := g.Barrier(ctx); err != nil {
+		return fail(fmt.Errorf("barrier after the benchmark: %w", err))
 	}
 	if len(failures) > 0 {
 		out.printf("# FAILED: %s\n", strings.Join(failures, "; "))
@@ -264,6 +370,45 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout io.Writer, gpu 
 	}
 	out.printf("# every checked block within tolerance and identical on all %d ranks\n", size)
 	return nil
+}
+
+// CheckBenchMailbox refuses, as a *FlagError, a mailbox the benchmark
+// cannot time: it runs the CUDA engine, so the host mailbox is out.
+func CheckBenchMailbox(c *Config) error {
+	if c.Mailbox == "host" || c.Backend == "cpu" {
+		return &FlagError{Flag: "mailbox", Value: c.Mailbox, Rule: "the step benchmark runs the CUDA engine on a GPU mailbox: auto, unicast or multicast"}
+	}
+	return nil
+}
+
+// benchOverrides are the environment overrides in effect that change what
+// the benchmark runs.
+func benchOverrides() map[string]string {
+	o := map[string]string{}
+	for _, k := range []string{kernel.FatbinEnv, kernel.ConfigTableEnv, kernel.StepTableEnv, tp.ReceiveModeEnv} {
+		if v := os.Getenv(k); v != "" {
+			o[k] = v
+		}
+	}
+	return o
+}
+
+// summarizeBench folds every rank's record of one M into a row; own is
+// this rank's block hashes.
+func summarizeBench(m, shardBytes int, recs []benchRecord, own []uint64) benchRow {
+	row := benchRow{m: m}
+	var bws []float64
+	for q, r := range recs {
+		row.median, row.p10, row.p90 = max(row.median, r.median), max(row.p10, r.p10), max(row.p90, r.p90)
+		row.worst = max(row.worst, r.worst)
+		row.wrong += r.wrong
+		bws = append(bws, r.bandwidth)
+		if !slices.Equal(r.hashes, own) {
+			row.differ = append(row.differ, q)
+		}
+	}
+	row.floor = time.Duration(float64(shardBytes) / mean(bws) * 1e9)
+	return row
 }
 
 func mean(v []float64) float64 {
@@ -276,11 +421,11 @@ func mean(v []float64) float64 {
 
 // benchRow is one M of the table.
 type benchRow struct {
-	m                  int
-	median, p90, floor time.Duration
-	worst              float64
-	wrong              int
-	differ             []int // ranks whose blocks differ from this rank's
+	m                       int
+	median, p10, p90, floor time.Duration
+	worst                   float64
+	wrong                   int
+	differ                  []int // ranks whose blocks differ from this rank's
 }
 
 const benchFormat = "%4v %10v %10v %10v %7v %12v %8v %7v %9v\n"
@@ -297,12 +442,90 @@ func (r benchRow) String(shardBytes int) string {
 		fmt.Sprintf("%.0f", float64(shardBytes)/r.median.Seconds()/1e9), fmt.Sprintf("%.2f", r.worst), r.wrong, identical)
 }
 
-// writeBenchTable writes the rows as TSV for scripts/bench-step.
-func writeBenchTable(path string, rows []benchRow) error {
+func (r benchRow) report(shardBytes, replays int) BenchRow {
+	return BenchRow{M: r.m, MedianUS: micros(r.median), P10US: micros(r.p10), P90US: micros(r.p90), FloorUS: micros(r.floor),
+		Ratio: r.ratio(), WeightGBps: float64(shardBytes) / r.median.Seconds() / 1e9, Replays: replays,
+		ErrTol: r.worst, Wrong: r.wrong, Identical: len(r.differ) == 0}
+}
+
+// BenchSchema names the format of BenchReport's JSON document; it changes
+// when a field changes meaning.
+const BenchSchema = "tprun-bench/1"
+
+// BenchReport is the benchmark's result as `tprun bench --json` prints it.
+// Times are per step, in microseconds; each is the slowest rank's.
+type BenchReport struct {
+	Schema        string            `json:"schema"`
+	Version       string            `json:"tprun_version"`
+	Host          string            `json:"host"`
+	Driver        string            `json:"cuda_driver"` // the driver's CUDA version, e.g. "13.0"
+	GPUs          []BenchGPU        `json:"gpus"`        // one per rank
+	Shape         BenchShape        `json:"shape"`
+	Backend       string            `json:"backend"`
+	Mailbox       string            `json:"mailbox"`
+	MailboxReason string            `json:"mailbox_reason"`
+	WeightLayout  string            `json:"weight_layout"`   // "packed" or "row-major"
+	StepsPerGraph int               `json:"steps_per_graph"` // one replay's steps: the weight copies
+	Warmup        int               `json:"warmup"`
+	Replays       int               `json:"replays"`
+	RotateMB      int               `json:"rotate_mb"`
+	Slots         int               `json:"slots"`
+	Overrides     map[string]string `json:"overrides"` // environment overrides in effect
+	Rows          []BenchRow        `json:"rows"`
+	OK            bool              `json:"ok"` // every block within tolerance and identical on every rank
+}
+
+// BenchGPU is one rank's GPU.
+type BenchGPU struct {
+	Rank     int     `json:"rank"`
+	Device   int     `json:"device"` // CUDA ordinal
+	Name     string  `json:"name"`
+	CopyTBps float64 `json:"copy_tb_per_s"` // device-to-device copy, read + write bytes
+}
+
+// BenchShape is the layer's shape.
+type BenchShape struct {
+	TP               int `json:"tp"`
+	Hidden           int `json:"hidden"`
+	Latent           int `json:"latent"`
+	Shard            int `json:"shard"`              // hidden / tp: the columns of one rank's slice
+	WeightShardBytes int `json:"weight_shard_bytes"` // shard x latent x 2
+}
+
+// BenchRow is one M.
+type BenchRow struct {
+	M          int     `json:"m"`
+	MedianUS   float64 `json:"median_us"`
+	P10US      float64 `json:"p10_us"`
+	P90US      float64 `json:"p90_us"`
+	FloorUS    float64 `json:"floor_us"`        // the HBM floor: weight shard bytes / mean copy bandwidth
+	Ratio      float64 `json:"ratio"`           // median / floor
+	WeightGBps float64 `json:"weight_gb_per_s"` // weight shard bytes / median
+	Replays    int     `json:"replays"`
+	ErrTol     float64 `json:"err_tol"` // the largest |out - ref| / tolerance within tolerance
+	Wrong      int     `json:"wrong"`   // values outside tolerance, summed over ranks
+	Identical  bool    `json:"identical"`
+}
+
+// writeFile writes r as indented JSON.
+func (r *BenchReport) writeFile(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the JSON report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the JSON report: %w", err)
+	}
+	return nil
+}
+
+// writeBenchTable writes the rows as TSV for scripts/step-sweep and
+// scripts/step-ab.
+func writeBenchTable(path string, rows []BenchRow) error {
 	var b strings.Builder
 	b.WriteString("m\tours_us\tp90_us\tfloor_us\tratio\twrong\tidentical\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%d\t%.2f\t%.2f\t%.2f\t%.3f\t%d\t%v\n", r.m, micros(r.median), micros(r.p90), micros(r.floor), r.ratio(), r.wrong, len(r.differ) == 0)
+		fmt.Fprintf(&b, "%d\t%.2f\t%.2f\t%.2f\t%.3f\t%d\t%v\n", r.M, r.MedianUS, r.P90US, r.FloorUS, r.Ratio, r.Wrong, r.Identical)
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("writing the table: %w", err)
@@ -440,12 +663,12 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 		offs[k] = o
 		steps[k] = tp.DeviceStep{
 			In: tp.DeviceInputs{M: m,
-				Latent:       r.latent + cuda.DevicePtr(2*o*c.Latent),
-				Weight:       r.weight + cuda.DevicePtr(k*r.shardBytes),
+				Latent:       tp.DevicePtr(r.latent + cuda.DevicePtr(2*o*c.Latent)),
+				Weight:       tp.DevicePtr(r.weight + cuda.DevicePtr(k*r.shardBytes)),
 				WeightPacked: r.packed,
-				Shared:       r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard())),
+				Shared:       tp.DevicePtr(r.shared + cuda.DevicePtr(2*(o*c.Hidden+r.rank*r.p.shape.Shard()))),
 				SharedStride: c.Hidden},
-			Out: r.outs + cuda.DevicePtr(k*r.outBytes),
+			Out: tp.DevicePtr(r.outs + cuda.DevicePtr(k*r.outBytes)),
 		}
 	}
 	g, err := up.Capture(ctx, steps)
@@ -484,6 +707,6 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 	for i := range times {
 		times[i] /= time.Duration(r.k)
 	}
-	rec.median, rec.p90 = percentile(times, 0.5), percentile(times, 0.9)
+	rec.median, rec.p10, rec.p90 = percentile(times, 0.5), percentile(times, 0.1), percentile(times, 0.9)
 	return rec, nil
 }

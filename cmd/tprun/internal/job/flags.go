@@ -85,7 +85,7 @@ func RegisterFlags(fs *flag.FlagSet) *Config {
 	fs.Var(&intValue{p: &c.Hidden, min: 1}, "hidden", "hidden dimension (split across ranks)")
 	fs.Var(&intValue{p: &c.Latent, min: 1}, "latent", "latent dimension")
 	fs.Var(&intValue{p: &c.Slots, min: 2}, "slots", "mailbox slots (at least 2)")
-	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the generated inputs")
+	fs.Var(&int64Value{p: &c.Seed}, "seed", "seed of the generated inputs")
 	fs.Var(&durationValue{p: &c.Deadline}, "deadline", "how long a receive waits for the peers' slices")
 	fs.Var(&faultValue{p: &c.Fault}, "inject-fault", "RANK:STEP: that rank dies at that step (tests)")
 	return &c
@@ -189,6 +189,35 @@ func (v *intValue) Set(s string) error {
 	*v.p = n
 	return nil
 }
+
+type int64Value struct{ p *int64 }
+
+func (v *int64Value) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.FormatInt(*v.p, 10)
+}
+
+func (v *int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	*v.p = n
+	return nil
+}
+
+type stringValue struct{ p *string }
+
+func (v *stringValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return *v.p
+}
+
+func (v *stringValue) Set(s string) error { *v.p = s; return nil }
 
 type durationValue struct{ p *time.Duration }
 

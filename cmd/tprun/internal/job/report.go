@@ -201,6 +201,10 @@ func intList(v []int) string {
 type printer struct {
 	w  io.Writer
 	on bool
+	// The results table's header waits for its first row, whose p50
+	// picks the unit of the time columns.
+	pending bool
+	unit    timeUnit
 }
 
 func (p *printer) printf(format string, args ...any) {
@@ -258,21 +262,74 @@ func (p *printer) header(pl *plan) {
 
 const rowFormat = "%4v %7v %7v %6v %3v %8v %8v %6v %10v %10v %12v %7v %7v %9v\n"
 
+// timeUnit is how the table prints times: one unit for a whole column.
+type timeUnit struct {
+	name   string
+	size   time.Duration
+	digits int
+}
+
+var (
+	unitMicro = timeUnit{"µs", time.Microsecond, 1}
+	unitMilli = timeUnit{"ms", time.Millisecond, 2}
+)
+
+// unitFor picks the unit for times like d: milliseconds from 1 ms up (a
+// step on the CPU), microseconds below (a step on a GPU).
+func unitFor(d time.Duration) timeUnit {
+	if d >= time.Millisecond {
+		return unitMilli
+	}
+	return unitMicro
+}
+
+func (u timeUnit) format(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(u.size), 'f', u.digits, 64)
+}
+
+// columns announces the results table; its legend and header come with the
+// first row.
 func (p *printer) columns() {
-	p.printf("#\n")
+	p.pending = true
+	p.printf("%s\n", StepsStarted)
+}
+
+// StepsStarted is the line rank 0 prints when the timed steps begin.
+const StepsStarted = "# steps running: a row per M once its steps are done"
+
+// tableLegend says what the table's columns mean; %[1]s is the time unit.
+const tableLegend = `#
+# p50, p99     the median and 99th percentile of a rank's step times (the step alone, not the check
+#              or copies), in %[1]s: the slowest rank's
+# weight GB/s  the weight shard's bytes (shard x latent x 2) over p50
+# err/tol      the largest |out - ref| / tolerance among the values within tolerance (at most 1)
+# #wrong       values outside tolerance (or NaN, -0, never written) in the steps of that M, on all ranks
+# identical    yes when every rank received bit-identical blocks at every step of that M
+#
+`
+
+func (p *printer) tableHeader() {
+	p.printf(tableLegend, p.unit.name)
 	line := fmt.Sprintf(rowFormat, "M", "hidden", "latent", "shard", "tp", "backend", "mailbox", "iters",
-		"p50 µs", "p99 µs", "weight GB/s", "err/tol", "#wrong", "identical")
+		"p50 "+p.unit.name, "p99 "+p.unit.name, "weight GB/s", "err/tol", "#wrong", "identical")
 	// rowFormat starts with padding, so "#" replaces a space.
 	p.printf("#%s", line[1:])
 }
 
 func (p *printer) row(r tableRow) {
+	if p.unit.size == 0 {
+		p.unit = unitFor(r.p50)
+	}
+	if p.pending {
+		p.pending = false
+		p.tableHeader()
+	}
 	identical := "yes"
 	if r.differ != "" {
 		identical = "no"
 	}
 	p.printf(rowFormat, r.m, r.hidden, r.latent, r.shard, r.tp, r.backend, r.mailbox, r.iters,
-		fmt.Sprintf("%.1f", micros(r.p50)), fmt.Sprintf("%.1f", micros(r.p99)), fmt.Sprintf("%.2f", r.gbps),
+		p.unit.format(r.p50), p.unit.format(r.p99), fmt.Sprintf("%.2f", r.gbps),
 		fmt.Sprintf("%.2f", r.worst), r.wrong, identical)
 }
 

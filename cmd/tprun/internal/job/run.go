@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tprun/tprun/internal/cuda"
 	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/mailbox"
 	"github.com/tprun/tprun/tp"
@@ -68,14 +67,18 @@ type group interface {
 
 var _ group = (*tp.Group)(nil)
 
+// poisonValue fills an output block before a step: an element the step
+// fails to write stays a NaN, which the check counts as wrong.
+const poisonValue = kernel.QuietNaN
+
 // runHooks are the process-level actions a test replaces.
 type runHooks struct {
 	// die ends this rank abruptly for --inject-fault. It returns only if
 	// it could not, or, in tests, to stand for a rank that vanished.
 	die func() error
-	// gpu opens the CUDA driver when a GPU is usable (tp.OpenGPU). nil
-	// stands for a machine without one.
-	gpu func() (*cuda.Driver, error)
+	// gpu says why no GPU is usable here, or nil (tp.CheckGPU). A nil
+	// gpu stands for a machine without one.
+	gpu func() error
 }
 
 // Run runs the default job on this rank of g (issue 3, DESIGN.md "The
@@ -94,7 +97,7 @@ type runHooks struct {
 // hub, is what the fault is meant to look like. That is the one place this
 // package ends the process, on request of a hidden test flag.
 func Run(ctx context.Context, g *tp.Group, cfg *Config, stdout io.Writer) error {
-	return run(ctx, g, cfg, stdout, runHooks{die: killSelf, gpu: tp.OpenGPU})
+	return run(ctx, g, cfg, stdout, runHooks{die: killSelf, gpu: tp.CheckGPU})
 }
 
 // killSelf sends SIGKILL to this process. The kernel delivers a signal sent
@@ -436,16 +439,8 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	if err != nil {
 		return err
 	}
-	drv, err := p.pickBackend(ctx, g, hooks.gpu)
-	if err != nil {
+	if err := p.pickBackend(ctx, g, hooks.gpu); err != nil {
 		return err
-	}
-	if drv != nil {
-		defer func() {
-			if cerr := drv.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("job: rank %d: closing the CUDA driver: %w", rank, cerr)
-			}
-		}()
 	}
 	out := &printer{w: stdout, on: rank == 0}
 	if p.notice != "" {
@@ -466,8 +461,8 @@ func run(ctx context.Context, g group, cfg *Config, stdout io.Writer, hooks runH
 	out.printf("# inputs (seed %d) and the float64 reference ready in %.2fs\n", cfg.Seed, time.Since(start).Seconds())
 
 	var st stepper
-	if drv != nil {
-		st, err = newCUDAStepper(ctx, g, p, in, drv)
+	if p.backend == "cuda" {
+		st, err = newCUDAStepper(ctx, g, p, in)
 	} else {
 		st, err = newHostStepper(ctx, g, p, in)
 	}
@@ -595,55 +590,51 @@ func (h *hostStepper) mailboxName() string { return h.up.Backend() }
 func (h *hostStepper) close() error        { return h.up.Close() }
 
 // pickBackend settles p.backend and p.mailbox. For the CPU backend it
-// does nothing more. Otherwise it opens the driver through gpu (nil: no
-// GPU here) and refuses, before any collective, what cannot work without
-// a GPU; then every rank resolves the mailbox together
-// (tp.ResolveMailbox). It returns the open driver when the job runs on the
-// CUDA engine (the caller closes it), or nil for the CPU backend, with the
-// one-line notice set when auto fell back.
-func (p *plan) pickBackend(ctx context.Context, g group, gpu func() (*cuda.Driver, error)) (*cuda.Driver, error) {
+// does nothing more. Otherwise it asks gpu whether a GPU is usable here
+// (nil: none is) and refuses, before any collective, what cannot work
+// without one; then every rank resolves the mailbox together
+// (tp.ResolveMailbox), a rank without a GPU taking part as tp.NoDevice.
+// It sets the one-line notice when auto fell back to the CPU.
+func (p *plan) pickBackend(ctx context.Context, g group, gpu func() error) error {
 	if p.backend == "cpu" {
-		return nil, nil
+		return nil
 	}
 	if err := CheckMailboxAllowed(p.cfg, os.Getenv); err != nil {
-		return nil, fmt.Errorf("job: rank %d: %w", g.Rank(), err)
+		return fmt.Errorf("job: rank %d: %w", g.Rank(), err)
 	}
-	var drv *cuda.Driver
 	noGPU := errors.New("no GPU probe")
 	if gpu != nil {
-		drv, noGPU = gpu()
+		noGPU = gpu()
 	}
-	if drv == nil {
+	device := deviceOf(g)
+	if noGPU != nil {
 		switch {
 		case p.backend == "cuda":
-			return nil, fmt.Errorf("job: %w: --backend cuda: no CUDA engine can run here: no usable GPU (%w)", tp.ErrBackendUnavailable, noGPU)
+			return fmt.Errorf("job: %w: --backend cuda: no CUDA engine can run here: no usable GPU (%w)", tp.ErrBackendUnavailable, noGPU)
 		case p.mailbox == mailbox.KindUnicast || p.mailbox == mailbox.KindMulticast:
-			return nil, &FlagError{Flag: "mailbox", Value: p.cfg.Mailbox,
+			return &FlagError{Flag: "mailbox", Value: p.cfg.Mailbox,
 				Rule: fmt.Sprintf("no usable GPU here (%v), and the CPU backend runs only the host mailbox", noGPU)}
 		}
+		if gpu == nil {
+			// A machine without a GPU, whatever this one has. (Otherwise
+			// the probe finds what gpu found, and says why.)
+			device = tp.NoDevice
+		}
 	}
-	kind, reason, err := tp.ResolveMailbox(ctx, g, p.mailbox, drv, noGPU, deviceOf(g))
+	kind, reason, err := tp.ResolveMailbox(ctx, g, p.mailbox, device)
 	if err == nil && kind == mailbox.KindHost && p.backend == "cuda" {
 		err = fmt.Errorf("%w: --backend cuda: no GPU mailbox: %s", tp.ErrBackendUnavailable, reason)
 	}
 	if err != nil {
-		if drv != nil {
-			err = errors.Join(err, drv.Close())
-		}
-		return nil, fmt.Errorf("job: rank %d: %w", g.Rank(), err)
+		return fmt.Errorf("job: rank %d: %w", g.Rank(), err)
 	}
 	p.mailbox, p.reason = kind, reason
 	if kind == mailbox.KindHost {
 		p.backend, p.notice = "cpu", CPUNotice
-		if drv != nil {
-			if err := drv.Close(); err != nil {
-				return nil, fmt.Errorf("job: rank %d: closing the CUDA driver: %w", g.Rank(), err)
-			}
-		}
-		return nil, nil
+		return nil
 	}
 	p.backend = "cuda"
-	return drv, nil
+	return nil
 }
 
 // deviceOf is the group's device for this rank (a *tp.Group knows it from

@@ -107,7 +107,7 @@ func TestRunChecksAndReports(t *testing.T) {
 			if tc.tp == 1 {
 				final = "every block within tolerance, one rank, so nothing to compare across ranks ("
 			}
-			wants := []string{kernel.ToleranceFormula, "p50 µs", "identical", final}
+			wants := []string{kernel.ToleranceFormula, "p50 ", "identical", final} // p50 in µs or ms, as fast as this machine is
 			if cfg.Backend == "auto" {
 				wants = append(wants, CPUNotice)
 			}

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""A whole PyTorch rank program with tprun's fused up-projection.
+
+Every rank holds its rows of an up-projection weight (a bf16 CUDA tensor);
+each step multiplies the same activation block by them, adds this rank's
+columns of a residual, and every rank gets the whole [M, hidden] block,
+queued on the current CUDA stream like any PyTorch op. Build once, from the
+repository:
+
+    go build -buildmode=c-shared -o python/tprun/libtprun.so ./cmd/libtprun
+    go build -o tprun ./cmd/tprun
+    export PYTHONPATH=$PWD/python
+
+then run one rank per GPU, or several ranks on one GPU:
+
+    ./tprun --tp 4 -- python3 examples/python/torch_rank.py --check
+    ./tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --graph 10000
+    torchrun --nproc-per-node 4 examples/python/torch_rank.py --check
+    TPRUN_DEVICES=0,0,0,0 torchrun --nproc-per-node 4 examples/python/torch_rank.py --graph 10000
+    ./tprun --tp 1 -- python3 examples/python/torch_rank.py --bench [--hidden 896]
+
+What it runs (any combination; none given means --check):
+  --check    every M of --m, --iters steps each with fresh inputs: the block
+             against a PyTorch float64 reference (the op's own roundings
+             allowed, nothing else) and across ranks
+  --graph N  a torch.cuda.graph holding one step between two PyTorch ops
+             (a negation before, a scaling after), replayed N times per M
+             with fresh inputs and a poisoned output each time; every
+             replay checked as --check does
+  --compile  the same function eager and under torch.compile, bit for bit
+  --bench    tp 1 speed: per M, a CUDA graph holding one step of each of K
+             ops whose weight copies cover --rotate-mb MiB (so the weights
+             stream from HBM), replayed --replays times with an event pair
+             around each; the table gives the median and p90 time per step
+             (replay time / K), to set beside `tprun bench --tp 1`
+Each rank prints its findings; the program exits 1 if anything was wrong.
+"""
+
+import argparse
+import math
+import statistics
+import struct
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hidden", type=int, default=7168, help="hidden size, split across the ranks")
+    p.add_argument("--latent", type=int, default=3584, help="latent size")
+    p.add_argument("--m", default="1,2,3,4,5,6,7,8", help="comma list of M values (rows per step, 1..8)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the inputs (the same on every rank)")
+    p.add_argument("--backend", default="auto", help="mailbox backend: auto, unicast or host")
+    p.add_argument("--deadline", type=float, default=None, help="seconds a step waits for the peers (default 10)")
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--iters", type=int, default=20, help="--check: steps per M")
+    p.add_argument("--graph", type=int, default=0, metavar="N", help="replays per M of the captured step")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--bench", action="store_true")
+    p.add_argument("--cpu", action="store_true", help="CPU tensors on the host backend (--check and --compile only)")
+    p.add_argument("--rotate-mb", type=int, default=512, help="--bench: MiB of weight copies the steps rotate through")
+    p.add_argument("--replays", type=int, default=200, help="--bench: timed replays per M")
+    p.add_argument("--warmup", type=int, default=20, help="--bench: untimed replays per M")
+    a = p.parse_args()
+    a.m = [int(x) for x in a.m.split(",")]
+    if not (a.check or a.graph or a.compile or a.bench):
+        a.check = True
+    if a.cpu and (a.graph or a.bench):
+        p.error("--graph and --bench need CUDA, not --cpu")
+    return a
+
+
+# ---- the reference ------------------------------------------------------
+
+
+def bf16_once(torch, x):
+    """Rounds float64 x to bf16 in one rounding (not through a rounded
+    float32): round to float32 by rounding to odd, then to nearest even."""
+    f = x.float()
+    back = f.double()
+    inexact = back != x
+    bits = f.view(torch.int32)
+    bits = torch.where(inexact & (back.abs() > x.abs()), bits - 1, bits)  # toward zero
+    bits = torch.where(inexact, bits | 1, bits)  # sticky bit
+    return bits.view(torch.float32).to(torch.bfloat16)
+
+
+def epilogue(torch, s, shared):
+    """What the op stores for accumulated sum s (float64): bf16(s), plus
+    shared in float32, rounded to bf16, -0 stored as +0."""
+    t = bf16_once(torch, s).float() + shared.float()
+    return (t.to(torch.bfloat16).float() + 0.0)  # + 0.0 turns -0 into +0
+
+
+def bf16_neighbors(torch, s):
+    """The bf16 values just below and just above float64 s (both s itself
+    when s is one), as float32."""
+    b = bf16_once(torch, s).float() + 0.0  # nearest, -0 as +0
+    v = b.view(torch.int32)
+    step = 0x10000  # one bf16 step in the float32 bits
+    neg_min = torch.full_like(v, -(2**31) + step)  # the negative bf16 nearest zero
+    up = torch.where(v >= 0, v + step, v - step).view(torch.float32)
+    down = torch.where(v > 0, v - step, torch.where(v == 0, neg_min, v + step)).view(torch.float32)
+    bd = b.double()
+    return torch.where(bd > s, down, b), torch.where(bd < s, up, b)
+
+
+class Reference:
+    """The yardstick for whole [M, hidden] blocks made with weight
+    [hidden, latent], in float64 on the GPU (the weight widened once)."""
+
+    def __init__(self, torch, weight):
+        self.torch = torch
+        w64 = weight.double()
+        self.w64t, self.a64t = w64.T, w64.abs().T
+        self.k = weight.shape[1]
+
+    def check(self, out, lat, shared):
+        """Returns two 0-d counts for out (bf16) computed from lat and
+        shared (the whole residual):
+
+        wrong: elements outside the interval a correct op stays in. The
+        op's fp32 sum lies within e = gamma_K*sum|l*w| + K*2^-149 of the
+        exact S (Higham, Thm 4.4) and its epilogue is monotone, so an
+        element lies between epilogue(S - e) and epilogue(S + e): the op's
+        own roundings are allowed, nothing else. NaN and -0 are wrong too.
+
+        beyond: elements outside one bf16 rounding of the GEMM (bf16(S)
+        rounded either way, then the epilogue's add and rounding). An fp32
+        sum can leave it where S nearly cancels, so this is a figure to
+        read, not a check."""
+        t = self.torch
+        l64 = lat.double()
+        s = l64 @ self.w64t
+        a = l64.abs() @ self.a64t
+        k = self.k
+        e = (k * 2.0**-24 / (1 - k * 2.0**-24) + k * 2.0**-50) * a + k * 2.0**-149
+        wrong = count_wrong(t, out, epilogue(t, s - e, shared), epilogue(t, s + e, shared))
+        lo_b, hi_b = bf16_neighbors(t, s)
+        sh = shared.float()
+        lo1 = (lo_b + sh).to(t.bfloat16).float() + 0.0
+        hi1 = (hi_b + sh).to(t.bfloat16).float() + 0.0
+        return wrong, count_wrong(t, out, lo1, hi1)
+
+
+def count_wrong(torch, out, lo, hi):
+    """Elements of out (bf16) outside [lo, hi], NaN, or -0: a 0-d tensor."""
+    got = out.float()
+    negzero = out.view(torch.int16) == -32768
+    return ((got < lo) | (got > hi) | torch.isnan(got) | negzero).sum()
+
+
+def digest(torch, block, coeff):
+    """A 64-bit digest of a block's bits (a 0-d int64 tensor): equal blocks
+    give equal digests, different ones almost surely not."""
+    bits = block.contiguous().view(torch.int16).to(torch.int64).flatten()
+    return (bits * coeff[: bits.numel()]).sum()
+
+
+class Rank:
+    def __init__(self, torch, tprun, a):
+        self.torch, self.tprun, self.a = torch, tprun, a
+        self.g = tprun.join()
+        if a.cpu:
+            self.dev = torch.device("cpu")
+        else:
+            self.dev = torch.device("cuda", self.g.device)
+            torch.cuda.set_device(self.dev)
+        self.shard = a.hidden // self.g.size
+        # Every rank draws the same numbers from the same seed.
+        self.gen = torch.Generator(device=self.dev)
+        self.gen.manual_seed(a.seed)
+        w = torch.randn(a.hidden, a.latent, generator=self.gen, device=self.dev) * a.latent**-0.5
+        self.weight = w.to(torch.bfloat16)  # [hidden, latent]
+        self.ref = Reference(torch, self.weight)
+        r, s = self.g.rank, self.shard
+        self.mine = self.weight[r * s:(r + 1) * s]  # this rank's [shard, latent] rows
+        self.coeff = torch.randint(-(2**62), 2**62, (16 * a.hidden,), generator=self.gen, device=self.dev)
+        self.max_m = max(a.m)
+        self.op = self.g.up_projection(a.hidden, a.latent, self.max_m, self.mine, backend=a.backend,
+                                       deadline=a.deadline)
+        self.failed = False
+        where = "the CPU" if a.cpu else f"cuda:{self.g.device}"
+        self.say(f"{self.op.backend} backend on {where} ({self.op.backend_reason})")
+
+    def say(self, msg):
+        print(f"rank {self.g.rank}: {msg}", flush=True)
+
+    def fresh(self, m):
+        """Fresh bf16 inputs: latent [m, latent], the whole residual [m, hidden]."""
+        t = self.torch
+        lat = t.randn(m, self.a.latent, generator=self.gen, device=self.dev).to(t.bfloat16)
+        sh = t.randn(m, self.a.hidden, generator=self.gen, device=self.dev).to(t.bfloat16)
+        return lat, sh
+
+    def agree(self, what, values):
+        """All-gathers this rank's values (ints) and reports whether every
+        rank has the same."""
+        mine = struct.pack(f"<{len(values)}q", *values)
+        others = [r for r, b in enumerate(self.g.all_gather(mine)) if b != mine]
+        if others:
+            self.say(f"FAIL: {what}: ranks {others} differ from this rank")
+            self.failed = True
+        return not others
+
+    def report(self, what, checked, wrong):
+        ok = wrong == 0
+        self.say(f"{what}: {checked} elements checked, {wrong} wrong" + ("" if ok else "  FAIL"))
+        self.failed |= not ok
+
+    # ---- --check --------------------------------------------------------
+
+    def check(self):
+        t, a = self.torch, self.a
+        r, s = self.g.rank, self.shard
+        digests, wrong, ref_wrong, differ, beyond, checked = [], 0, 0, 0, 0, 0
+        for m in a.m:
+            for it in range(a.iters):
+                lat, sh = self.fresh(m)
+                if it % 2:  # a poisoned output of the caller's, and this rank's columns as a strided view
+                    out = t.full((m, a.hidden), float("nan"), dtype=t.bfloat16, device=self.dev)
+                    self.op(lat, sh[:, r * s:(r + 1) * s], out=out)
+                else:
+                    out = self.op(lat, sh)
+                w, b = self.ref.check(out, lat, sh)
+                wrong += int(w)
+                beyond += int(b)
+                # PyTorch's own fp32 GEMM is one of the sums the bound
+                # allows: a check of the reference itself.
+                ref = ((lat.float() @ self.weight.float().T).to(t.bfloat16).float() + sh.float()).to(t.bfloat16)
+                ref_wrong += int(self.ref.check(ref, lat, sh)[0])
+                differ += int((out.float() != ref.float()).sum())
+                digests.append(int(digest(t, out, self.coeff)))
+                checked += m * a.hidden
+        self.op.synchronize()
+        self.report(f"check, M {a.m}, {a.iters} steps each", checked, wrong)
+        if ref_wrong:
+            self.say(f"FAIL: PyTorch's fp32 reference falls outside the bound {ref_wrong} times")
+            self.failed = True
+        self.say(f"check: {differ} of {checked} elements differ from PyTorch's own (fp32 GEMM, bf16, + shared); "
+                 f"{beyond} lie beyond one bf16 rounding of the exact GEMM")
+        if self.agree("check blocks", digests):
+            self.say(f"check: all {len(digests)} blocks identical on every rank")
+
+    # ---- --graph N ------------------------------------------------------
+
+    def graph(self):
+        t, a = self.torch, self.a
+        for m in a.m:
+            src = t.empty(m, a.latent, dtype=t.bfloat16, device=self.dev)
+            sh = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
+            out = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
+            src.copy_(self.fresh(m)[0])
+            sh.copy_(self.fresh(m)[1])
+            # One eager step on a side stream first, as torch.cuda.graph
+            # recommends (every rank runs it: it is a step like any other).
+            side = t.cuda.Stream()
+            side.wait_stream(t.cuda.current_stream())
+            with t.cuda.stream(side):
+                self.op(t.neg(src), sh, out=out)
+            t.cuda.current_stream().wait_stream(side)
+            g = t.cuda.CUDAGraph()
+            with t.cuda.graph(g):
+                lat = t.neg(src)  # a PyTorch op before the step
+                self.op(lat, sh, out=out)
+                post = out.float() * 2.0  # and one after it
+            wrong = t.zeros((), dtype=t.int64, device=self.dev)
+            beyond = t.zeros((), dtype=t.int64, device=self.dev)
+            dig = t.zeros((), dtype=t.int64, device=self.dev)
+            start = time.monotonic()
+            for _ in range(a.graph):
+                nsrc, nsh = self.fresh(m)
+                src.copy_(nsrc)
+                sh.copy_(nsh)
+                out.fill_(float("nan"))  # poison: whatever the step leaves unwritten fails
+                g.replay()
+                w, b = self.ref.check((post * 0.5).to(t.bfloat16), t.neg(nsrc), nsh)
+                wrong += w
+                beyond += b
+                dig += digest(t, post, self.coeff)
+            t.cuda.synchronize()
+            self.op.check()
+            took = time.monotonic() - start
+            self.report(f"graph, M {m}: {a.graph} replays ({took:.1f} s)", a.graph * m * a.hidden, int(wrong))
+            self.say(f"graph, M {m}: {int(beyond)} elements beyond one bf16 rounding of the exact GEMM")
+            if self.agree(f"graph M {m} blocks", [int(dig)]):
+                self.say(f"graph, M {m}: every replay's block identical on every rank")
+            del g
+
+    # ---- --compile ------------------------------------------------------
+
+    def compiled(self):
+        t, a = self.torch, self.a
+        op = self.op
+
+        def f(src, sh):
+            return op(t.neg(src), sh).float() * 2.0
+
+        if not hasattr(t, "compile"):
+            self.say(f"FAIL: --compile needs torch.compile (PyTorch 2), this is {t.__version__}")
+            self.failed = True
+            return
+        cf = t.compile(f)
+        wrong = differ = 0
+        for m in a.m:
+            for _ in range(3):
+                src, sh = self.fresh(m)
+                want = f(src, sh)  # a step
+                got = cf(src, sh)  # another step, same inputs: the same block
+                differ += int((got.view(t.int32) != want.view(t.int32)).sum())
+                wrong += int(self.ref.check((got * 0.5).to(t.bfloat16), t.neg(src), sh)[0])
+        self.op.synchronize()
+        self.report(f"compile, M {a.m}", 3 * sum(a.m) * a.hidden, wrong + differ)
+        if differ:
+            self.say(f"FAIL: compile: {differ} elements differ between eager and compiled")
+
+    # ---- --bench --------------------------------------------------------
+
+    def bench(self):
+        t, a = self.torch, self.a
+        shard_bytes = self.shard * a.latent * 2
+        k = max(math.ceil(a.rotate_mb * 2**20 / shard_bytes), 1)
+        self.say(f"bench: hidden {a.hidden}, latent {a.latent}, shard {self.shard}: {k} ops whose weight copies "
+                 f"cover {k * shard_bytes / 2**20:.0f} MiB")
+        ops = [self.op] + [self.g.up_projection(a.hidden, a.latent, self.max_m, self.mine, backend=a.backend,
+                                                deadline=a.deadline) for _ in range(k - 1)]
+        rows = []
+        for m in a.m:
+            lat, sh = self.fresh(m)
+            outs = [t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev) for _ in ops]
+            side = t.cuda.Stream()
+            side.wait_stream(t.cuda.current_stream())
+            with t.cuda.stream(side):
+                for op, out in zip(ops, outs):
+                    op(lat, sh, out=out)
+            t.cuda.current_stream().wait_stream(side)
+            g = t.cuda.CUDAGraph()
+            with t.cuda.graph(g):
+                for op, out in zip(ops, outs):
+                    op(lat, sh, out=out)
+            for _ in range(a.warmup):
+                g.replay()
+            for out in outs:
+                out.fill_(float("nan"))
+            g.replay()
+            wrong = sum(int(self.ref.check(out, lat, sh)[0]) for out in outs)
+            ev = [t.cuda.Event(enable_timing=True) for _ in range(a.replays + 1)]
+            ev[0].record()
+            for i in range(a.replays):
+                g.replay()
+                ev[i + 1].record()
+            t.cuda.synchronize()
+            ops[0].check()
+            us = sorted(ev[i].elapsed_time(ev[i + 1]) * 1000.0 / k for i in range(a.replays))
+            rows.append((m, statistics.median(us), us[max(0, math.ceil(0.9 * len(us)) - 1)], wrong))
+            del g
+        for op in ops[1:]:
+            op.close()
+        if self.g.rank == 0:
+            print(f"# torch_rank.py --bench: tp {self.g.size}, hidden {a.hidden}, latent {a.latent}, {self.op.backend}, "
+                  f"{k} ops per graph, {a.replays} replays; time per step = replay time / {k}")
+            print(f"# {'M':>2} {'median µs':>10} {'p90 µs':>10} {'#wrong':>7}")
+            for m, med, p90, wrong in rows:
+                print(f"  {m:>2} {med:>10.2f} {p90:>10.2f} {wrong:>7}")
+            sys.stdout.flush()
+        for m, _, _, wrong in rows:
+            if wrong:
+                self.say(f"FAIL: bench M {m}: {wrong} wrong elements")
+                self.failed = True
+
+
+def main():
+    a = parse_args()
+    import torch
+
+    import tprun
+
+    if not a.cpu and not torch.cuda.is_available():
+        sys.exit("torch_rank.py needs a CUDA device, or --cpu")
+    r = Rank(torch, tprun, a)
+    try:
+        if a.check:
+            r.check()
+        if a.graph:
+            r.graph()
+        if a.compile:
+            r.compiled()
+        if a.bench:
+            r.bench()
+    except tprun.TprunError as e:
+        who = "" if e.rank is None else f" (rank {e.rank})"
+        r.say(f"FAIL: {type(e).__name__}{who}: {e}")
+        r.g.abort(f"{type(e).__name__}: {e}")
+        sys.exit(1)
+    r.op.close()
+    r.g.close()
+    r.say("FAIL" if r.failed else "PASS")
+    sys.exit(1 if r.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+/*
+ * tprun.h: the C interface of tprun's fused tensor-parallel up-projection.
+ * This comment is the reference for every function below.
+ *
+ * WHAT IT COMPUTES
+ *
+ * Each of the N ranks of a job (N processes on one node, one per GPU, or
+ * several sharing one) holds its rows of an up-projection weight and its
+ * columns of a residual. One step multiplies the same small bf16 activation
+ * block by the rank's weight shard, adds the rank's residual slice, and
+ * stores the result straight into every rank's mailbox, so that every rank
+ * ends up holding the whole [M, hidden] block. With shard = hidden / N and
+ * r this rank, for every m < M and n < shard:
+ *
+ *     S                 = sum_k latent[m,k] * weight[n,k]     (fp32 accumulation)
+ *     out[m, r*shard+n] = bf16( f32(bf16(S)) + f32(shared[m,n]) )
+ *
+ * rounding to nearest even, and a negative zero stored as +0.
+ *
+ * SHAPES
+ *
+ *   hidden   a multiple of N, with shard = hidden / N a multiple of 8
+ *   latent   a multiple of 8, at most 1048576
+ *   max_m    1..8; every step's m is 1..max_m
+ *   N        1..16
+ *
+ * DATA
+ *
+ * bf16 values are passed as their 16-bit patterns (uint16_t, the upper
+ * half of an IEEE float32), row-major, in native (little-endian) order:
+ *
+ *   weight   [shard, latent], this rank's rows of the [hidden, latent] weight
+ *   latent   [m, latent], the same on every rank
+ *   shared   [m, shard] at row stride shared_stride (elements): element
+ *            (i, n) is shared[i*shared_stride + n]. Pass the full
+ *            [m, hidden] residual advanced by r*shard elements with stride
+ *            hidden, or a packed [m, shard] slice with stride shard. The
+ *            stride is a multiple of 8 and at least shard.
+ *   out      [m, hidden], receives the whole block, every rank's slice
+ *
+ * Device pointers and the weight must be 16-byte aligned (host buffers need
+ * only uint16_t alignment). out must not overlap the operands.
+ *
+ * STATUS AND THE LAST ERROR
+ *
+ * Every function that can fail returns an int: TPRUN_OK (0), or one of the
+ * negative TPRUN_E* codes below. After a failure, tprun_last_error()
+ * returns a message for a person (which call, which rank, which argument
+ * and rule), and tprun_last_error_rank() the rank to blame where one is
+ * known. The last error is kept per OS thread: a failure on one thread
+ * never changes what another thread reads. A successful call leaves it as
+ * it was (like errno), so read it only after a negative status.
+ *
+ * HANDLES AND OWNERSHIP
+ *
+ * tprun_group and tprun_op are opaque handles (small integer ids, never
+ * memory addresses; no pointer into the library's managed memory crosses
+ * this interface). Each is released by its close function. A handle used
+ * after its close fails with TPRUN_ECLOSED; an id the library never issued
+ * fails with TPRUN_EINVAL; neither crashes. Closing a group closes the
+ * ops made from it. Strings returned by tprun_op_backend and
+ * tprun_op_backend_reason belong to the op and stay valid until it is
+ * closed; tprun_version's and tprun_last_error's belong to the library
+ * (the latter until the next failure on the same thread). Caller buffers
+ * are only read or written during the call that receives them, except the
+ * device pointers given to tprun_op_step, which the queued step uses
+ * when it runs on the stream (as any kernel launch would).
+ *
+ * COLLECTIVES AND ORDER
+ *
+ * tprun_join, tprun_op_create(_ex), tprun_group_barrier and
+ * tprun_group_allgather are collectives: every rank makes the same such
+ * calls in the same order, with the same arguments where stated. Every
+ * rank runs the same number of steps of an op, with the same m each time.
+ *
+ * THREADING
+ *
+ * Every function may be called from any thread. The steps, weight setting
+ * and synchronizations of one op must not overlap: a call that starts
+ * while another runs fails with TPRUN_EBUSY. Different ops may step from
+ * different threads, as long as every rank issues them in one order.
+ * tprun_op_close (or tprun_group_close) may be called from another thread
+ * while a step waits; that step then fails with TPRUN_ECLOSED.
+ *
+ * FAILURES
+ *
+ * Nothing waits forever. A peer that dies, leaves, or aborts makes the
+ * calls that wait for it fail at once with TPRUN_EABORTED naming it. A peer
+ * that stalls makes a step fail at the op's deadline (10 s unless
+ * tprun_op_create_ex sets it) with TPRUN_ETIMEOUT naming the ranks whose
+ * slices did not arrive; the job then fails on every rank. After either,
+ * the op is unusable and the rank program should close it and exit.
+ *
+ * THE GO RUNTIME
+ *
+ * libtprun.so is written in Go. Loading it starts a Go runtime in the
+ * process (a few threads); only one Go c-shared library can live in a
+ * process. The runtime installs handlers for SIGSEGV, SIGBUS, SIGFPE,
+ * SIGPIPE and SIGURG (with which it preempts its own threads), passing
+ * signals that are not its own on to the handlers that were there, and
+ * keeps every other existing handler, adding SA_ONSTACK; it installs none
+ * for SIGINT or SIGTERM. A handler installed after loading must use
+ * SA_ONSTACK. Do not fork() after loading unless the child only calls
+ * exec.
+ *
+ * BUILD AND RUN
+ *
+ *   go build -buildmode=c-shared -o libtprun.so ./cmd/libtprun
+ *   cc -I include app.c -L. -ltprun -Wl,-rpath,'$ORIGIN' -o app
+ *   tprun --tp 2 -- ./app        (or torchrun, srun, mpirun on one node)
+ *
+ * The build also writes libtprun.h, a header generated for the Go side's
+ * own use; this file is the one to include.
+ */
+#ifndef TPRUN_H
+#define TPRUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The interface version: it changes when a signature or a meaning below
+ * changes. tprun_abi_version() returns the library's. */
+#define TPRUN_ABI_VERSION 1
+
+/* Status codes. */
+#define TPRUN_OK 0
+#define TPRUN_EINVAL (-1)      /* a bad argument: a null pointer, a shape,
+				  an alignment, m outside 1..max_m, an id
+				  never issued, a bad launch environment */
+#define TPRUN_EABORTED (-2)    /* the job failed: a peer died, left or
+				  aborted, the ranks disagreed, or an earlier
+				  failure broke the op */
+#define TPRUN_ETIMEOUT (-3)    /* a peer's slice did not arrive within the
+				  deadline (the ranks are named) */
+#define TPRUN_EUNAVAILABLE (-4) /* the backend cannot run here: no GPU or
+				  CUDA driver for a device call, a device
+				  call on the host backend */
+#define TPRUN_EBUSY (-5)       /* another call of the same op is running */
+#define TPRUN_ECLOSED (-6)     /* the handle, its group or its mailbox was
+				  closed */
+#define TPRUN_EINTERNAL (-7)   /* anything else (the message says what) */
+
+/* Device choices for tprun_op_create. */
+#define TPRUN_DEVICE_GROUP (-1) /* the group's device: tprun_group_device() */
+#define TPRUN_DEVICE_HOST (-2)  /* the host backend: CPU kernel, shared
+				   memory mailbox, host pointers only */
+
+typedef struct tprun_group tprun_group;
+typedef struct tprun_op tprun_op;
+
+/* ---- library ---------------------------------------------------------- */
+
+/* tprun_version returns a line naming the library's version and build. */
+const char *tprun_version(void);
+
+/* tprun_abi_version returns TPRUN_ABI_VERSION as the library was built
+ * with; a program built against another value must not use it. */
+int tprun_abi_version(void);
+
+/* tprun_last_error returns the message of the last failure on the calling
+ * thread, or "" when there was none. */
+const char *tprun_last_error(void);
+
+/* tprun_last_error_rank returns the rank the last failure on the calling
+ * thread blames (the peer that died, aborted or stalled; the first one when
+ * several did), or -1 when it blames none. */
+int tprun_last_error_rank(void);
+
+/* tprun_last_error_ranks stores up to cap ranks the last failure on the
+ * calling thread blames into ranks, ascending, and returns how many it
+ * blames (which may exceed cap). */
+int tprun_last_error_ranks(int *ranks, int cap);
+
+/* tprun_status_name returns the name of a status code ("TPRUN_ETIMEOUT"),
+ * or "unknown status". */
+const char *tprun_status_name(int status);
+
+/* ---- group ------------------------------------------------------------ */
+
+/* tprun_join joins the job the environment describes (the tprun launcher's
+ * TPRUN_* variables; torchrun's, srun's or mpirun's on one node, where rank
+ * 0 opens the hub) and returns once every rank has joined, or fails after
+ * the rendezvous timeout (60 s; tprun --rendezvous-timeout) naming the
+ * ranks that did not come. A collective. */
+int tprun_join(tprun_group **group);
+
+/* This rank's index (0..size-1), the number of ranks, the rank's index on
+ * its node, and the CUDA device it should use (TPRUN_DEVICES[local rank],
+ * or the local rank). Each returns the value, or a negative status. */
+int tprun_group_rank(const tprun_group *group);
+int tprun_group_size(const tprun_group *group);
+int tprun_group_local_rank(const tprun_group *group);
+int tprun_group_device(const tprun_group *group);
+
+/* tprun_group_barrier returns when every rank has called it. */
+int tprun_group_barrier(tprun_group *group);
+
+/* tprun_group_allgather: every rank contributes n bytes from in (the same
+ * n on every rank); out receives size*n bytes, rank k's at out + k*n.
+ * n is at most (4 MiB - 64) / size - 4 bytes (TPRUN_EINVAL beyond). */
+int tprun_group_allgather(tprun_group *group, const void *in, size_t n, void *out);
+
+/* tprun_group_abort fails the job on every rank, naming this rank and
+ * reason (may be NULL). The peers' waiting calls fail with TPRUN_EABORTED. */
+int tprun_group_abort(tprun_group *group, const char *reason);
+
+/* tprun_group_close closes the group's remaining ops and leaves the job
+ * (call it after this rank's last collective). NULL is a no-op. */
+int tprun_group_close(tprun_group *group);
+
+/* ---- op --------------------------------------------------------------- */
+
+/* tprun_op_create sets up the fused up-projection for [hidden, latent] and
+ * up to max_m rows per step on device (a CUDA ordinal, TPRUN_DEVICE_GROUP
+ * or TPRUN_DEVICE_HOST). A collective: every rank passes the same hidden,
+ * latent and max_m. With a device, the mailbox backend is chosen by all
+ * ranks together (tprun_op_backend says which and why): the host backend
+ * when some rank has no usable GPU. Give the weight (tprun_op_set_weight_*)
+ * before the first step. */
+int tprun_op_create(tprun_group *group, int hidden, int latent, int max_m, int device, tprun_op **op);
+
+/* tprun_op_create_ex is tprun_op_create with two settings more: the
+ * deadline of a step's wait for the peers' slices, in seconds (0: the
+ * default, 10 s), and the mailbox backend asked for by name: "auto" (or
+ * NULL or ""; what tprun_op_create does), "unicast" or "multicast" (the
+ * CUDA engine, or TPRUN_EUNAVAILABLE), or "host". Every rank asks for the
+ * same backend. Multicast is refused (TPRUN_EUNAVAILABLE, naming the
+ * variable) while the environment forbids it (NCCL_NVLS_ENABLE=0 and the
+ * like), and auto then does not pick it. */
+int tprun_op_create_ex(tprun_group *group, int hidden, int latent, int max_m, int device,
+		       double deadline_seconds, const char *backend, tprun_op **op);
+
+/* tprun_op_set_weight_host gives the op this rank's weight shard from host
+ * memory: count = shard*latent elements, row-major [shard, latent]. The op
+ * keeps its own copy (packed into the layout its kernels prefer; on the
+ * device for a CUDA backend); weight may be freed after the call. Not a
+ * collective; may be called again between steps. */
+int tprun_op_set_weight_host(tprun_op *op, const uint16_t *weight, size_t count);
+
+/* tprun_op_set_weight_device is tprun_op_set_weight_host from device memory
+ * in the primary context of the op's device (cudaMalloc, a PyTorch
+ * tensor's data_ptr()), row-major [shard, latent], 16-byte aligned. The op
+ * copies it; the caller may free it afterwards. TPRUN_EUNAVAILABLE on the
+ * host backend. */
+int tprun_op_set_weight_device(tprun_op *op, const void *weight);
+
+/* tprun_op_step queues one step on stream (a cudaStream_t / CUstream of
+ * the op's device; NULL is the legacy default stream) and returns without
+ * waiting: latent, shared and out are device pointers in the primary
+ * context of the op's device, ordered by the stream like any kernel's
+ * operands. The step may be captured into the caller's CUDA graph; a graph
+ * holding one step (or one step of each of several ops) can be replayed
+ * any number of times. A failure of a queued step (a peer that stalled or
+ * died) is reported by tprun_op_check and tprun_op_synchronize, and by the
+ * next tprun_op_step; out then holds no valid block.
+ * TPRUN_EUNAVAILABLE on the host backend. */
+int tprun_op_step(tprun_op *op, int m, const void *latent, const void *shared, size_t shared_stride,
+		  void *out, void *stream);
+
+/* tprun_op_step_host runs one step with host buffers and returns when out
+ * holds the whole block: latent has m*latent elements, shared
+ * (m-1)*shared_stride + shard, out m*hidden. On a CUDA backend the op
+ * stages the operands through the device; on the host backend this is
+ * the only step. */
+int tprun_op_step_host(tprun_op *op, int m, const uint16_t *latent, const uint16_t *shared,
+		       size_t shared_stride, uint16_t *out);
+
+/* tprun_op_synchronize waits for every step queued on stream to finish
+ * and returns the first failure among them (as tprun_op_check). */
+int tprun_op_synchronize(tprun_op *op, void *stream);
+
+/* tprun_op_check reports, without waiting, a failure of steps queued
+ * earlier that has become known: TPRUN_OK while none is. */
+int tprun_op_check(tprun_op *op);
+
+/* tprun_op_backend names the mailbox backend ("host", "unicast",
+ * "multicast"); tprun_op_backend_reason says why it was chosen. NULL on a
+ * bad handle (see tprun_last_error). Owned by the op. */
+const char *tprun_op_backend(const tprun_op *op);
+const char *tprun_op_backend_reason(const tprun_op *op);
+
+/* tprun_op_close releases the op (its mailbox and device memory). A step
+ * waiting in another thread fails. NULL is a no-op. */
+int tprun_op_close(tprun_op *op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPRUN_H */

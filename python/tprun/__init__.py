@@ -1,0 +1,382 @@
+"""tprun: the fused tensor-parallel up-projection inside a Python rank.
+
+    import tprun
+
+    g = tprun.join()                      # this rank of the job (tprun, torchrun, srun, mpirun)
+    op = g.up_projection(hidden, latent, max_m, weight)   # weight: this rank's [hidden/size, latent] bf16 rows
+    out = op(latent, shared)              # [M, hidden]: every rank's slice, on every rank
+    op.close(); g.close()
+
+With PyTorch, weight, latent, shared and out are bf16 tensors: CUDA tensors
+run on the current stream (also inside torch.cuda.graph capture and
+torch.compile, where the op is the custom op torch.ops.tprun.up_projection);
+CPU tensors run the host backend. Without PyTorch they are buffers of bf16
+bit patterns (array('H'), memoryview, bytes, bytearray): see to_bf16 and
+from_bf16. Every rank makes the same calls in the same order.
+
+Run the rank program under a launcher: `tprun --tp N -- python3 rank.py`
+or `torchrun --nproc-per-node N rank.py` (one node). README.md beside this
+file covers shapes, errors, the Go runtime inside the process and signals.
+"""
+
+import ctypes
+import sys
+from array import array
+
+from . import _lib
+from ._bf16 import bf16_from_float, bf16_to_float, f32_round, from_bf16, to_bf16
+from ._lib import (
+    BackendUnavailableError,
+    BusyError,
+    ClosedError,
+    InternalError,
+    InvalidArgumentError,
+    LibraryError,
+    PeerError,
+    PeerTimeoutError,
+    TprunError,
+)
+
+__all__ = [
+    "join",
+    "Group",
+    "UpProjection",
+    "version",
+    "library_path",
+    "TprunError",
+    "InvalidArgumentError",
+    "PeerError",
+    "PeerTimeoutError",
+    "BackendUnavailableError",
+    "BusyError",
+    "ClosedError",
+    "InternalError",
+    "LibraryError",
+    "bf16_from_float",
+    "bf16_to_float",
+    "f32_round",
+    "to_bf16",
+    "from_bf16",
+]
+
+library_path = _lib.library_path
+
+
+def version():
+    """The library's version line (libtprun.so's tprun_version)."""
+    return _lib.lib().tprun_version().decode()
+
+
+def join():
+    """Joins the job the environment describes and returns this rank's
+    Group once every rank has joined (a collective)."""
+    l = _lib.lib()
+    h = ctypes.c_void_p()
+    _lib.check(l.tprun_join(ctypes.byref(h)))
+    return Group(h.value)
+
+
+class Group:
+    """This rank's view of the job: rank, size, local_rank, device (the CUDA
+    device it should use), a few collectives, and the ops made from it.
+    Closing it (close(), or leaving a with block) closes its ops."""
+
+    def __init__(self, handle):
+        self._h = handle
+        l = _lib.lib()
+        self.rank = _lib.check(l.tprun_group_rank(handle))
+        self.size = _lib.check(l.tprun_group_size(handle))
+        self.local_rank = _lib.check(l.tprun_group_local_rank(handle))
+        self.device = _lib.check(l.tprun_group_device(handle))
+
+    def __repr__(self):
+        return f"<tprun.Group rank {self.rank} of {self.size}, device {self.device}>"
+
+    def _handle(self):
+        if self._h is None:
+            raise ClosedError("tprun: the group is closed", _lib.ECLOSED)
+        return self._h
+
+    def barrier(self):
+        """Returns when every rank has called it."""
+        _lib.check(_lib.lib().tprun_group_barrier(self._handle()))
+
+    def all_gather(self, data):
+        """Every rank contributes data (bytes, the same length on every
+        rank); returns the list of every rank's, index = rank."""
+        data = bytes(data)
+        n = len(data)
+        out = ctypes.create_string_buffer(max(n * self.size, 1))
+        src = ctypes.create_string_buffer(data, max(n, 1))
+        _lib.check(_lib.lib().tprun_group_allgather(self._handle(), src, n, out))
+        raw = out.raw
+        return [raw[r * n:(r + 1) * n] for r in range(self.size)]
+
+    def abort(self, reason=""):
+        """Fails the job on every rank, naming this rank and reason."""
+        _lib.check(_lib.lib().tprun_group_abort(self._handle(), str(reason).encode() or None))
+
+    def up_projection(self, hidden, latent, max_m, weight=None, *, device=None, backend=None, deadline=None):
+        """Creates the fused up-projection (a collective: every rank passes
+        the same hidden, latent and max_m) and gives it weight, this rank's
+        [hidden/size, latent] rows of the up-projection weight, if given.
+
+        device picks where it runs: None follows weight (a CUDA tensor: its
+        device; a CPU tensor, a buffer or no weight: the host backend),
+        "host", or a CUDA ordinal (int or torch.device). On a CUDA device
+        the ranks choose the mailbox backend together: backend None or
+        "auto" lets them (the host one where some rank has no GPU);
+        "unicast", "multicast" or "host" asks for one. deadline is how long
+        a step waits for the peers' slices, in seconds (None: 10 s)."""
+        for name, v in (("hidden", hidden), ("latent", latent), ("max_m", max_m)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"{name}: want an int, got {type(v).__name__}")
+        if device is None:
+            device = _weight_device(weight)
+        dev = _device_code(device)
+        if deadline is not None and not (isinstance(deadline, (int, float)) and deadline > 0):
+            raise ValueError(f"deadline: want a positive number of seconds or None, got {deadline!r}")
+        if backend is not None and not isinstance(backend, str):
+            raise ValueError(f"backend: want None, 'auto', 'unicast', 'multicast' or 'host', got {backend!r}")
+        if backend == "host":
+            dev = _lib.DEVICE_HOST
+        l = _lib.lib()
+        h = ctypes.c_void_p()
+        _lib.check(l.tprun_op_create_ex(self._handle(), hidden, latent, max_m, dev, float(deadline or 0),
+                                        (backend or "").encode(), ctypes.byref(h)))
+        op = UpProjection(self, h.value, hidden, latent, max_m, dev)
+        if weight is not None:
+            try:
+                op.set_weight(weight)
+            except BaseException:
+                op.close()
+                raise
+        return op
+
+    def close(self):
+        """Closes the group's ops and leaves the job (after this rank's last
+        collective). Closing twice does nothing."""
+        h, self._h = self._h, None
+        if h is not None:
+            _lib.check(_lib.lib().tprun_group_close(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _is_tensor(x):
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+# The PyTorch side (tprun._torch), loaded once torch is in use: an op made
+# while torch is imported loads it, as does the first tensor argument. A
+# step then finds it here without an import, which torch.compile traces.
+_T = None
+
+
+def _load_torch():
+    global _T
+    if _T is None:
+        from . import _torch
+
+        _T = _torch
+    return _T
+
+
+def _weight_device(weight):
+    if _is_tensor(weight) and weight.device.type == "cuda":
+        return weight.device.index if weight.device.index is not None else _torch_lib().current_device()
+    return "host"
+
+
+def _device_code(device):
+    if device == "host":
+        return _lib.DEVICE_HOST
+    if _is_torch_device(device):
+        if device.type == "cpu":
+            return _lib.DEVICE_HOST
+        if device.type == "cuda":
+            return device.index if device.index is not None else _torch_lib().current_device()
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        return device
+    raise ValueError(f"device: want None, 'host', a CUDA ordinal or a torch.device, got {device!r}")
+
+
+def _is_torch_device(x):
+    return type(x).__module__.startswith("torch") and type(x).__name__ == "device"
+
+
+def _torch_lib():
+    return _load_torch().torch
+
+
+class UpProjection:
+    """The fused up-projection of this rank. Call it with latent [M,
+    latent] and shared (this rank's [M, shard] slice of the residual, or the
+    whole [M, hidden] residual, whose columns rank*shard.. are taken) to get
+    the whole [M, hidden] block. Attributes: hidden, latent, max_m, shard,
+    rank, size, backend ("host", "unicast" or "multicast"), backend_reason,
+    device (a CUDA ordinal, or None on the host backend)."""
+
+    def __init__(self, group, handle, hidden, latent, max_m, dev):
+        self._group, self._h = group, handle
+        self.hidden, self.latent, self.max_m = hidden, latent, max_m
+        self.rank, self.size = group.rank, group.size
+        self.shard = hidden // group.size
+        l = _lib.lib()
+        b = l.tprun_op_backend(handle)
+        if b is None:
+            raise _lib.error(_lib.EINTERNAL)
+        self.backend = b.decode()
+        self.backend_reason = (l.tprun_op_backend_reason(handle) or b"").decode()
+        self.device = None if self.backend == "host" else (group.device if dev == _lib.DEVICE_GROUP else dev)
+        _lib.ops[handle] = self
+        if "torch" in sys.modules:
+            _load_torch()
+
+    def __repr__(self):
+        where = "host" if self.device is None else f"cuda:{self.device}"
+        return (f"<tprun.UpProjection hidden {self.hidden} latent {self.latent} max_m {self.max_m}, "
+                f"rank {self.rank} of {self.size}, {self.backend} on {where}>")
+
+    def _handle(self):
+        if self._h is None:
+            raise ClosedError("tprun: the op is closed", _lib.ECLOSED)
+        return self._h
+
+    def set_weight(self, weight):
+        """Gives the op this rank's weight, [shard, latent] bf16 row-major: a
+        CUDA tensor (on the op's device), a CPU tensor, or a buffer of
+        shard*latent bf16 bit patterns. The op keeps its own copy."""
+        n = self.shard * self.latent
+        l = _lib.lib()
+        if _is_tensor(weight):
+            ptr, host = _load_torch().weight_pointer(self, weight)
+            if host:
+                _lib.check(l.tprun_op_set_weight_host(self._handle(), ptr, n))
+            else:
+                _lib.check(l.tprun_op_set_weight_device(self._handle(), ptr))
+            return
+        buf = _host_buffer("weight", weight, n, writable=False)
+        _lib.check(l.tprun_op_set_weight_host(self._handle(), buf.ptr, n))
+
+    def __call__(self, latent, shared, out=None):
+        """One step: returns out (allocated when None) holding the whole
+        [M, hidden] block. Tensors: on the op's CUDA device the step is
+        queued on the current stream and returns at once; on the CPU it runs
+        the host step. Buffers: M is len(latent) / latent; shared holds M*shard
+        or M*hidden elements; out, if given, M*hidden; returns out or a new
+        array('H')."""
+        t = _T
+        if t is not None and isinstance(latent, t.torch.Tensor):
+            return t.call(self, latent, shared, out)
+        if _is_tensor(latent):
+            return _load_torch().call(self, latent, shared, out)
+        return self._call_buffers(latent, shared, out)
+
+    step = __call__
+
+    def _call_buffers(self, latent, shared, out):
+        lat = _host_buffer("latent", latent, None, writable=False)
+        m, rem = divmod(lat.count, self.latent)
+        if rem or not 1 <= m <= self.max_m:
+            raise ValueError(f"latent: {lat.count} elements: want M*latent = M*{self.latent} with M in 1..{self.max_m}")
+        sh = _host_buffer("shared", shared, None, writable=False)
+        sptr, stride = self._shared_layout("shared", sh.count, m, sh.ptr, 2)
+        if out is None:
+            out = array("H", bytes(2 * m * self.hidden))
+        o = _host_buffer("out", out, m * self.hidden, writable=True)
+        self._step_host(m, lat.ptr, sptr, stride, o.ptr)
+        return out
+
+    def _shared_layout(self, name, count, m, ptr, itemsize):
+        """The pointer and row stride of this rank's slice of a packed
+        shared buffer of count elements."""
+        if count == m * self.shard:
+            return ptr, self.shard
+        if count == m * self.hidden:
+            return ptr + itemsize * self.rank * self.shard, self.hidden
+        raise ValueError(f"{name}: {count} elements: want M*shard = {m}*{self.shard} (this rank's slice) "
+                         f"or M*hidden = {m}*{self.hidden} (the whole residual)")
+
+    def _step_host(self, m, latent, shared, stride, out):
+        _lib.check(_lib.lib().tprun_op_step_host(self._handle(), m, latent, shared, stride, out))
+
+    def _step_device(self, m, latent, shared, stride, out, stream):
+        _lib.check(_lib.lib().tprun_op_step(self._handle(), m, latent, shared, stride, out, stream))
+
+    def synchronize(self, stream=None):
+        """Waits for the steps queued on stream (default: the current CUDA
+        stream of the op's device) and raises the first failure among them."""
+        if stream is None:
+            stream = 0 if self.device is None else _torch_lib().cuda.current_stream(self.device).cuda_stream
+        _lib.check(_lib.lib().tprun_op_synchronize(self._handle(), getattr(stream, "cuda_stream", stream)))
+
+    def check(self):
+        """Raises, without waiting, a failure of steps queued earlier that
+        has become known (e.g. after CUDA graph replays)."""
+        _lib.check(_lib.lib().tprun_op_check(self._handle()))
+
+    def close(self):
+        """Releases the op. Closing twice, or after the group, does
+        nothing."""
+        h, self._h = self._h, None
+        if h is not None:
+            _lib.ops.pop(h, None)
+        if h is not None and self._group._h is not None:
+            _lib.check(_lib.lib().tprun_op_close(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class _HostBuffer:
+    """A C view of a Python buffer: ptr (an address) and count (uint16
+    elements). A read-only buffer is a copy; a writable one is used in
+    place. The view holds the buffer until it is dropped."""
+
+    def __init__(self, ptr, count, keep):
+        self.ptr, self.count, self._keep = ptr, count, keep
+
+
+def _host_buffer(name, obj, count, writable):
+    """Checks obj as a host buffer of bf16 bit patterns (format 'H', or raw
+    bytes of even length), C-contiguous, 2-byte aligned, of count elements
+    when count is not None."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise ValueError(f"{name}: want a bf16 tensor or a buffer of bf16 bit patterns (array('H'), memoryview, bytes), "
+                         f"got {type(obj).__name__}") from None
+    if not mv.c_contiguous:
+        raise ValueError(f"{name}: the buffer is not contiguous")
+    if mv.format in ("H", "=H", "<H") and mv.itemsize == 2:
+        pass
+    elif mv.format in ("B", "b", "c") and mv.itemsize == 1:
+        if mv.nbytes % 2:
+            raise ValueError(f"{name}: {mv.nbytes} bytes: want an even number (2 bytes per bf16)")
+    else:
+        raise ValueError(f"{name}: buffer format {mv.format!r}: want 'H' (uint16 bf16 bit patterns) or bytes")
+    n = mv.nbytes // 2
+    if count is not None and n != count:
+        raise ValueError(f"{name}: {n} elements: want {count}")
+    if n == 0:
+        raise ValueError(f"{name}: empty buffer")
+    if mv.readonly:
+        if writable:
+            raise ValueError(f"{name}: the buffer is read-only")
+        c = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv)
+        return _HostBuffer(ctypes.addressof(c), n, c)
+    c = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B") if mv.format != "B" else mv)
+    ptr = ctypes.addressof(c)
+    if ptr % 2:
+        raise ValueError(f"{name}: address {ptr:#x} is not 2-byte aligned")
+    return _HostBuffer(ptr, n, (c, mv))

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ErrNoTable: the input holds no results table of the expected kind.
+var ErrNoTable = errors.New("no results table")
+
+// KernelRow is one row of a kernel bench (scripts/bench-kernel writes
+// bench/kernel-h200-<date>.txt): the skinny kernel alone on one GPU against
+// PyTorch mm+add, per (latent, shard, M).
+type KernelRow struct {
+	Latent, Shard, M int
+	Config           string  // the launch config, as the bench writes it
+	Ours             float64 // µs per launch, median
+	Floor            float64 // µs: weight bytes / copy bandwidth of the same run
+	Torch            float64 // µs: PyTorch mm+add, median
+}
+
+// StepRow is one row of a step bench (scripts/bench-step writes
+// bench/step-h200x<N>-<date>.txt): the fused step across N GPUs against
+// PyTorch mm+add+NCCL all_gather_into_tensor, per M.
+type StepRow struct {
+	M         int
+	Ours      float64 // µs per step: the slowest rank's median
+	Floor     float64 // µs: shard weight bytes / copy bandwidth of the same run
+	Torch     float64 // µs: PyTorch mm+add+all_gather_into_tensor, median
+	AllGather float64 // µs: the NCCL all-gather alone, median
+}
+
+// kernelColumns are the headers ParseKernel needs, as the bench writes them.
+var kernelColumns = []string{"latent", "shard", "M", "ours µs", "floor µs", "torch µs"}
+
+// ParseKernel reads the Markdown results table of a kernel bench: the first
+// line whose cells include every column of kernelColumns is the header, the
+// rows follow it (after the |---| line) up to the first line that is not a
+// table row. The config column is the one whose header starts with
+// "config", if there is one.
+func ParseKernel(r io.Reader) ([]KernelRow, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var col map[string]int
+	var rows []KernelRow
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(text, "|") {
+			if col != nil {
+				break // the table has ended
+			}
+			continue
+		}
+		cells := splitRow(text)
+		if col == nil {
+			col = kernelHeader(cells)
+			continue
+		}
+		if isRule(cells) {
+			continue
+		}
+		row, err := kernelRow(cells, col)
+		if err != nil {
+			return nil, fmt.Errorf("kernel bench line %d: %w", line, err)
+		}
+		rows = append(rows, row)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("kernel bench: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("kernel bench: %w: want a Markdown table with columns %s", ErrNoTable, strings.Join(kernelColumns, ", "))
+	}
+	return rows, nil
+}
+
+// splitRow splits "| a | b |" into its trimmed cells.
+func splitRow(text string) []string {
+	text = strings.TrimSuffix(strings.TrimPrefix(text, "|"), "|")
+	cells := strings.Split(text, "|")
+	for i := range cells {
+		cells[i] = strings.TrimSpace(cells[i])
+	}
+	return cells
+}
+
+// kernelHeader maps column names to cell indexes, or returns nil when cells
+// is not the kernel table's header.
+func kernelHeader(cells []string) map[string]int {
+	col := map[string]int{}
+	for i, c := range cells {
+		if slices.Contains(kernelColumns, c) {
+			col[c] = i
+		}
+		if strings.HasPrefix(c, "config") {
+			col["config"] = i
+		}
+	}
+	for _, c := range kernelColumns {
+		if _, ok := col[c]; !ok {
+			return nil
+		}
+	}
+	return col
+}
+
+// isRule reports a Markdown header rule (| --- | ---: |).
+func isRule(cells []string) bool {
+	for _, c := range cells {
+		if strings.Trim(c, "-: ") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+func kernelRow(cells []string, col map[string]int) (KernelRow, error) {
+	var row KernelRow
+	var err error
+	cell := func(name string) string {
+		if i, ok := col[name]; ok && i < len(cells) {
+			return cells[i]
+		}
+		return ""
+	}
+	ints := []struct {
+		name string
+		dst  *int
+	}{{"latent", &row.Latent}, {"shard", &row.Shard}, {"M", &row.M}}
+	for _, f := range ints {
+		if *f.dst, err = positiveInt(f.name, cell(f.name)); err != nil {
+			return row, err
+		}
+	}
+	floats := []struct {
+		name string
+		dst  *float64
+	}{{"ours µs", &row.Ours}, {"floor µs", &row.Floor}, {"torch µs", &row.Torch}}
+	for _, f := range floats {
+		if *f.dst, err = positiveFloat(f.name, cell(f.name)); err != nil {
+			return row, err
+		}
+	}
+	row.Config = cell("config")
+	return row, nil
+}
+
+func positiveInt(name, s string) (int, error) {
+	v, err := strconv.Atoi(s)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("column %q: %q is not a positive integer", name, s)
+	}
+	return v, nil
+}
+
+func positiveFloat(name, s string) (float64, error) {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(v > 0) {
+		return 0, fmt.Errorf("column %q: %q is not a positive number", name, s)
+	}
+	return v, nil
+}
+
+// stepColumns are the headers ParseStep needs, as the bench writes them
+// (a unit "µs" is part of the column name before it).
+var stepColumns = []string{"M", "ours µs", "floor µs", "torch µs", "allgather µs"}
+
+// ParseStep reads the results table of a step bench: a header line of
+// space-separated column names (a "µs" joins the name before it) that
+// includes every column of stepColumns, then one row per M, up to the first
+// blank or non-numeric line.
+func ParseStep(r io.Reader) ([]StepRow, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var col map[string]int
+	var rows []StepRow
+	line := 0
+	for sc.Scan() {
+		line++
+		fields := strings.Fields(sc.Text())
+		if col == nil {
+			col = stepHeader(fields)
+			continue
+		}
+		if len(fields) == 0 {
+			break
+		}
+		if _, err := strconv.Atoi(fields[0]); err != nil {
+			break
+		}
+		row, err := stepRow(fields, col)
+		if err != nil {
+			return nil, fmt.Errorf("step bench line %d: %w", line, err)
+		}
+		rows = append(rows, row)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("step bench: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("step bench: %w: want a table with columns %s", ErrNoTable, strings.Join(stepColumns, ", "))
+	}
+	return rows, nil
+}
+
+// stepHeader maps column names to field indexes, or returns nil when
+// fields is not the step table's header.
+func stepHeader(fields []string) map[string]int {
+	if len(fields) == 0 || fields[0] != "M" {
+		return nil
+	}
+	var names []string
+	for _, f := range fields {
+		if f == "µs" && len(names) > 0 {
+			names[len(names)-1] += " µs"
+			continue
+		}
+		names = append(names, f)
+	}
+	col := map[string]int{}
+	for i, n := range names {
+		col[n] = i
+	}
+	for _, c := range stepColumns {
+		if _, ok := col[c]; !ok {
+			return nil
+		}
+	}
+	return col
+}
+
+func stepRow(fields []string, col map[string]int) (StepRow, error) {
+	var row StepRow
+	var err error
+	cell := func(name string) string {
+		if i := col[name]; i < len(fields) {
+			return fields[i]
+		}
+		return ""
+	}
+	if row.M, err = positiveInt("M", cell("M")); err != nil {
+		return row, err
+	}
+	floats := []struct {
+		name string
+		dst  *float64
+	}{{"ours µs", &row.Ours}, {"floor µs", &row.Floor}, {"torch µs", &row.Torch}, {"allgather µs", &row.AllGather}}
+	for _, f := range floats {
+		if *f.dst, err = positiveFloat(f.name, cell(f.name)); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
