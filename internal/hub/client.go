@@ -49,6 +49,10 @@ type Client struct {
 // goodbye by closing its end.
 const byeWait = time.Second
 
+// lastWordWait bounds how long a call whose frame could not be sent waits
+// for the reader to read what the hub sent before the connection broke.
+const lastWordWait = 200 * time.Millisecond
+
 // hubSilence is how long past its own collective timeout a call waits for
 // the hub's verdict before it takes the hub for gone: the hub times the
 // collective out itself and names the missing ranks, so this only fires
@@ -439,6 +443,15 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 			c.broken(fmt.Errorf("a call was interrupted while sending: %w", ctx.Err()))
 			return nil, nil, wrap(ctx.Err())
 		}
+		// A hub that ended the job told every rank why before it went:
+		// let the reader take what is left in the socket, so that the
+		// error is the job's failure, not the closed connection.
+		t := time.NewTimer(lastWordWait)
+		select {
+		case <-c.readerDone:
+		case <-t.C:
+		}
+		t.Stop()
 		return nil, nil, wrap(c.broken(&lostError{err: err}))
 	}
 
