@@ -64,6 +64,9 @@ type gpuOptions struct {
 	getenv     func(string) string
 	handleType cuda.HandleType // 0: fabric where every rank can, else POSIX FD
 	closeFD    func(fd int) error
+	// crossNode: the ranks span nodes (NodeSpanner); FABRIC only, and its
+	// refusals are *FabricError.
+	crossNode bool
 }
 
 func gpuDefaults(opts []GPUOption) gpuOptions {

@@ -23,6 +23,7 @@ type gpuCase struct {
 	opts       []GPUOption
 	sameDevice bool                    // every rank on device 0
 	perRank    func(r int) []GPUOption // extra options per rank
+	crossNode  bool                    // the ranks say they span nodes (crossRank)
 }
 
 type gpuRun struct {
@@ -62,6 +63,9 @@ func (c gpuCase) run(t testing.TB, rng *rand.Rand, prep func(drvs []*fakeDrv)) g
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	run.errs = onRanks(c.size, func(r int, ex Exchanger) error {
+		if c.crossNode {
+			ex = crossRank{ex}
+		}
 		d := run.drvs[r]
 		opts := c.opts
 		if c.perRank != nil {

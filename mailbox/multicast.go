@@ -97,6 +97,9 @@ func (m *Multicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOp
 		local = o.check()
 	}
 	if local == nil {
+		local = acrossNodes(ex, &o)
+	}
+	if local == nil {
 		m.layout, local = newLayout(cfg, size)
 	}
 	var fabric bool
@@ -126,6 +129,7 @@ func (m *Multicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOp
 	var blob []byte
 	if m.rank == 0 {
 		blob, local = m.create(size, want == cuda.HandleTypeFabric, o.handleType == cuda.HandleTypeFabric)
+		local = o.fabricErr(m.dev, "cuMulticastCreate or its FABRIC export", local)
 	}
 	msgs, err = exchange(ctx, ex, phaseCreate, local, 1, []uint64{uint64(m.handleType)}, blob)
 	if err != nil {
@@ -156,7 +160,7 @@ func (m *Multicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOp
 
 	// Every rank imports the object and adds its device; nobody binds
 	// before all devices are in.
-	local = m.addDevice(fds, msgs[0].blob) // closes fds
+	local = o.fabricErr(m.dev, "cuMemImportFromShareableHandle(FABRIC) of the multicast object", m.addDevice(fds, msgs[0].blob)) // closes fds
 	if _, err := exchange(ctx, ex, phaseAdd, local, 0, nil, nil); err != nil {
 		return err
 	}
@@ -190,6 +194,9 @@ func (m *Multicast) prepare(size int, o gpuOptions) (fabric bool, reason string,
 			return false, "", fmt.Errorf("device %d: query FABRIC handle support: %w", m.dev, err)
 		}
 		fabric = v != 0
+		if !fabric && o.crossNode {
+			return false, "", noFabric(m.dev)
+		}
 		if !fabric {
 			reason = fmt.Sprintf("device %d reports no FABRIC handle support", m.dev)
 		}

@@ -33,6 +33,30 @@ type Facts struct {
 	// Getenv reads the environment for the multicast safety rule
 	// (os.Getenv in production; nil reads as nothing set).
 	Getenv func(string) string
+	// Nodes names each rank's node (index = rank) when the ranks span
+	// nodes; empty means one node. Devices are then told apart by node and
+	// ordinal, PeerAccess speaks of the ranks of one node (across nodes
+	// the fabric handles are the access), and the host backend, which
+	// shares descriptors, is unavailable.
+	Nodes []string
+}
+
+// nodeCount is how many distinct nodes f's ranks run on (1 when Nodes is
+// empty).
+func (f Facts) nodeCount() int {
+	seen := map[string]bool{}
+	for _, n := range f.Nodes {
+		seen[n] = true
+	}
+	return max(len(seen), 1)
+}
+
+// hostBlocker says why the host backend cannot work ("" when it can).
+func hostBlocker(f Facts) string {
+	if n := f.nodeCount(); n > 1 {
+		return fmt.Sprintf("the host backend shares memory through file descriptors, which do not cross nodes, and the ranks run on %d nodes", n)
+	}
+	return ""
 }
 
 // Resolve turns the backend asked for into the one to use, with a reason a
@@ -53,6 +77,9 @@ func Resolve(kind Kind, facts Facts) (Kind, string, error) {
 	}
 	switch kind {
 	case KindHost:
+		if why := hostBlocker(facts); why != "" {
+			return KindHost, "", fmt.Errorf("mailbox: host backend: %w: %s", ErrUnavailable, why)
+		}
 		return KindHost, "host asked for", nil
 	case KindUnicast:
 		if why := unicastBlocker(facts); why != "" {
@@ -72,6 +99,9 @@ func Resolve(kind Kind, facts Facts) (Kind, string, error) {
 		return KindHost, "", fmt.Errorf("mailbox: %w: %v", ErrUnknownKind, kind)
 	}
 	if len(facts.Devices) == 0 {
+		if why := hostBlocker(facts); why != "" {
+			return KindHost, "", fmt.Errorf("mailbox: auto: %w: no GPU, and %s", ErrUnavailable, why)
+		}
 		return KindHost, "auto: no GPU", nil
 	}
 	var notMC string
@@ -80,12 +110,23 @@ func Resolve(kind Kind, facts Facts) (Kind, string, error) {
 	} else if why := multicastBlocker(facts); why != "" {
 		notMC = "no multicast: " + why
 	} else {
-		return KindMulticast, fmt.Sprintf("auto: devices %s all support NVLink multicast and no variable forbids it", deviceList(facts)), nil
+		return KindMulticast, fmt.Sprintf("auto: devices %s all support NVLink multicast and no variable forbids it%s", deviceList(facts), fabricWords(facts)), nil
 	}
 	if why := unicastBlocker(facts); why != "" {
+		if hb := hostBlocker(facts); hb != "" {
+			return KindHost, "", fmt.Errorf("mailbox: auto: %w: %s; no unicast: %s; and %s", ErrUnavailable, notMC, why, hb)
+		}
 		return KindHost, fmt.Sprintf("auto: %s; no unicast: %s", notMC, why), nil
 	}
-	return KindUnicast, fmt.Sprintf("auto: %s; devices %s share VMM memory peer to peer", notMC, deviceList(facts)), nil
+	return KindUnicast, fmt.Sprintf("auto: %s; devices %s share VMM memory peer to peer%s", notMC, deviceList(facts), fabricWords(facts)), nil
+}
+
+// fabricWords adds, for ranks on several nodes, how they share memory.
+func fabricWords(f Facts) string {
+	if n := f.nodeCount(); n > 1 {
+		return fmt.Sprintf(" (across %d nodes, through fabric handles)", n)
+	}
+	return ""
 }
 
 // unicastBlocker says why unicast cannot work ("" when it can).
@@ -98,7 +139,7 @@ func unicastBlocker(f Facts) string {
 			return fmt.Sprintf("rank %d's device %d lacks virtual memory management with shareable handles", r, d.Device)
 		}
 	}
-	if !f.PeerAccess && distinct(f.Devices) > 1 {
+	if !f.PeerAccess && distinct(f) > 1 {
 		return "the devices cannot access each other (no P2P)"
 	}
 	return ""
@@ -110,7 +151,7 @@ func multicastBlocker(f Facts) string {
 	if why := unicastBlocker(f); why != "" {
 		return why
 	}
-	if n := distinct(f.Devices); n < 2 || n != len(f.Devices) {
+	if n := distinct(f); n < 2 || n != len(f.Devices) {
 		return fmt.Sprintf("it needs one distinct device per rank, at least two (devices %s)", deviceList(f))
 	}
 	for r, d := range f.Devices {
@@ -121,10 +162,20 @@ func multicastBlocker(f Facts) string {
 	return ""
 }
 
-func distinct(ds []DeviceFacts) int {
-	seen := map[int]bool{}
-	for _, d := range ds {
-		seen[d.Device] = true
+// distinct counts the distinct devices: by ordinal on one node, by node
+// and ordinal across nodes.
+func distinct(f Facts) int {
+	type key struct {
+		node string
+		dev  int
+	}
+	seen := map[key]bool{}
+	for r, d := range f.Devices {
+		k := key{dev: d.Device}
+		if r < len(f.Nodes) {
+			k.node = f.Nodes[r]
+		}
+		seen[k] = true
 	}
 	return len(seen)
 }
@@ -133,6 +184,9 @@ func deviceList(f Facts) string {
 	s := make([]string, len(f.Devices))
 	for i, d := range f.Devices {
 		s[i] = fmt.Sprint(d.Device)
+		if f.nodeCount() > 1 && i < len(f.Nodes) {
+			s[i] = f.Nodes[i] + ":" + s[i]
+		}
 	}
 	return strings.Join(s, ",")
 }

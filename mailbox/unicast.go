@@ -86,6 +86,9 @@ func (u *Unicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOpti
 	size := len(u.mems)
 	local := o.check()
 	if local == nil {
+		local = acrossNodes(ex, &o)
+	}
+	if local == nil {
 		u.layout, local = newLayout(cfg, size)
 	}
 	var reason string
@@ -134,7 +137,7 @@ func (u *Unicast) setup(ctx context.Context, ex Exchanger, cfg Config, o gpuOpti
 			return fmt.Errorf("all-gather of mailbox descriptors: %w", err)
 		}
 	}
-	local = u.mapAll(msgs, fds) // closes fds
+	local = o.fabricErr(u.dev, "cuMemImportFromShareableHandle(FABRIC)", u.mapAll(msgs, fds)) // closes fds
 	if cerr := u.closeFDs(fd); cerr != nil {
 		local = errors.Join(local, fmt.Errorf("own mailbox export: %w", cerr))
 	}
@@ -157,6 +160,9 @@ func (u *Unicast) prepare(o gpuOptions) (reason string, err error) {
 		return "", fmt.Errorf("device %d: query FABRIC handle support: %w", u.dev, err)
 	}
 	if fab == 0 {
+		if o.crossNode {
+			return "", noFabric(u.dev)
+		}
 		return fmt.Sprintf("device %d reports no FABRIC handle support", u.dev), nil
 	}
 	mem, err := createMem(u.drv, u.dev, uint64(u.layout.Bytes), cuda.HandleTypeFabric)
@@ -164,7 +170,7 @@ func (u *Unicast) prepare(o gpuOptions) (reason string, err error) {
 		if o.handleType == cuda.HandleTypeNone && fabricUnavailable(err) {
 			return fmt.Sprintf("device %d: %v", u.dev, err), nil
 		}
-		return "", err
+		return "", o.fabricErr(u.dev, "cuMemCreate(FABRIC)", err)
 	}
 	u.mems[u.rank] = mem
 	fh, err := u.drv.MemExportFabric(mem.handle)
@@ -172,7 +178,7 @@ func (u *Unicast) prepare(o gpuOptions) (reason string, err error) {
 		if o.handleType == cuda.HandleTypeNone && fabricUnavailable(err) {
 			return fmt.Sprintf("device %d: %v", u.dev, err), u.releaseOwn()
 		}
-		return "", err
+		return "", o.fabricErr(u.dev, "cuMemExportToShareableHandle(FABRIC)", err)
 	}
 	u.fabric = fh
 	return "", nil

@@ -271,14 +271,14 @@ func resolveMailbox(ctx context.Context, ex mailbox.Exchanger, kind mailbox.Kind
 			where = fmt.Sprintf(" (set on rank %d)", blockedRank)
 		}
 	}
-	facts := mailbox.Facts{Getenv: groupEnv, PeerAccess: true}
+	facts := mailbox.Facts{Getenv: groupEnv, PeerAccess: true, Nodes: rankNodes(ex)}
 	var devices []int
 	if len(noGPU) == 0 {
 		for r, p := range probes {
 			facts.Devices = append(facts.Devices, p.facts)
 			devices = append(devices, p.facts.Device)
 			for q, o := range probes {
-				if q != r && o.facts.Device != p.facts.Device && p.peers&(1<<o.facts.Device) == 0 {
+				if q != r && o.facts.Device != p.facts.Device && sameNode(facts.Nodes, q, r) && p.peers&(1<<o.facts.Device) == 0 {
 					facts.PeerAccess = false
 				}
 			}

@@ -90,8 +90,13 @@
 // connects to the launcher's hub. Ranks started by srun, mpirun or
 // torchrun join without the launcher: rank 0 opens the hub at a socket
 // path derived from the job id found in the environment, and the others
-// connect to it. That hub is node-local, so such a job must run on one
-// node.
+// connect to it. A job whose ranks span nodes meets over TCP instead, with
+// a job secret (see Join), and shares GPU memory through fabric handles.
+//
+// Nothing waits forever: a group collective that a live rank never joins
+// fails on every rank after the collective timeout (default 5 min,
+// TPRUN_COLLECTIVE_TIMEOUT, WithCollectiveTimeout), naming the ranks that
+// did not come (*CollectiveTimeoutError).
 //
 // What this package must not do: import the launcher, start or signal
 // processes, exit the process, or read the real environment for joining

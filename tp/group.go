@@ -25,6 +25,14 @@ import (
 // this rank's later calls. A call cancelled before it was sent leaves the
 // group usable.
 //
+// Nothing waits forever: a collective that some live rank never joins
+// fails on every rank once the collective timeout of the first rank that
+// waits in it runs out (WithCollectiveTimeout, TPRUN_COLLECTIVE_TIMEOUT,
+// else DefaultCollectiveTimeout), even when the callers' ctx has no
+// deadline. The error is a *CollectiveTimeoutError naming the collective
+// and the ranks that never came, with their host and pid (errors.Is(err,
+// ErrCollectiveTimeout) and errors.Is(err, ErrAborted)); the job is over.
+//
 // The collectives are made one at a time; calls from several goroutines
 // queue up in the order they arrive, which the other ranks must match.
 type Group struct {
@@ -79,6 +87,13 @@ func (g *Group) Launcher() string { return g.l.launcher }
 // Peers returns what every rank said when it joined (pid, hostname,
 // device); index = rank.
 func (g *Group) Peers() []Peer { return g.c.Peers() }
+
+// SpansNodes reports whether the job's ranks run on more than one node
+// (or TPRUN_FORCE_NODE made them act so). Its ranks then reach each other
+// over TCP and share GPU memory only through CUDA fabric handles: the
+// descriptor collectives (AllGatherFDs, BroadcastFDs) fail with
+// ErrCrossNode, and a GPU mailbox needs an IMEX channel on every node.
+func (g *Group) SpansNodes() bool { return g.l.cross }
 
 // Barrier returns when every rank has called it.
 func (g *Group) Barrier(ctx context.Context) error {
@@ -187,12 +202,21 @@ func (g *Group) stopHub() error {
 }
 
 // wrap names rank 0 when the hub it hosts went away: without the launcher,
-// a lost hub means rank 0 died or left.
-func (g *Group) wrap(err error) error { return blameHost(g.l, g.srv != nil, err) }
+// a lost hub means rank 0 died or left (or, across nodes, its node went
+// away).
+func (g *Group) wrap(err error) error {
+	host := ""
+	if g.l.cross {
+		host = g.c.Peers()[0].Hostname
+	}
+	return blameHost(g.l, g.srv != nil, host, err)
+}
 
-func blameHost(l launch, host bool, err error) error {
-	if err == nil || host || l.launcher == LauncherTprun || !errors.Is(err, hub.ErrHubLost) {
+// blameHost names rank 0, on host (across nodes; "" on one node), for a
+// lost hub that it hosted, unless this rank is the host.
+func blameHost(l launch, isHost bool, host string, err error) error {
+	if err == nil || isHost || l.launcher == LauncherTprun || !errors.Is(err, hub.ErrHubLost) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", &hub.RankError{Rank: 0, Reason: "it hosts the hub and went away"}, err)
+	return fmt.Errorf("%w: %w", &hub.RankError{Rank: 0, Host: host, Reason: "it hosts the hub and went away"}, err)
 }

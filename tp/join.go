@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,10 +46,34 @@ type joinConfig struct {
 	lookup  func(string) (string, bool)
 	timeout time.Duration
 	logf    func(format string, args ...any)
+	// collective: WithCollectiveTimeout's d; 0 when not given.
+	collective time.Duration
+	// listener: rank 0's TCP listener, opened by the caller (tests);
+	// nil: Join listens at the rendezvous address.
+	listener net.Listener
 }
 
 // DefaultTimeout bounds the rendezvous when no WithTimeout is given.
 const DefaultTimeout = 60 * time.Second
+
+// DefaultCollectiveTimeout bounds each Group collective when neither
+// WithCollectiveTimeout nor TPRUN_COLLECTIVE_TIMEOUT says otherwise. The
+// collectives run at setup and shutdown, never in the step loop, so a
+// rank that is alive but five minutes late to one has stalled; PyTorch's
+// NCCL watchdog, the limit people who serve models know, waits ten
+// minutes, and half of that frees a serving slot sooner while leaving
+// room for a slow node's setup (loading and packing a weight shard).
+const DefaultCollectiveTimeout = hub.DefaultCollectiveTimeout
+
+// EnvCollectiveTimeout is the environment variable that sets every
+// collective's timeout for a job without changing its code: a Go duration
+// ("90s", "10m") or a number of seconds ("600"). WithCollectiveTimeout,
+// when given, wins over it.
+const EnvCollectiveTimeout = "TPRUN_COLLECTIVE_TIMEOUT"
+
+// collectiveKnob names what sets the collective timeout, in the error a
+// timeout gives.
+const collectiveKnob = "tp.WithCollectiveTimeout or " + EnvCollectiveTimeout
 
 // WithEnv makes Join read env instead of the process environment.
 func WithEnv(env map[string]string) JoinOption {
@@ -71,6 +97,19 @@ func WithLookupEnv(lookup func(string) (string, bool)) JoinOption {
 // applies when it is shorter.
 func WithTimeout(d time.Duration) JoinOption {
 	return func(c *joinConfig) { c.timeout = d }
+}
+
+// WithCollectiveTimeout bounds each collective of the Group (Barrier,
+// AllGather, Broadcast, AllGatherFDs, BroadcastFDs, and the handle
+// exchange of the ops made from it): once this rank has arrived, the
+// others must all arrive within d. When the first waiting rank's timeout
+// runs out, the hub ends the job on every rank with a
+// *CollectiveTimeoutError naming the collective and the ranks that never
+// came, whether or not the callers' ctx has a deadline. It overrides
+// TPRUN_COLLECTIVE_TIMEOUT; without either, DefaultCollectiveTimeout
+// applies. d must be positive.
+func WithCollectiveTimeout(d time.Duration) JoinOption {
+	return func(c *joinConfig) { c.collective = d }
 }
 
 // WithLogf receives the hub's log lines (refused connections, the job's
@@ -100,10 +139,39 @@ type launch struct {
 	hubPath, token string
 	// Other launchers: the job id the hub's path and token derive from.
 	jobID string
+
+	// node is the node this rank says it runs on: TPRUN_FORCE_NODE, else
+	// the hostname (filled by Join).
+	node string
+	// cross: the job's ranks are on more than one node (or
+	// TPRUN_FORCE_NODE makes this rank act so): they rendezvous over TCP
+	// at rendezvous (host:port), which rendezvousFrom names for messages.
+	cross          bool
+	forcedNode     string
+	rendezvous     string
+	rendezvousFrom string
+	// hostOf says on which host the launcher puts a rank ("" unknown);
+	// nil when it does not say.
+	hostOf func(rank int) string
 }
 
 // Join finds the job this process belongs to and returns once every rank
 // has joined. ctx bounds the whole rendezvous.
+//
+// Under the tprun launcher the ranks meet at the launcher's hub. Started
+// by srun, mpirun or torchrun on one node, rank 0 hosts a hub on a Unix
+// socket that the others find by the job id. When the launcher's variables
+// say the job spans nodes (a local size below the world size), or
+// TPRUN_FORCE_NODE is set, rank 0 hosts the hub on TCP instead: at
+// TPRUN_RENDEZVOUS, else at torchrun's MASTER_ADDR and MASTER_PORT+1, else
+// on the first node of Slurm's node list at a port derived from the job
+// id (mpirun needs TPRUN_RENDEZVOUS). Every rank must then present the
+// same job secret (TPRUN_JOB_SECRET, or TPRUN_JOB_SECRET_FILE naming a
+// file only the user can read); without one Join refuses. A rank whose
+// node goes silent for TPRUN_NODE_TIMEOUT (default 10s) ends the job,
+// naming the node and its ranks; the descriptor collectives fail with
+// ErrCrossNode, and the GPU mailbox shares memory through CUDA fabric
+// handles only.
 func Join(ctx context.Context, opts ...JoinOption) (*Group, error) {
 	cfg := joinConfig{lookup: os.LookupEnv, timeout: DefaultTimeout}
 	for _, o := range opts {
@@ -116,15 +184,65 @@ func Join(ctx context.Context, opts ...JoinOption) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
+	collective, err := collectiveTimeout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.node = l.forcedNode
+	if l.node == "" {
+		l.node, _ = os.Hostname()
+	}
 	hello := hub.Hello{
 		Rank: l.rank, WorldSize: l.size, LocalRank: l.localRank, PID: os.Getpid(),
-		Hostname: host, Device: strconv.Itoa(l.device()),
+		Hostname: l.node, Device: strconv.Itoa(l.device()),
 	}
-	if l.launcher == LauncherTprun {
-		return joinLauncher(ctx, cfg, l, hello)
+	var g *Group
+	switch {
+	case l.launcher == LauncherTprun:
+		g, err = joinLauncher(ctx, cfg, l, hello)
+	case l.cross:
+		g, err = joinTCP(ctx, cfg, l, hello, collective)
+	default:
+		g, err = joinExternal(ctx, cfg, l, hello, collective)
 	}
-	return joinExternal(ctx, cfg, l, hello)
+	if err != nil {
+		return nil, err
+	}
+	g.c.SetCollectiveTimeout(collective, collectiveKnob)
+	return g, nil
+}
+
+// collectiveTimeout is the collective timeout this rank asks for:
+// WithCollectiveTimeout's, else TPRUN_COLLECTIVE_TIMEOUT's, else the
+// default.
+func collectiveTimeout(cfg joinConfig) (time.Duration, error) {
+	if cfg.collective != 0 {
+		if cfg.collective < 0 {
+			return 0, fmt.Errorf("tp: WithCollectiveTimeout(%v): the timeout must be positive", cfg.collective)
+		}
+		return cfg.collective, nil
+	}
+	v, ok := cfg.lookup(EnvCollectiveTimeout)
+	if !ok || strings.TrimSpace(v) == "" {
+		return DefaultCollectiveTimeout, nil
+	}
+	d, err := parseSeconds(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return 0, &EnvError{Var: EnvCollectiveTimeout, Value: v, Problem: "not a positive duration (a Go duration such as 90s or 10m, or a number of seconds)"}
+	}
+	return d, nil
+}
+
+// parseSeconds reads a Go duration, or a plain number as seconds (the unit
+// NCCL's and PyTorch's timeout variables use).
+func parseSeconds(v string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if math.IsNaN(f) || f > float64(math.MaxInt64)/float64(time.Second) {
+			return 0, fmt.Errorf("%s seconds is too long", v)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	return time.ParseDuration(v)
 }
 
 func joinLauncher(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello) (*Group, error) {
@@ -148,7 +266,7 @@ func joinLauncher(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello
 
 // joinExternal: rank 0 hosts the hub at the path derived from the job id;
 // everyone, rank 0 included, dials it.
-func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello) (*Group, error) {
+func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello, collective time.Duration) (*Group, error) {
 	tmp, _ := cfg.lookup("TMPDIR")
 	path, err := hubPath(tmp, os.Getuid(), l.launcher, l.jobID)
 	if err != nil {
@@ -166,6 +284,10 @@ func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello
 			Path:              path,
 			RendezvousTimeout: cfg.timeout,
 			Logf:              cfg.logf,
+			// Every call carries its rank's own timeout; the hub's
+			// matters only for a call that carries none.
+			CollectiveTimeout:     collective,
+			CollectiveTimeoutKnob: collectiveKnob,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("tp: rank 0 of %s job %q opening the hub: %w", l.launcher, l.jobID, err)
@@ -184,7 +306,7 @@ func joinExternal(ctx context.Context, cfg joinConfig, l launch, hello hub.Hello
 			return nil, fmt.Errorf("tp: rank %d of %s job %q: rank 0 did not open the hub at %s within %v: %w",
 				l.rank, l.launcher, l.jobID, path, cfg.timeout, err)
 		}
-		err = fmt.Errorf("tp: rank %d of %d (%s job %q): %w", l.rank, l.size, l.launcher, l.jobID, blameHost(l, l.rank == 0, err))
+		err = fmt.Errorf("tp: rank %d of %d (%s job %q): %w", l.rank, l.size, l.launcher, l.jobID, blameHost(l, l.rank == 0, "", err))
 		// On rank 0 the hub it opened goes too; a failure to remove its
 		// socket is worth knowing beside the join's own error.
 		if herr := g.stopHub(); herr != nil {
@@ -272,6 +394,9 @@ func parseEnv(lookup func(string) (string, bool)) (launch, error) {
 	}
 	if e.err == nil {
 		e.check(&l)
+	}
+	if e.err == nil {
+		e.crossNode(&l)
 	}
 	if e.err != nil {
 		return launch{}, e.err
@@ -490,10 +615,6 @@ func (e *envReader) check(l *launch) {
 		e.fail(e.localRankVar, strconv.Itoa(l.localRank), "local rank is not below the local size %d", l.localSize)
 	case len(l.devices) > 0 && len(l.devices) < l.localSize:
 		e.fail("TPRUN_DEVICES", "", "lists %d devices for %d local ranks", len(l.devices), l.localSize)
-	case l.launcher != LauncherTprun && l.localSize != l.size:
-		// The hub is a Unix socket on rank 0's node.
-		e.fail(e.sizeVar, strconv.Itoa(l.size), "%s started the job across nodes (%d of its ranks on this node); "+
-			"tp joins without the tprun launcher only on one node", l.launcher, l.localSize)
 	}
 }
 

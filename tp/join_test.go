@@ -112,8 +112,7 @@ func TestParseEnv(t *testing.T) {
 			want: launch{launcher: LauncherSrun, rank: 1, size: 4, localRank: 1, localSize: 4, jobID: "123.0"}},
 		{desc: "srun with NTASKS_PER_NODE only", env: withEnv(srunEnv(tmp, "9", 0, 2), "SLURM_STEP_TASKS_PER_NODE", "", "SLURM_TASKS_PER_NODE", "", "SLURM_NTASKS_PER_NODE", "2", "SLURM_STEP_ID", ""),
 			want: launch{launcher: LauncherSrun, rank: 0, size: 2, localRank: 0, localSize: 2, jobID: "9"}},
-		{desc: "srun across nodes", env: withEnv(srunEnv(tmp, "1", 0, 8), "SLURM_STEP_TASKS_PER_NODE", "4(x2)"), wantVar: "SLURM_NTASKS", wantText: "across nodes"},
-		{desc: "srun second node of two", env: withEnv(srunEnv(tmp, "1", 5, 8), "SLURM_LOCALID", "1", "SLURM_NODEID", "1", "SLURM_STEP_TASKS_PER_NODE", "4(x2)"), wantVar: "SLURM_NTASKS", wantText: "across nodes"},
+		{desc: "srun across nodes without a node list", env: withEnv(srunEnv(tmp, "1", 0, 8), "SLURM_STEP_TASKS_PER_NODE", "4(x2)"), wantVar: "SLURM_STEP_NODELIST", wantText: "no node list to find rank 0's node in; set TPRUN_RENDEZVOUS=host:port"},
 		{desc: "srun node id beyond list", env: withEnv(srunEnv(tmp, "1", 0, 4), "SLURM_NODEID", "3"), wantVar: "SLURM_NODEID"},
 		{desc: "srun bad tasks per node", env: withEnv(srunEnv(tmp, "1", 0, 4), "SLURM_STEP_TASKS_PER_NODE", "4(x"), wantVar: "SLURM_STEP_TASKS_PER_NODE"},
 		{desc: "srun without job id", env: withEnv(srunEnv(tmp, "1", 0, 4), "SLURM_JOB_ID", ""), wantVar: "SLURM_JOB_ID", wantText: "not set"},
@@ -130,7 +129,6 @@ func TestParseEnv(t *testing.T) {
 			want: launch{launcher: LauncherTorchrun, rank: 3, size: 4, localRank: 3, localSize: 4, jobID: "run1/0/127.0.0.1/29500"}},
 		{desc: "torchrun without run id", env: withEnv(torchrunEnv(tmp, "r", 0, 2), "TORCHELASTIC_RUN_ID", "", "MASTER_PORT", ""), wantVar: "TORCHELASTIC_RUN_ID", wantText: "nor MASTER_PORT"},
 		{desc: "torchrun without WORLD_SIZE", env: withEnv(torchrunEnv(tmp, "r", 0, 2), "WORLD_SIZE", ""), wantVar: "WORLD_SIZE", wantText: "not set"},
-		{desc: "torchrun across nodes", env: withEnv(torchrunEnv(tmp, "r", 0, 4), "LOCAL_WORLD_SIZE", "2"), wantVar: "WORLD_SIZE", wantText: "across nodes"},
 
 		{desc: "no launcher", env: map[string]string{"HOME": "/root"}, wantVar: "TPRUN_HUB", wantText: "not started by tprun, srun, mpirun or torchrun"},
 	}

@@ -26,9 +26,15 @@ type Client struct {
 	peers []Hello
 
 	sem chan struct{} // one collective call at a time
-	wmu sync.Mutex    // one frame write at a time
+	wmu *sync.Mutex   // one frame write at a time (shared with keep)
+
+	// keep pings a TCP hub and watches for its silence; nil on a Unix
+	// socket, where the kernel tells us when the hub goes.
+	keep *keepalive
 
 	mu      sync.Mutex
+	timeout time.Duration // SetCollectiveTimeout; 0: the hub's default
+	knob    string
 	seq     uint64
 	waiters map[uint64]chan delivery
 	err     error         // set once: the job failure, lost connection, or ErrClosed
@@ -42,6 +48,21 @@ type Client struct {
 // byeWait bounds how long Close waits for the hub to acknowledge the
 // goodbye by closing its end.
 const byeWait = time.Second
+
+// lastWordWait bounds how long a call whose frame could not be sent waits
+// for the reader to read what the hub sent before the connection broke.
+const lastWordWait = 200 * time.Millisecond
+
+// hubSilence is how long past its own collective timeout a call waits for
+// the hub's verdict before it takes the hub for gone: the hub times the
+// collective out itself and names the missing ranks, so this only fires
+// when the hub itself stalled or the way to it was cut without a reset.
+func hubSilence(timeout time.Duration) time.Duration {
+	return timeout + max(timeout/10, silenceMargin)
+}
+
+// silenceMargin is hubSilence's least margin (a variable for the tests).
+var silenceMargin = 5 * time.Second
 
 type delivery struct {
 	res *resultMsg
@@ -110,19 +131,28 @@ func connect(ctx context.Context, path string) (*net.UnixConn, error) {
 }
 
 func handshake(ctx context.Context, fc *frameConn, path string, h Hello, uid int) (*Client, error) {
-	cred, err := peerCred(fc.c)
+	cred, err := peerCred(fc.uc)
 	if err != nil {
 		return nil, err
 	}
 	if int(cred.Uid) != uid {
 		return nil, fmt.Errorf("hub at %s runs as uid %d, not %d; not talking to it", path, cred.Uid, uid)
 	}
+	return handshakeHello(ctx, fc, path, h, &sync.Mutex{}, nil)
+}
+
+// handshakeHello sends the hello and waits for the rendezvous; k is the
+// keepalive of a TCP connection, nil on a Unix socket.
+func handshakeHello(ctx context.Context, fc *frameConn, path string, h Hello, wmu *sync.Mutex, k *keepalive) (*Client, error) {
 	release := interruptOn(ctx, fc.c.SetDeadline)
-	m, err := hello(fc, h)
+	m, err := hello(fc, h, wmu, k)
 	if release() {
 		return nil, fmt.Errorf("waiting for the rendezvous at %s: %w", path, ctx.Err())
 	}
 	if err != nil {
+		if k != nil && k.silent.Load() {
+			return nil, k.silence(path)
+		}
 		return nil, &lostError{err: err}
 	}
 	switch m := m.(type) {
@@ -143,6 +173,8 @@ func handshake(ctx context.Context, fc *frameConn, path string, h Hello, uid int
 			path:       path,
 			self:       h,
 			peers:      m.peers,
+			wmu:        wmu,
+			keep:       k,
 			sem:        make(chan struct{}, 1),
 			waiters:    make(map[uint64]chan delivery),
 			failed:     make(chan struct{}),
@@ -152,16 +184,41 @@ func handshake(ctx context.Context, fc *frameConn, path string, h Hello, uid int
 	return nil, fmt.Errorf("%w: expected welcome, got %s", ErrProtocol, m.typ())
 }
 
-func hello(fc *frameConn, h Hello) (message, error) {
+func hello(fc *frameConn, h Hello, wmu *sync.Mutex, k *keepalive) (message, error) {
+	wmu.Lock()
 	werr := fc.writeMessage(&helloMsg{h: h}, nil)
-	// A hub that refuses us before reading (foreign uid) has closed its
-	// end, so the write fails; its reason is still there to read.
-	m, fds, err := fc.readMessage()
-	closeFDs(fds)
-	if err != nil && werr != nil {
-		return nil, werr
+	wmu.Unlock()
+	for {
+		// A hub that refuses us before reading (foreign uid) has closed
+		// its end, so the write fails; its reason is still there to read.
+		m, fds, err := fc.readMessage()
+		closeFDs(fds)
+		if err != nil && werr != nil {
+			return nil, werr
+		}
+		if err != nil {
+			return nil, err
+		}
+		if k != nil {
+			k.saw()
+			if _, ok := m.(*pingMsg); ok {
+				continue
+			}
+		}
+		return m, nil
 	}
-	return m, err
+}
+
+// SetCollectiveTimeout sets how long each collective of this rank lets the
+// hub wait for the other ranks once this rank has arrived (d <= 0: the
+// hub's default). When the first waiting rank's timeout runs out, the hub
+// ends the job with a *CollectiveTimeoutError naming the ranks that never
+// came; knob names what sets d, for that error's message. Should the hub
+// not answer even well after d, the call fails on its own (ErrHubLost).
+func (c *Client) SetCollectiveTimeout(d time.Duration, knob string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timeout, c.knob = max(d, 0), knob
 }
 
 // Rank is this client's rank.
@@ -232,6 +289,9 @@ func (c *Client) Broadcast(ctx context.Context, root int, b []byte) ([]byte, err
 // new descriptor per rank (own included), owned by the caller and
 // close-on-exec. The caller keeps fd.
 func (c *Client) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
+	if err := c.localFDs(opAllGatherFDs); err != nil {
+		return nil, err
+	}
 	if fd < 0 {
 		return nil, fmt.Errorf("hub: rank %d: AllGatherFDs: invalid descriptor %d", c.Rank(), fd)
 	}
@@ -250,6 +310,9 @@ func (c *Client) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
 // copies of them, owned by the caller and close-on-exec. Other ranks' fds
 // are ignored; root keeps its own.
 func (c *Client) BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, error) {
+	if err := c.localFDs(opBroadcastFDs); err != nil {
+		return nil, err
+	}
 	if err := c.checkRoot(opBroadcastFDs, root); err != nil {
 		return nil, err
 	}
@@ -314,6 +377,9 @@ func (c *Client) Close() error {
 		}
 		c.closeErr = c.fc.c.Close()
 		<-c.readerDone
+		if c.keep != nil {
+			c.keep.halt()
+		}
 		c.mu.Lock()
 		for seq, ch := range c.waiters {
 			delete(c.waiters, seq)
@@ -323,6 +389,19 @@ func (c *Client) Close() error {
 	})
 	return c.closeErr
 }
+
+// localFDs refuses a descriptor collective on a TCP client, before
+// anything is sent: the group stays usable.
+func (c *Client) localFDs(k opKind) error {
+	if c.keep != nil {
+		return fmt.Errorf("hub: rank %d: %s: %w (this job's ranks reach the hub over TCP; share memory through handles that are bytes, such as CUDA fabric handles)", c.Rank(), k, ErrCrossNode)
+	}
+	return nil
+}
+
+// Remote reports whether this client reaches its hub over TCP (a job
+// across nodes).
+func (c *Client) Remote() bool { return c.keep != nil }
 
 func (c *Client) checkRoot(k opKind, root int) error {
 	if root < 0 || root >= c.Size() {
@@ -353,19 +432,35 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 	seq := c.seq
 	ch := make(chan delivery, 1)
 	c.waiters[seq] = ch
+	timeout := c.timeout
 	c.mu.Unlock()
 	wrap := func(err error) error { return fmt.Errorf("%s #%d on rank %d: %w", kind, seq, c.Rank(), err) }
 
-	if err := c.send(ctx, &opMsg{seq: seq, kind: kind, root: root, data: data, nfds: len(fds)}, fds); err != nil {
+	if err := c.send(ctx, &opMsg{seq: seq, kind: kind, root: root, data: data, nfds: len(fds), timeout: timeout}, fds); err != nil {
 		c.forget(seq, ch)
 		if ctx.Err() != nil {
 			// Part of the frame may be on the wire: the stream is unusable.
 			c.broken(fmt.Errorf("a call was interrupted while sending: %w", ctx.Err()))
 			return nil, nil, wrap(ctx.Err())
 		}
+		// A hub that ended the job told every rank why before it went:
+		// let the reader take what is left in the socket, so that the
+		// error is the job's failure, not the closed connection.
+		t := time.NewTimer(lastWordWait)
+		select {
+		case <-c.readerDone:
+		case <-t.C:
+		}
+		t.Stop()
 		return nil, nil, wrap(c.broken(&lostError{err: err}))
 	}
 
+	var silence <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(hubSilence(timeout))
+		defer t.Stop()
+		silence = t.C
+	}
 	var cause error
 	select {
 	case d := <-ch:
@@ -373,6 +468,9 @@ func (c *Client) call(ctx context.Context, kind opKind, root int, data []byte, f
 	case <-c.failed:
 	case <-ctx.Done():
 		cause = ctx.Err()
+	case <-silence:
+		c.broken(&lostError{err: fmt.Errorf("no word from the hub %v after sending %s #%d, though the collective timeout is %v: taking the hub for gone",
+			hubSilence(timeout), kind, seq, timeout)})
 	}
 	// A result that arrived together with the failure or cancellation
 	// still counts: the call did complete.
@@ -461,15 +559,34 @@ func (c *Client) readLoop() {
 	for {
 		m, fds, err := c.fc.readMessage()
 		if err != nil {
+			if c.keep != nil && c.keep.silent.Load() {
+				c.setErr(c.keep.silence(c.path))
+				return
+			}
 			c.setErr(&lostError{err: err})
 			return
 		}
+		if c.keep != nil {
+			c.keep.saw()
+		}
 		switch m := m.(type) {
+		case *pingMsg:
+			if c.keep == nil {
+				c.broken(&lostError{err: fmt.Errorf("%w: unexpected ping from the hub", ErrProtocol)})
+				return
+			}
 		case *resultMsg:
 			c.deliver(m, fds)
 		case *failMsg:
 			closeFDs(fds)
-			c.setErr(m.err(c.path))
+			err := m.err(c.path)
+			var ce *CollectiveTimeoutError
+			if errors.As(err, &ce) && ce.Knob == "" {
+				c.mu.Lock()
+				ce.Knob = c.knob
+				c.mu.Unlock()
+			}
+			c.setErr(err)
 		default:
 			closeFDs(fds)
 			c.broken(&lostError{err: fmt.Errorf("%w: unexpected %s frame from the hub", ErrProtocol, m.typ())})

@@ -13,11 +13,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// frameConn reads and writes frames on a Unix stream connection, with the
-// descriptors that travel beside them. It is not safe for concurrent reads
-// or concurrent writes; a read and a write may run at the same time.
+// frameConn reads and writes frames on a stream connection: a Unix socket,
+// with the descriptors that travel beside the frames, or a TCP connection,
+// without. It is not safe for concurrent reads or concurrent writes; a
+// read and a write may run at the same time.
 type frameConn struct {
-	c *net.UnixConn
+	c  net.Conn
+	uc *net.UnixConn // c on a Unix socket; nil over TCP
+
+	// limit is the largest payload readMessage accepts: MaxHandshakeFrame
+	// until a TCP peer is admitted, MaxFrame after.
+	limit int
 
 	buf  []byte // buf[r:w] is read but not yet decoded
 	r, w int
@@ -29,11 +35,26 @@ const readChunk = 64 << 10
 
 func newFrameConn(c *net.UnixConn) *frameConn {
 	return &frameConn{
-		c:   c,
-		buf: make([]byte, readChunk),
-		oob: make([]byte, unix.CmsgSpace(MaxFDs*4)),
+		c:     c,
+		uc:    c,
+		limit: MaxFrame,
+		buf:   make([]byte, readChunk),
+		oob:   make([]byte, unix.CmsgSpace(MaxFDs*4)),
 	}
 }
+
+// newStreamConn is a frameConn over a connection that carries no
+// descriptors (TCP), reading at most MaxHandshakeFrame per frame until
+// admit raises the limit.
+func newStreamConn(c net.Conn) *frameConn {
+	return &frameConn{c: c, limit: MaxHandshakeFrame, buf: make([]byte, 512)}
+}
+
+// admit lifts the handshake's frame limit.
+func (fc *frameConn) admit() { fc.limit = MaxFrame }
+
+// remote says whether the connection is TCP (no descriptors).
+func (fc *frameConn) remote() bool { return fc.uc == nil }
 
 // readMessage reads one frame and returns its message and the descriptors
 // it announced. The caller owns those descriptors. Any error leaves the
@@ -42,7 +63,7 @@ func (fc *frameConn) readMessage() (message, []int, error) {
 	if err := fc.fill(headerLen); err != nil {
 		return nil, nil, err
 	}
-	t, n, err := parseHeader(fc.buf[fc.r : fc.r+headerLen])
+	t, n, err := parseHeader(fc.buf[fc.r:fc.r+headerLen], fc.limit)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,14 +105,21 @@ func (fc *frameConn) fill(n int) error {
 		fc.buf = nb
 	}
 	for fc.w < n {
-		got, oobn, flags, _, err := fc.c.ReadMsgUnix(fc.buf[fc.w:], fc.oob)
-		if oobn > 0 {
-			if perr := fc.takeRights(fc.oob[:oobn]); perr != nil && err == nil {
-				err = perr
+		var got int
+		var err error
+		if fc.uc == nil {
+			got, err = fc.c.Read(fc.buf[fc.w:])
+		} else {
+			var oobn, flags int
+			got, oobn, flags, _, err = fc.uc.ReadMsgUnix(fc.buf[fc.w:], fc.oob)
+			if oobn > 0 {
+				if perr := fc.takeRights(fc.oob[:oobn]); perr != nil && err == nil {
+					err = perr
+				}
 			}
-		}
-		if err == nil && flags&unix.MSG_CTRUNC != 0 {
-			err = fmt.Errorf("%w: descriptors were truncated (more than %d in one message)", ErrProtocol, MaxFDs)
+			if err == nil && flags&unix.MSG_CTRUNC != 0 {
+				err = fmt.Errorf("%w: descriptors were truncated (more than %d in one message)", ErrProtocol, MaxFDs)
+			}
 		}
 		fc.w += got
 		if got == 0 && err == nil {
@@ -141,18 +169,25 @@ func (fc *frameConn) writeMessage(m message, fds []int) error {
 }
 
 func (fc *frameConn) writeFrame(b []byte, fds []int) error {
+	if fc.uc == nil {
+		if len(fds) > 0 {
+			return fmt.Errorf("%w: %d descriptors on a TCP connection", ErrCrossNode, len(fds))
+		}
+		_, err := fc.c.Write(b)
+		return err
+	}
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	n, _, err := fc.c.WriteMsgUnix(b, oob, nil)
+	n, _, err := fc.uc.WriteMsgUnix(b, oob, nil)
 	if err != nil {
 		return err
 	}
 	// A stream socket may take part of a large frame; the descriptors went
 	// with the first part, the rest follows as plain bytes.
 	if n < len(b) {
-		_, err = fc.c.Write(b[n:])
+		_, err = fc.uc.Write(b[n:])
 	}
 	return err
 }

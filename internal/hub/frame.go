@@ -12,12 +12,23 @@ import (
 //
 // Integers in payloads are big-endian and fixed-width, byte strings are a
 // uint32 length followed by the bytes, and a payload must be consumed
-// exactly: the encoding of a message is unique, which the fuzz target uses
+// exactly: the encoding of a message is unique, which the fuzz targets use
 // (decode, re-encode, compare). Descriptors travel as SCM_RIGHTS with the
-// first byte of the frame that announces them (its nfds field).
+// first byte of the frame that announces them (its nfds field), on the
+// Unix socket only.
+//
+// Over TCP (ranks on several nodes) the same frames travel, and the hub
+// speaks first: a challenge with its nonce; the client answers with its
+// own nonce and an HMAC-SHA256 of both under the job secret (proof), the
+// hub answers with its own HMAC (proofOK), and only then comes the hello.
+// Until the hello is admitted a frame may carry at most MaxHandshakeFrame
+// bytes; afterwards both ends send pings when they have been quiet, so
+// that silence means a dead or cut-off node.
 const (
 	// Version of the wire format; a frame with another version is refused.
-	Version = 1
+	// 2: an op carries its collective timeout, a fail frame may report a
+	// collective that timed out.
+	Version = 2
 	// MaxFrame is the largest payload a frame may carry.
 	MaxFrame = 4 << 20
 	// MaxFDs is the most descriptors one frame may carry (the kernel's
@@ -26,6 +37,13 @@ const (
 	// MaxWorldSize is the largest job: an all-gather of descriptors moves
 	// one per rank in one frame.
 	MaxWorldSize = MaxFDs
+	// MaxHandshakeFrame bounds a frame from a TCP peer that has not yet
+	// been admitted: whoever can reach the port cannot make the hub read
+	// or buffer more than this before proving the job secret.
+	MaxHandshakeFrame = 4 << 10
+	// nonceLen and macLen: the sizes in the TCP handshake.
+	nonceLen = 32
+	macLen   = 32
 
 	headerLen = 9
 )
@@ -35,13 +53,17 @@ var magic = [3]byte{'T', 'P', 'H'}
 type msgType uint8
 
 const (
-	msgHello   msgType = iota + 1 // client → server: who I am
-	msgWelcome                    // server → client: everyone is here
-	msgFail                       // server → client: refused, or the job failed
-	msgOp                         // client → server: a collective call
-	msgResult                     // server → client: a collective's result
-	msgAbort                      // client → server: fail the job, blaming me
-	msgBye                        // client → server: I leave cleanly
+	msgHello     msgType = iota + 1 // client → server: who I am
+	msgWelcome                      // server → client: everyone is here
+	msgFail                         // server → client: refused, or the job failed
+	msgOp                           // client → server: a collective call
+	msgResult                       // server → client: a collective's result
+	msgAbort                        // client → server: fail the job, blaming me
+	msgBye                          // client → server: I leave cleanly
+	msgChallenge                    // server → client (TCP): my nonce
+	msgProof                        // client → server (TCP): my nonce and my MAC
+	msgProofOK                      // server → client (TCP): the hub's MAC
+	msgPing                         // either way (TCP): still here
 )
 
 func (t msgType) String() string {
@@ -60,6 +82,14 @@ func (t msgType) String() string {
 		return "abort"
 	case msgBye:
 		return "bye"
+	case msgChallenge:
+		return "challenge"
+	case msgProof:
+		return "proof"
+	case msgProofOK:
+		return "proofOK"
+	case msgPing:
+		return "ping"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -92,6 +122,16 @@ func (k opKind) String() string {
 	return fmt.Sprintf("op(%d)", uint8(k))
 }
 
+// parseOpKind is String's inverse.
+func parseOpKind(name string) (opKind, bool) {
+	for k := opBarrier; k <= opBroadcastFDs; k++ {
+		if k.String() == name {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
 func (k opKind) valid() bool { return k >= opBarrier && k <= opBroadcastFDs }
 
 // hasRoot reports whether the kind has a root rank.
@@ -104,6 +144,8 @@ const (
 	failRank                           // a rank is to blame
 	failRendezvous                     // ranks never arrived
 	failJob                            // no single rank is to blame
+	failCollective                     // ranks never joined a collective in time
+	failNode                           // a node's ranks went silent
 )
 
 // message is one decoded frame.
@@ -119,13 +161,24 @@ type helloMsg struct{ h Hello }
 
 type welcomeMsg struct{ peers []Hello }
 
+// failMsg carries every kind of failure; the fields a code does not use
+// are empty.
 type failMsg struct {
 	code    failCode
-	rank    int
-	reason  string // failRendezvous: the timeout's knob (RendezvousError.Knob)
-	missing []int
+	rank    int    // failRank: the rank to blame; else -1
+	reason  string // failRendezvous, failCollective: the timeout's knob
+	missing []int  // failRendezvous, failCollective: the missing ranks; failNode: the node's ranks
 	after   time.Duration
 	exited  []ExitedRank // failRendezvous: ranks that ended before their hello
+
+	// failCollective: the collective.
+	kind opKind
+	seq  uint64
+	// hosts: failRank, failNode: the host (one entry, or none);
+	// failRendezvous, failCollective: where each missing rank runs
+	// ("" when not known), index-aligned with missing.
+	hosts []string
+	pids  []int // failCollective: index-aligned with missing
 }
 
 type opMsg struct {
@@ -134,6 +187,9 @@ type opMsg struct {
 	root int
 	data []byte
 	nfds int
+	// timeout: how long this rank lets the collective wait for the others
+	// once it has arrived; 0 leaves it to the hub's default.
+	timeout time.Duration
 }
 
 type resultMsg struct {
@@ -147,21 +203,40 @@ type abortMsg struct{ reason string }
 
 type byeMsg struct{}
 
-func (*helloMsg) typ() msgType   { return msgHello }
-func (*welcomeMsg) typ() msgType { return msgWelcome }
-func (*failMsg) typ() msgType    { return msgFail }
-func (*opMsg) typ() msgType      { return msgOp }
-func (*resultMsg) typ() msgType  { return msgResult }
-func (*abortMsg) typ() msgType   { return msgAbort }
-func (*byeMsg) typ() msgType     { return msgBye }
+type challengeMsg struct{ nonce [nonceLen]byte }
 
-func (*helloMsg) fdCount() int    { return 0 }
-func (*welcomeMsg) fdCount() int  { return 0 }
-func (*failMsg) fdCount() int     { return 0 }
-func (m *opMsg) fdCount() int     { return m.nfds }
-func (m *resultMsg) fdCount() int { return m.nfds }
-func (*abortMsg) fdCount() int    { return 0 }
-func (*byeMsg) fdCount() int      { return 0 }
+type proofMsg struct {
+	nonce [nonceLen]byte
+	mac   [macLen]byte
+}
+
+type proofOKMsg struct{ mac [macLen]byte }
+
+type pingMsg struct{}
+
+func (*helloMsg) typ() msgType     { return msgHello }
+func (*welcomeMsg) typ() msgType   { return msgWelcome }
+func (*failMsg) typ() msgType      { return msgFail }
+func (*opMsg) typ() msgType        { return msgOp }
+func (*resultMsg) typ() msgType    { return msgResult }
+func (*abortMsg) typ() msgType     { return msgAbort }
+func (*byeMsg) typ() msgType       { return msgBye }
+func (*challengeMsg) typ() msgType { return msgChallenge }
+func (*proofMsg) typ() msgType     { return msgProof }
+func (*proofOKMsg) typ() msgType   { return msgProofOK }
+func (*pingMsg) typ() msgType      { return msgPing }
+
+func (*helloMsg) fdCount() int     { return 0 }
+func (*welcomeMsg) fdCount() int   { return 0 }
+func (*failMsg) fdCount() int      { return 0 }
+func (m *opMsg) fdCount() int      { return m.nfds }
+func (m *resultMsg) fdCount() int  { return m.nfds }
+func (*abortMsg) fdCount() int     { return 0 }
+func (*byeMsg) fdCount() int       { return 0 }
+func (*challengeMsg) fdCount() int { return 0 }
+func (*proofMsg) fdCount() int     { return 0 }
+func (*proofOKMsg) fdCount() int   { return 0 }
+func (*pingMsg) fdCount() int      { return 0 }
 
 func newMessage(t msgType) (message, error) {
 	switch t {
@@ -179,6 +254,14 @@ func newMessage(t msgType) (message, error) {
 		return &abortMsg{}, nil
 	case msgBye:
 		return &byeMsg{}, nil
+	case msgChallenge:
+		return &challengeMsg{}, nil
+	case msgProof:
+		return &proofMsg{}, nil
+	case msgProofOK:
+		return &proofOKMsg{}, nil
+	case msgPing:
+		return &pingMsg{}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown frame type %d", ErrProtocol, uint8(t))
 }
@@ -199,9 +282,9 @@ func encodeFrame(m message) ([]byte, error) {
 }
 
 // parseHeader checks a frame header and returns the type and payload
-// length. It rejects a bad magic, another version, an oversized length and
+// length. It rejects a bad magic, another version, a length over limit and
 // an unknown type before any payload is read.
-func parseHeader(h []byte) (msgType, int, error) {
+func parseHeader(h []byte, limit int) (msgType, int, error) {
 	if len(h) < headerLen {
 		return 0, 0, fmt.Errorf("%w: truncated header (%d of %d bytes)", ErrProtocol, len(h), headerLen)
 	}
@@ -209,11 +292,11 @@ func parseHeader(h []byte) (msgType, int, error) {
 		return 0, 0, fmt.Errorf("%w: bad magic %q", ErrProtocol, h[:3])
 	}
 	if h[3] != Version {
-		return 0, 0, fmt.Errorf("%w: version %d, this hub speaks %d", ErrProtocol, h[3], Version)
+		return 0, 0, fmt.Errorf("%w: wire version %d, this build of tprun speaks %d (the launcher and every rank program must come from the same tprun release)", ErrProtocol, h[3], Version)
 	}
 	n := binary.BigEndian.Uint32(h[4:8])
-	if n > MaxFrame {
-		return 0, 0, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", ErrProtocol, n, MaxFrame)
+	if uint64(n) > uint64(limit) {
+		return 0, 0, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", ErrProtocol, n, limit)
 	}
 	t := msgType(h[8])
 	if _, err := newMessage(t); err != nil {
@@ -241,8 +324,11 @@ func decodePayload(t msgType, p []byte) (message, error) {
 
 // decodeFrame decodes the first frame in b and returns it with the number
 // of bytes it used. A b shorter than the frame is an error (truncated).
-func decodeFrame(b []byte) (message, int, error) {
-	t, n, err := parseHeader(b)
+func decodeFrame(b []byte) (message, int, error) { return decodeFrameLimit(b, MaxFrame) }
+
+// decodeFrameLimit is decodeFrame with a payload limit.
+func decodeFrameLimit(b []byte, limit int) (message, int, error) {
+	t, n, err := parseHeader(b, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -285,49 +371,74 @@ func (m *failMsg) encode(e *encoder) {
 		e.i32(r)
 	}
 	e.u64(uint64(m.after))
-	// exited is a trailing section present only when not empty: a fail
-	// frame without it is byte for byte what hubs before it sent, so an
-	// older client still reads a timeout; one carrying it reads as a
-	// protocol error there (trailing bytes), which still fails the call.
-	if len(m.exited) > 0 {
-		e.u32(uint32(len(m.exited)))
-		for _, x := range m.exited {
-			e.i32(x.Rank)
-			e.str(x.How)
-		}
+	e.u32(uint32(len(m.exited)))
+	for _, x := range m.exited {
+		e.i32(x.Rank)
+		e.str(x.How)
+	}
+	e.u8(uint8(m.kind))
+	e.u64(m.seq)
+	e.u32(uint32(len(m.hosts)))
+	for _, h := range m.hosts {
+		e.str(h)
+	}
+	e.u32(uint32(len(m.pids)))
+	for _, p := range m.pids {
+		e.i32(p)
 	}
 }
 
 func (m *failMsg) decode(d *decoder) {
 	m.code = failCode(d.u8())
-	if d.err == nil && (m.code < failRefused || m.code > failJob) {
+	if d.err == nil && (m.code < failRefused || m.code > failNode) {
 		d.fail("unknown failure code %d", m.code)
 	}
 	m.rank = d.i32()
 	m.reason = d.str()
-	n := d.count(4)
-	if n > 0 {
+	if n := d.count(4); n > 0 {
 		m.missing = make([]int, n)
 		for i := range m.missing {
 			m.missing[i] = d.i32()
 		}
 	}
 	m.after = time.Duration(d.u64())
-	if d.err != nil || len(d.b) == 0 {
-		return
-	}
-	// An empty section would have been left out: refusing it keeps the
-	// encoding canonical.
-	n = d.count(4 + 4) // a rank and a string's length
-	if d.err == nil && n == 0 {
-		d.fail("empty exited list")
-	}
-	if n > 0 {
+	if n := d.count(4 + 4); n > 0 { // a rank and a string's length
 		m.exited = make([]ExitedRank, n)
 		for i := range m.exited {
 			m.exited[i].Rank = d.i32()
 			m.exited[i].How = d.str()
 		}
+	}
+	if k := opKind(d.u8()); d.err == nil && k != 0 && !k.valid() {
+		d.fail("unknown operation %d", uint8(k))
+	} else {
+		m.kind = k
+	}
+	m.seq = d.u64()
+	if n := d.count(4); n > 0 {
+		m.hosts = make([]string, n)
+		for i := range m.hosts {
+			m.hosts[i] = d.str()
+		}
+	}
+	if n := d.count(4); n > 0 {
+		m.pids = make([]int, n)
+		for i := range m.pids {
+			m.pids[i] = d.i32()
+		}
+	}
+	if d.err != nil {
+		return
+	}
+	switch {
+	case m.code == failCollective && (len(m.missing) == 0 || m.kind == 0):
+		d.fail("collective timeout without missing ranks or collective")
+	case m.code == failCollective && (len(m.hosts) != len(m.missing) || len(m.pids) != len(m.missing)):
+		d.fail("collective timeout with %d hosts and %d pids for %d missing ranks", len(m.hosts), len(m.pids), len(m.missing))
+	case m.code == failNode && (len(m.missing) == 0 || len(m.hosts) != 1):
+		d.fail("node failure without its host and ranks")
+	case m.code == failRendezvous && len(m.hosts) != 0 && len(m.hosts) != len(m.missing):
+		d.fail("rendezvous failure with %d hosts for %d missing ranks", len(m.hosts), len(m.missing))
 	}
 }
 
@@ -337,6 +448,7 @@ func (m *opMsg) encode(e *encoder) {
 	e.i32(m.root)
 	e.bytes(m.data)
 	e.u32(uint32(m.nfds))
+	e.u64(uint64(m.timeout))
 }
 
 func (m *opMsg) decode(d *decoder) {
@@ -345,6 +457,10 @@ func (m *opMsg) decode(d *decoder) {
 	m.root = d.i32()
 	m.data = d.bytes()
 	m.nfds = d.nfds()
+	m.timeout = time.Duration(d.u64())
+	if d.err == nil && m.timeout < 0 {
+		d.fail("negative collective timeout %d", int64(m.timeout))
+	}
 }
 
 func (m *resultMsg) encode(e *encoder) {
@@ -375,6 +491,25 @@ func (m *abortMsg) decode(d *decoder) { m.reason = d.str() }
 
 func (*byeMsg) encode(*encoder) {}
 func (*byeMsg) decode(*decoder) {}
+
+func (m *challengeMsg) encode(e *encoder) { e.b = append(e.b, m.nonce[:]...) }
+func (m *challengeMsg) decode(d *decoder) { copy(m.nonce[:], d.take(nonceLen)) }
+
+func (m *proofMsg) encode(e *encoder) {
+	e.b = append(e.b, m.nonce[:]...)
+	e.b = append(e.b, m.mac[:]...)
+}
+
+func (m *proofMsg) decode(d *decoder) {
+	copy(m.nonce[:], d.take(nonceLen))
+	copy(m.mac[:], d.take(macLen))
+}
+
+func (m *proofOKMsg) encode(e *encoder) { e.b = append(e.b, m.mac[:]...) }
+func (m *proofOKMsg) decode(d *decoder) { copy(m.mac[:], d.take(macLen)) }
+
+func (*pingMsg) encode(*encoder) {}
+func (*pingMsg) decode(*decoder) {}
 
 // helloMinLen is the encoded size of a Hello without the token and with
 // empty strings: four int32 and two string lengths.

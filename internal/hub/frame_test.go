@@ -14,13 +14,14 @@ import (
 // sampleMessages returns one message of every type with fresh random
 // contents, so a codec that drops or swaps a field cannot pass by luck.
 func sampleMessages(rng *rand.Rand) []message {
-	blob := func() []byte {
-		b := make([]byte, 1+rng.IntN(40))
+	blobN := func(n int) []byte {
+		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte(rng.UintN(256))
 		}
 		return b
 	}
+	blob := func() []byte { return blobN(1 + rng.IntN(40)) }
 	hello := func(token bool) Hello {
 		h := Hello{
 			Rank: rng.IntN(8), WorldSize: 8, LocalRank: rng.IntN(8), PID: 1 + rng.IntN(1<<22),
@@ -39,7 +40,17 @@ func sampleMessages(rng *rand.Rand) []message {
 		&failMsg{code: failRendezvous, rank: -1, reason: "tprun --rendezvous-timeout", missing: []int{1, 3},
 			exited: []ExitedRank{{Rank: 1 + rng.IntN(7), How: "exit status " + string(rune('0'+rng.IntN(10)))}, {Rank: 3, How: "killed by signal SIGKILL"}}},
 		&failMsg{code: failRefused, rank: -1, reason: "wrong job token"},
-		&opMsg{seq: rng.Uint64(), kind: opAllGather, root: 0, data: blob()},
+		&failMsg{code: failCollective, rank: -1, reason: "TPRUN_COLLECTIVE_TIMEOUT", missing: []int{rng.IntN(8), 9},
+			after: time.Duration(1 + rng.Int64N(1e12)), kind: opBroadcastFDs, seq: rng.Uint64(),
+			hosts: []string{"node-" + string(blob()), ""}, pids: []int{1 + rng.IntN(1<<22), 7}},
+		&failMsg{code: failNode, rank: -1, missing: []int{4, 5, 6 + rng.IntN(9)}, after: time.Duration(1 + rng.Int64N(1e12)), hosts: []string{"node-" + string(blob())}},
+		&failMsg{code: failRank, rank: rng.IntN(8), reason: "connection lost", hosts: []string{"node-" + string(blob())}},
+		&failMsg{code: failRendezvous, rank: -1, missing: []int{6, 7}, hosts: []string{"node-c", ""}, after: time.Duration(1 + rng.Int64N(1e12))},
+		&challengeMsg{nonce: [nonceLen]byte(blobN(nonceLen))},
+		&proofMsg{nonce: [nonceLen]byte(blobN(nonceLen)), mac: [macLen]byte(blobN(macLen))},
+		&proofOKMsg{mac: [macLen]byte(blobN(macLen))},
+		&pingMsg{},
+		&opMsg{seq: rng.Uint64(), kind: opAllGather, root: 0, data: blob(), timeout: time.Duration(1 + rng.Int64N(1e12))},
 		&opMsg{seq: rng.Uint64(), kind: opBroadcastFDs, root: rng.IntN(8), nfds: 1 + rng.IntN(MaxFDs)},
 		&resultMsg{seq: rng.Uint64(), kind: opAllGather, blobs: [][]byte{blob(), nil, blob()}},
 		&resultMsg{seq: rng.Uint64(), kind: opAllGatherFDs, nfds: 8},
@@ -91,9 +102,26 @@ func TestDecodeFrameErrors(t *testing.T) {
 	}
 	withNFDs := func(n uint32) []byte {
 		q := bytes.Clone(p)
-		binary.BigEndian.PutUint32(q[len(q)-4:], n)
+		binary.BigEndian.PutUint32(q[len(q)-12:], n)
 		return frame(Version, msgOp, q, len(q))
 	}
+	withTimeout := func(d uint64) []byte {
+		q := bytes.Clone(p)
+		binary.BigEndian.PutUint64(q[len(q)-8:], d)
+		return frame(Version, msgOp, q, len(q))
+	}
+	// fail encodes m without the decoder's checks, for the cases it must
+	// refuse.
+	fail := func(m failMsg) []byte {
+		b, err := encodeFrame(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// A fail frame's fixed start: code failRendezvous, rank -1, no reason,
+	// no missing ranks, after 0; then an exited count.
+	failStart := append([]byte{byte(failRendezvous), 0xFF, 0xFF, 0xFF, 0xFF}, make([]byte, 4+4+8)...)
 	cases := []struct {
 		desc string
 		in   []byte
@@ -114,14 +142,28 @@ func TestDecodeFrameErrors(t *testing.T) {
 		{"unknown op kind", withKind(99), "unknown operation"},
 		{"op kind zero", withKind(0), "unknown operation"},
 		{"too many descriptors", withNFDs(MaxFDs + 1), "descriptors exceed"},
+		{"negative timeout", withTimeout(1 << 63), "negative collective timeout"},
+		{"collective timeout without missing ranks", fail(failMsg{code: failCollective, rank: -1, kind: opBarrier, seq: 3}), "without missing ranks"},
+		{"collective timeout without its collective", fail(failMsg{code: failCollective, rank: -1, missing: []int{1}, hosts: []string{"a"}, pids: []int{2}}), "without missing ranks or collective"},
+		{"collective timeout without hosts", fail(failMsg{code: failCollective, rank: -1, kind: opBarrier, missing: []int{1, 2}, pids: []int{5, 6}}), "0 hosts and 2 pids for 2 missing"},
+		{"node failure without its host", fail(failMsg{code: failNode, rank: -1, missing: []int{4, 5}}), "node failure without"},
+		{"node failure without ranks", fail(failMsg{code: failNode, rank: -1, hosts: []string{"node-b"}}), "node failure without"},
+		{"rendezvous hosts that do not match", fail(failMsg{code: failRendezvous, rank: -1, missing: []int{4, 5}, hosts: []string{"b"}}), "1 hosts for 2 missing"},
+		{"unknown operation in a fail frame", func() []byte {
+			b := fail(failMsg{code: failJob, rank: -1, kind: opBarrier})
+			b[len(b)-4-4-8-1] = 99
+			return b
+		}(), "unknown operation"},
+		{"truncated fail frame", frame(Version, msgFail, failStart, len(failStart)), "truncated"},
+		{"forged exited count", frame(Version, msgFail, append(bytes.Clone(failStart), 0, 0, 1, 0), len(failStart)+4), "does not fit"},
+		{"challenge too short", frame(Version, msgChallenge, make([]byte, nonceLen-1), nonceLen-1), "truncated"},
+		{"proof too long", frame(Version, msgProof, make([]byte, nonceLen+macLen+1), nonceLen+macLen+1), "trailing"},
+		{"ping with payload", frame(Version, msgPing, []byte{0}, 1), "trailing"},
 		{"forged blob count", frame(Version, msgResult, []byte{0, 0, 0, 0, 0, 0, 0, 1, 2, 0xFF, 0xFF, 0xFF, 0xFF}, 13), "does not fit"},
 		{"forged welcome count", frame(Version, msgWelcome, []byte{0x7F, 0xFF, 0xFF, 0xFF}, 4), "does not fit"},
 		{"forged string length", frame(Version, msgAbort, []byte{0xFF, 0xFF, 0xFF, 0xF0, 'x'}, 5), "truncated"},
 		{"unknown failure code", frame(Version, msgFail, []byte{9, 0, 0, 0, 0}, 5), "unknown failure code"},
 		{"bye with payload", frame(Version, msgBye, []byte{1}, 1), "trailing"},
-		// code failRendezvous, rank -1, no reason, no missing, after 0, then an exited count of 0.
-		{"empty exited list", frame(Version, msgFail, append([]byte{3, 0xFF, 0xFF, 0xFF, 0xFF}, make([]byte, 4+4+8+4)...), 25), "empty exited list"},
-		{"forged exited count", frame(Version, msgFail, append(append([]byte{3, 0xFF, 0xFF, 0xFF, 0xFF}, make([]byte, 4+4+8)...), 0, 0, 1, 0), 25), "does not fit"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -173,7 +215,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		f.Add(c)
 	}
 	f.Add([]byte{})
-	f.Add([]byte("TPH\x01\xff\xff\xff\xff\x04"))
+	f.Add([]byte("TPH\x02\xff\xff\xff\xff\x04"))
 	f.Add(frame(Version, msgResult, []byte{0, 0, 0, 0, 0, 0, 0, 1, 2, 0xFF, 0xFF, 0xFF, 0xFF}, 13))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, n, err := decodeFrame(b)

@@ -53,9 +53,10 @@ func (l *logBuf) String() string {
 
 type testHub struct {
 	*Server
-	log   *logBuf
-	token string
-	n     int
+	log    *logBuf
+	token  string
+	n      int
+	secret []byte // a TCP hub's
 }
 
 // startHub listens and serves in a goroutine that the test's cleanup
@@ -1232,5 +1233,49 @@ func TestListenDeepTempDir(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("hub directory still there: %v", err)
+	}
+}
+
+// TestLastWordBeforeHubGoes: a hub that ended the job and then went away
+// (its host drained and closed it) leaves its verdict in the client's
+// socket. A call whose frame cannot be sent any more (the hub's end is
+// closed) reports that verdict, not the closed connection, even when the
+// client's reader had not read it yet: here the reader starts only after
+// the call failed to send.
+func TestLastWordBeforeHubGoes(t *testing.T) {
+	lb := &logBuf{}
+	s, err := Listen(ServerConfig{WorldSize: 1, Token: "t", Logf: lb.logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := connect(ctx, s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := handshake(ctx, newFrameConn(conn), s.Path(), Hello{Rank: 0, WorldSize: 1, Token: "t"}, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Abort(0, "ended by the test")
+	_ = s.Drain(ctx)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		c.readLoop()
+	}()
+	defer c.Close()
+	err = c.Barrier(context.Background())
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 0 || !strings.Contains(err.Error(), "ended by the test") {
+		t.Fatalf("got %v, want the hub's verdict", err)
 	}
 }

@@ -2,6 +2,8 @@ package hub
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -40,7 +43,50 @@ type ServerConfig struct {
 	// a timeout ("tprun --rendezvous-timeout"); the hub knows no launcher
 	// of its own. Empty: the message names none.
 	TimeoutKnob string
+	// CollectiveTimeout bounds a collective for ranks whose call does not
+	// carry a timeout of its own (0 means DefaultCollectiveTimeout); each
+	// call normally carries its rank's (Client.SetCollectiveTimeout).
+	CollectiveTimeout time.Duration
+	// CollectiveTimeoutKnob names what sets the collective timeouts, for
+	// the hub's own log line of one; empty: none is named.
+	CollectiveTimeoutKnob string
+
+	// TCPAddr makes the hub serve ranks on several nodes over TCP at this
+	// address (host:port) instead of a Unix socket; Listener does the same
+	// on a listener the caller opened (Close closes it). Either needs
+	// Secret; Path is then unused.
+	TCPAddr  string
+	Listener net.Listener
+	// Secret is the job secret every TCP client must prove it knows (and
+	// that the hub proves to it). The hub refuses to listen on TCP
+	// without one.
+	Secret []byte
+	// Liveness: over TCP, a rank whose connection has been silent this
+	// long is taken for dead, with its node (0 means DefaultLiveness).
+	// Both ends ping after a fifth of it.
+	Liveness time.Duration
+	// Where says on which host a rank is expected ("" when unknown), for
+	// the message of a rendezvous that times out; nil: nobody knows.
+	Where func(rank int) string
 }
+
+// DefaultLiveness is how long a TCP connection may be silent before its
+// rank, and its node, are taken for dead: long enough for a loaded node to
+// keep pinging, short against the job's deadlines.
+const DefaultLiveness = 10 * time.Second
+
+// MinSecret is the shortest job secret the TCP hub accepts, in bytes.
+const MinSecret = 16
+
+// DefaultCollectiveTimeout is how long a collective waits for its last
+// rank when neither the call nor the hub's configuration says otherwise.
+// The collectives run at setup and shutdown, never in the step loop, so a
+// rank that is alive but five minutes late to one has stalled: loading or
+// packing a weight shard takes seconds to a minute, and PyTorch's NCCL
+// watchdog, the limit people serving models know, waits ten minutes.
+// Half of that frees a serving slot sooner and still leaves room for a
+// slow node's setup.
+const DefaultCollectiveTimeout = 5 * time.Minute
 
 const (
 	defaultRendezvousTimeout = 60 * time.Second
@@ -55,8 +101,9 @@ const (
 // goroutine), then Close.
 type Server struct {
 	cfg          ServerConfig
-	ln           *net.UnixListener
-	path         string
+	ln           net.Listener
+	tcp          bool     // ranks connect over TCP
+	path         string   // the socket's path, or the TCP address
 	dir          string   // directory Listen made; "" when cfg.Path was given
 	owner        *os.File // dir's owner file, flock'ed while the hub lives; nil without dir
 	uid          int      // the uid every peer must have (tests change it)
@@ -96,11 +143,23 @@ type collective struct {
 	root    int
 	first   int // rank that arrived first, named in mismatch errors
 	arrived int
+	in      []bool // per rank: arrived
 	data    [][]byte
 	fds     [][]int
+
+	// The earliest deadline of the ranks that arrived, the timeout that
+	// set it, and the timer that fails the job at it.
+	deadline time.Time
+	limit    time.Duration
+	timer    *time.Timer
 }
 
+// release frees what the collective holds and stops its timer; it is
+// called once the collective completed or the job failed or closed.
 func (c *collective) release() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	for _, f := range c.fds {
 		closeFDs(f)
 	}
@@ -205,6 +264,19 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if cfg.RendezvousTimeout <= 0 {
 		cfg.RendezvousTimeout = defaultRendezvousTimeout
 	}
+	if cfg.CollectiveTimeout <= 0 {
+		cfg.CollectiveTimeout = DefaultCollectiveTimeout
+	}
+	if cfg.Liveness <= 0 {
+		cfg.Liveness = DefaultLiveness
+	}
+	tcp := cfg.TCPAddr != "" || cfg.Listener != nil
+	if tcp && len(cfg.Secret) < MinSecret {
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
+		return nil, fmt.Errorf("hub: a TCP hub needs a job secret of at least %d bytes (it has %d): an open port without one would let anyone who reaches it into the job", MinSecret, len(cfg.Secret))
+	}
 	s := &Server{
 		cfg:          cfg,
 		uid:          os.Getuid(),
@@ -225,6 +297,12 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	for r := range s.nextSeq {
 		s.nextSeq[r] = 1
+	}
+	if tcp {
+		if err := s.listenTCP(); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	if cfg.Path == "" {
 		base, fellBack, err := socketBase(os.TempDir())
@@ -270,6 +348,26 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// listenTCP opens the TCP listener (or takes the caller's).
+func (s *Server) listenTCP() error {
+	s.tcp = true
+	s.uid = -1
+	ln := s.cfg.Listener
+	if ln == nil {
+		var err error
+		ln, err = net.Listen("tcp", s.cfg.TCPAddr)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return fmt.Errorf("hub: listening on %s: %w (another job or process holds this port)", s.cfg.TCPAddr, err)
+			}
+			return fmt.Errorf("hub: listening on %s: %w", s.cfg.TCPAddr, err)
+		}
+	}
+	s.ln = ln
+	s.path = ln.Addr().String()
+	return nil
 }
 
 func (s *Server) listen() error {
@@ -323,7 +421,8 @@ func prepareSocketPath(path string) error {
 	return nil
 }
 
-// Path is the socket's path (TPRUN_HUB for the ranks).
+// Path is where the ranks find the hub: the socket's path (TPRUN_HUB for
+// the ranks), or for a TCP hub its address (host:port).
 func (s *Server) Path() string { return s.path }
 
 // Err returns the job's failure (a *RankError, *RendezvousError or
@@ -360,10 +459,14 @@ func (s *Server) Serve(ctx context.Context) error {
 
 	s.wg.Add(1)
 	go s.watchRendezvous()
+	if s.tcp {
+		s.wg.Add(1)
+		go s.watchLiveness()
+	}
 
 	var err error
 	for {
-		c, aerr := s.ln.AcceptUnix()
+		c, aerr := s.ln.Accept()
 		if aerr != nil {
 			if s.isClosing() {
 				break
@@ -382,7 +485,14 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.shutdown()
 			break
 		}
-		p := &peer{s: s, fc: newFrameConn(c), rank: -1, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		var fc *frameConn
+		if uc, ok := c.(*net.UnixConn); ok {
+			fc = newFrameConn(uc)
+		} else {
+			fc = newStreamConn(c)
+		}
+		p := &peer{s: s, fc: fc, rank: -1, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		p.heard.Store(time.Now().UnixNano())
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
@@ -437,7 +547,8 @@ func (s *Server) Exited(rank int, how string) {
 // their hello cause; hello is a rank saying hello now (not yet counted as
 // joined, not missing), or -1.
 func (s *Server) exitedErrorLocked(hello int) error {
-	return &RendezvousError{Missing: s.missingLocked(hello), Exited: slices.Clone(s.exited), Knob: s.cfg.TimeoutKnob}
+	missing := s.missingLocked(hello)
+	return &RendezvousError{Missing: missing, Hosts: s.whereLocked(missing), Exited: slices.Clone(s.exited), Knob: s.cfg.TimeoutKnob}
 }
 
 // missingLocked lists the ranks that have not said hello, leaving out
@@ -509,6 +620,10 @@ func (s *Server) Close() error {
 		}
 		s.mu.Unlock()
 		var errs []error
+		if s.tcp {
+			s.closeErr = nil
+			return
+		}
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("hub: %w", err))
 		}
@@ -581,7 +696,80 @@ func (s *Server) watchRendezvous() {
 	if s.welcomed {
 		return
 	}
-	s.failLocked(&RendezvousError{Missing: s.missingLocked(-1), After: s.cfg.RendezvousTimeout, Knob: s.cfg.TimeoutKnob})
+	missing := s.missingLocked(-1)
+	s.failLocked(&RendezvousError{Missing: missing, Hosts: s.whereLocked(missing), After: s.cfg.RendezvousTimeout, Knob: s.cfg.TimeoutKnob})
+}
+
+// whereLocked is where each of ranks is expected to run, or nil when the
+// host does not know.
+func (s *Server) whereLocked(ranks []int) []string {
+	if s.cfg.Where == nil || len(ranks) == 0 {
+		return nil
+	}
+	hosts := make([]string, len(ranks))
+	for i, r := range ranks {
+		hosts[i] = s.cfg.Where(r)
+	}
+	return hosts
+}
+
+// hostLocked is the host rank said it runs on, in a TCP job ("" on one
+// node).
+func (s *Server) hostLocked(rank int) string {
+	if !s.tcp || rank < 0 || rank >= len(s.hellos) {
+		return ""
+	}
+	return s.hellos[rank].Hostname
+}
+
+// watchLiveness pings every admitted TCP rank a fifth of the liveness
+// period after the last ping, and fails the job, naming the node, when a
+// rank has been silent for the whole period.
+func (s *Server) watchLiveness() {
+	defer s.wg.Done()
+	live := s.cfg.Liveness
+	t := time.NewTicker(live / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.stop:
+			return
+		case <-s.failed:
+			return
+		}
+		s.mu.Lock()
+		now := time.Now()
+		var silent *peer
+		for _, p := range s.ranks {
+			if p == nil || s.left[p.rank] {
+				continue
+			}
+			p.enqueue(&pingMsg{}, nil)
+			if silent == nil && now.Sub(time.Unix(0, p.heard.Load())) >= live {
+				silent = p
+			}
+		}
+		if silent != nil {
+			s.failLocked(s.nodeSilentLocked(silent, now))
+		}
+		s.mu.Unlock()
+	}
+}
+
+// nodeSilentLocked is the failure of silent's node: it and every rank of
+// the same host that has not been heard from for half the liveness period
+// (a node that goes away takes all its connections with it).
+func (s *Server) nodeSilentLocked(silent *peer, now time.Time) error {
+	host := s.hellos[silent.rank].Hostname
+	e := &NodeError{Host: host, Silent: s.cfg.Liveness}
+	for _, p := range s.ranks {
+		if p != nil && !s.left[p.rank] && s.hellos[p.rank].Hostname == host &&
+			now.Sub(time.Unix(0, p.heard.Load())) >= s.cfg.Liveness/2 {
+			e.Ranks = append(e.Ranks, p.rank)
+		}
+	}
+	return e
 }
 
 // handle is the reading goroutine of one connection.
@@ -602,17 +790,26 @@ func (s *Server) handle(p *peer) {
 		s.mu.Unlock()
 	}()
 
-	cred, err := peerCred(p.fc.c)
-	if err != nil {
-		s.logf("hub: refused a connection: %v", err)
-		return
+	if p.fc.remote() {
+		p.who = p.fc.c.RemoteAddr().String()
+		_ = p.fc.c.SetDeadline(time.Now().Add(s.helloTimeout))
+		if !s.authenticate(p) {
+			return
+		}
+	} else {
+		cred, err := peerCred(p.fc.uc)
+		if err != nil {
+			s.logf("hub: refused a connection: %v", err)
+			return
+		}
+		p.pid = int(cred.Pid)
+		p.who = fmt.Sprintf("pid %d", p.pid)
+		if int(cred.Uid) != s.uid {
+			s.refuse(p, fmt.Sprintf("peer uid %d is not the hub's uid %d", cred.Uid, s.uid))
+			return
+		}
+		_ = p.fc.c.SetReadDeadline(time.Now().Add(s.helloTimeout))
 	}
-	p.pid = int(cred.Pid)
-	if int(cred.Uid) != s.uid {
-		s.refuse(p, fmt.Sprintf("peer uid %d is not the hub's uid %d", cred.Uid, s.uid))
-		return
-	}
-	_ = p.fc.c.SetReadDeadline(time.Now().Add(s.helloTimeout))
 	m, fds, err := p.fc.readMessage()
 	closeFDs(fds)
 	if err != nil {
@@ -626,7 +823,10 @@ func (s *Server) handle(p *peer) {
 		s.refuse(p, fmt.Sprintf("expected a hello frame, got %s", m.typ()))
 		return
 	}
-	_ = p.fc.c.SetReadDeadline(time.Time{})
+	_ = p.fc.c.SetDeadline(time.Time{})
+	p.fc.admit()
+	// The liveness clock starts now: the handshake had its own deadline.
+	p.heard.Store(time.Now().UnixNano())
 	stay, reply := s.admit(p, h.h)
 	if !stay {
 		p.sendNow(reply)
@@ -635,10 +835,54 @@ func (s *Server) handle(p *peer) {
 	left = s.readLoop(p)
 }
 
+// authenticate runs the hub's side of the TCP handshake: a fresh
+// challenge, the client's proof that it knows the job secret, and the
+// hub's proof to it. It reports whether the connection may say hello; a
+// refusal is logged and told.
+func (s *Server) authenticate(p *peer) bool {
+	var ch challengeMsg
+	if _, err := rand.Read(ch.nonce[:]); err != nil {
+		s.logf("hub: refused connection from %s: no randomness for its challenge: %v", p.who, err)
+		return false
+	}
+	if err := p.fc.writeMessage(&ch, nil); err != nil {
+		if !s.isClosing() {
+			s.logf("hub: refused connection from %s: sending the challenge: %v", p.who, err)
+		}
+		return false
+	}
+	m, fds, err := p.fc.readMessage()
+	closeFDs(fds)
+	if err != nil {
+		if !s.isClosing() {
+			s.refuse(p, fmt.Sprintf("no valid proof of the job secret: %v", err))
+		}
+		return false
+	}
+	pr, ok := m.(*proofMsg)
+	if !ok {
+		s.refuse(p, fmt.Sprintf("expected a proof of the job secret, got a %s frame", m.typ()))
+		return false
+	}
+	if !hmac.Equal(proofMAC(s.cfg.Secret, roleClient, ch.nonce, pr.nonce), pr.mac[:]) {
+		s.refuse(p, wrongSecret)
+		return false
+	}
+	var ok2 proofOKMsg
+	copy(ok2.mac[:], proofMAC(s.cfg.Secret, roleHub, pr.nonce, ch.nonce))
+	if err := p.fc.writeMessage(&ok2, nil); err != nil {
+		if !s.isClosing() {
+			s.logf("hub: refused connection from %s: sending the hub's proof: %v", p.who, err)
+		}
+		return false
+	}
+	return true
+}
+
 // refuse tells a connection why it is turned away, logs it, and leaves the
 // closing to handle.
 func (s *Server) refuse(p *peer, reason string) {
-	s.logf("hub: refused connection from pid %d: %s", p.pid, reason)
+	s.logf("hub: refused connection from %s: %s", p.who, reason)
 	p.sendNow(&failMsg{code: failRefused, rank: -1, reason: reason})
 }
 
@@ -661,7 +905,7 @@ func (s *Server) admit(p *peer, h Hello) (bool, message) {
 		reason = fmt.Sprintf("rank %d is already connected (pid %d)", h.Rank, s.ranks[h.Rank].pid)
 	}
 	if reason != "" {
-		s.logf("hub: refused connection from pid %d: %s", p.pid, reason)
+		s.logf("hub: refused connection from %s: %s", p.who, reason)
 		return false, &failMsg{code: failRefused, rank: -1, reason: reason}
 	}
 	if s.failure == nil && len(s.exited) > 0 {
@@ -705,7 +949,9 @@ func (s *Server) readLoop(p *peer) bool {
 			s.lost(p.rank, err)
 			return false
 		}
+		p.heard.Store(time.Now().UnixNano())
 		switch m := m.(type) {
+		case *pingMsg:
 		case *opMsg:
 			s.op(p.rank, m, fds)
 		case *abortMsg:
@@ -714,7 +960,7 @@ func (s *Server) readLoop(p *peer) bool {
 			// Group.Abort).
 			closeFDs(fds)
 			s.mu.Lock()
-			s.failLocked(&RankError{Rank: p.rank, Reason: "aborted: " + m.reason})
+			s.failLocked(&RankError{Rank: p.rank, Host: s.hostLocked(p.rank), Reason: "aborted: " + m.reason})
 			s.mu.Unlock()
 		case *byeMsg:
 			// Nothing may follow a goodbye; the client waits for the
@@ -725,7 +971,7 @@ func (s *Server) readLoop(p *peer) bool {
 		default:
 			closeFDs(fds)
 			s.mu.Lock()
-			s.failLocked(&RankError{Rank: p.rank, Reason: fmt.Sprintf("sent an unexpected %s frame", m.typ())})
+			s.failLocked(&RankError{Rank: p.rank, Host: s.hostLocked(p.rank), Reason: fmt.Sprintf("sent an unexpected %s frame", m.typ())})
 			s.mu.Unlock()
 			return false
 		}
@@ -741,6 +987,8 @@ func (s *Server) lost(rank int, err error) {
 	}
 	var reason string
 	switch {
+	case (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && s.tcp:
+		reason = "connection lost (the process exited or was killed, or its node went down)"
 	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
 		reason = "connection lost (the process exited or was killed)"
 	case errors.Is(err, ErrProtocol):
@@ -748,7 +996,7 @@ func (s *Server) lost(rank int, err error) {
 	default:
 		reason = fmt.Sprintf("connection lost: %v", err)
 	}
-	s.failLocked(&RankError{Rank: rank, Reason: reason})
+	s.failLocked(&RankError{Rank: rank, Host: s.hostLocked(rank), Reason: reason})
 }
 
 // leave records a clean goodbye. A rank may leave once its part is done;
@@ -782,7 +1030,7 @@ func (s *Server) op(rank int, m *opMsg, fds []int) {
 	defer s.mu.Unlock()
 	fail := func(reason string, args ...any) {
 		closeFDs(fds)
-		s.failLocked(&RankError{Rank: rank, Reason: fmt.Sprintf(reason, args...)})
+		s.failLocked(&RankError{Rank: rank, Host: s.hostLocked(rank), Reason: fmt.Sprintf(reason, args...)})
 	}
 	if s.failure != nil || s.closing {
 		// The client learns the failure from the fail frame already queued.
@@ -819,19 +1067,63 @@ func (s *Server) op(rank int, m *opMsg, fds []int) {
 	if c == nil {
 		n := s.cfg.WorldSize
 		c = &collective{seq: m.seq, kind: m.kind, root: m.root, first: rank,
-			data: make([][]byte, n), fds: make([][]int, n)}
+			in: make([]bool, n), data: make([][]byte, n), fds: make([][]int, n)}
 		s.pending[m.seq] = c
 	} else if c.kind != m.kind || c.root != m.root {
 		fail("called %s as collective #%d while rank %d called %s", describe(m.kind, m.root), m.seq, c.first, describe(c.kind, c.root))
 		return
 	}
+	c.in[rank] = true
 	c.data[rank] = m.data
 	c.fds[rank] = fds
 	c.arrived++
 	if c.arrived == s.cfg.WorldSize {
 		delete(s.pending, c.seq)
 		s.completeLocked(c)
+		return
 	}
+	s.armLocked(c, m.timeout)
+}
+
+// armLocked moves c's deadline to this arrival's, when that comes first:
+// a collective waits no longer than the least patient rank in it allows.
+func (s *Server) armLocked(c *collective, timeout time.Duration) {
+	if timeout <= 0 {
+		timeout = s.cfg.CollectiveTimeout
+	}
+	dl := time.Now().Add(timeout)
+	if c.timer != nil && !dl.Before(c.deadline) {
+		return
+	}
+	c.deadline, c.limit = dl, timeout
+	if c.timer == nil {
+		c.timer = time.AfterFunc(timeout, func() { s.collectiveTimedOut(c) })
+	} else {
+		c.timer.Reset(timeout)
+	}
+}
+
+// collectiveTimedOut fails the job when c is still waiting at its
+// deadline, naming the ranks that never joined it.
+func (s *Server) collectiveTimedOut(c *collective) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.failure != nil || s.pending[c.seq] != c {
+		return
+	}
+	if time.Now().Before(c.deadline) {
+		return // a later arrival moved the deadline; its timer fires then
+	}
+	e := &CollectiveTimeoutError{Collective: c.kind.String(), Seq: c.seq, After: c.limit, Knob: s.cfg.CollectiveTimeoutKnob}
+	for r, in := range c.in {
+		if in {
+			continue
+		}
+		e.Missing = append(e.Missing, r)
+		e.Hosts = append(e.Hosts, s.hellos[r].Hostname)
+		e.PIDs = append(e.PIDs, s.hellos[r].PID)
+	}
+	s.failLocked(e)
 }
 
 func describe(k opKind, root int) string {
@@ -846,6 +1138,9 @@ func (s *Server) checkOp(rank int, m *opMsg, nfds int) string {
 	n := s.cfg.WorldSize
 	if m.kind.hasRoot() && (m.root < 0 || m.root >= n) {
 		return fmt.Sprintf("root %d out of range [0,%d)", m.root, n)
+	}
+	if s.tcp && (m.kind == opAllGatherFDs || m.kind == opBroadcastFDs) {
+		return "descriptors do not cross nodes, and this job's ranks reach the hub over TCP"
 	}
 	wantFDs, dataOK := 0, len(m.data) == 0
 	switch m.kind {
@@ -937,11 +1232,23 @@ func wireFailure(err error) *failMsg {
 	var re *RankError
 	var rv *RendezvousError
 	var je *JobError
+	var ce *CollectiveTimeoutError
+	var ne *NodeError
 	switch {
 	case errors.As(err, &re):
-		return &failMsg{code: failRank, rank: re.Rank, reason: re.Reason}
+		f := &failMsg{code: failRank, rank: re.Rank, reason: re.Reason}
+		if re.Host != "" {
+			f.hosts = []string{re.Host}
+		}
+		return f
+	case errors.As(err, &ne):
+		return &failMsg{code: failNode, rank: -1, missing: ne.Ranks, after: ne.Silent, hosts: []string{ne.Host}}
+	case errors.As(err, &ce):
+		k, _ := parseOpKind(ce.Collective)
+		return &failMsg{code: failCollective, rank: -1, reason: ce.Knob, missing: ce.Missing, after: ce.After,
+			kind: k, seq: ce.Seq, hosts: ce.Hosts, pids: ce.PIDs}
 	case errors.As(err, &rv):
-		return &failMsg{code: failRendezvous, rank: -1, reason: rv.Knob, missing: rv.Missing, after: rv.After, exited: rv.Exited}
+		return &failMsg{code: failRendezvous, rank: -1, reason: rv.Knob, missing: rv.Missing, hosts: rv.Hosts, after: rv.After, exited: rv.Exited}
 	case errors.As(err, &je):
 		return &failMsg{code: failJob, rank: -1, reason: je.Reason}
 	}
@@ -954,9 +1261,18 @@ func (m *failMsg) err(path string) error {
 	case failRefused:
 		return &RefusedError{Path: path, Reason: m.reason}
 	case failRank:
-		return &RankError{Rank: m.rank, Reason: m.reason}
+		e := &RankError{Rank: m.rank, Reason: m.reason}
+		if len(m.hosts) > 0 {
+			e.Host = m.hosts[0]
+		}
+		return e
+	case failNode:
+		return &NodeError{Host: m.hosts[0], Ranks: m.missing, Silent: m.after}
 	case failRendezvous:
-		return &RendezvousError{Missing: m.missing, After: m.after, Exited: m.exited, Knob: m.reason}
+		return &RendezvousError{Missing: m.missing, Hosts: m.hosts, After: m.after, Exited: m.exited, Knob: m.reason}
+	case failCollective:
+		return &CollectiveTimeoutError{Collective: m.kind.String(), Seq: m.seq, Missing: m.missing,
+			Hosts: m.hosts, PIDs: m.pids, After: m.after, Knob: m.reason}
 	}
 	return &JobError{Reason: m.reason}
 }
@@ -976,8 +1292,12 @@ func MaxBlob(n int) int {
 type peer struct {
 	s    *Server
 	fc   *frameConn
-	rank int // -1 until admitted; set under s.mu
-	pid  int
+	rank int    // -1 until admitted; set under s.mu
+	pid  int    // on a Unix socket
+	who  string // for log lines: "pid 42", or a TCP peer's address
+	// heard is when the last frame came (Unix nanoseconds), for the
+	// liveness watch of a TCP hub.
+	heard atomic.Int64
 
 	mu        sync.Mutex
 	out       []outFrame

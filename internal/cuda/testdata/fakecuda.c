@@ -9,6 +9,14 @@
  * allocations are memfds, so an exported POSIX FD imported again maps the
  * same bytes, as on a GPU.
  *
+ * FABRIC handles: without FAKECUDA_FABRIC_DIR in the environment, creating
+ * or importing one fails with CUDA_ERROR_NOT_PERMITTED, as on a node
+ * without an IMEX channel. With it, that directory is the fabric: a FABRIC
+ * allocation is a file there, its handle carries the file's name, and any
+ * process that sees the directory (a rank on another "node" of a test)
+ * imports it by opening the file, mapping the same bytes. The creator's
+ * release removes the file.
+ *
  * -DFAKE_NO_MULTICAST leaves out the multicast functions (an old driver);
  * -DFAKE_NO_LAUNCH leaves out cuLaunchKernelEx (a required function).
  */
@@ -17,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -312,7 +321,21 @@ typedef struct fake_alloc {
     size_t size;
     int device;
     unsigned int handleTypes;
+    char fabric[48]; /* the fabric file's name, "" when none */
+    int owner;       /* this process made the fabric file */
 } fake_alloc;
+
+/* The fabric directory, or NULL: no IMEX channel here. */
+static const char *fake_fabric_dir(void) {
+    const char *d = getenv("FAKECUDA_FABRIC_DIR");
+    return d && *d ? d : NULL;
+}
+
+/* fake_fabric_path writes dir/name into buf; 0 when it does not fit. */
+static int fake_fabric_path(char *buf, size_t n, const char *dir, const char *name) {
+    int w = snprintf(buf, n, "%s/%s", dir, name);
+    return w > 0 && (size_t)w < n;
+}
 
 static int fake_prop_ok(const CUmemAllocationProp *p) {
     return p->type == CU_MEM_ALLOCATION_TYPE_PINNED && p->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
@@ -343,8 +366,32 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUm
                          unsigned long long flags) {
     int fd;
     if (!fake_prop_ok(p) || flags != 0 || size == 0 || size % fake_min_granularity != 0) return CUDA_ERROR_INVALID_VALUE;
-    /* Like the GPU machines without an IMEX channel. */
-    if (p->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) return CUDA_ERROR_NOT_PERMITTED;
+    if (p->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) {
+        const char *dir = fake_fabric_dir();
+        char path[4096];
+        fake_alloc *a;
+        CUresult r;
+        /* Like the GPU machines without an IMEX channel. */
+        if (!dir) return CUDA_ERROR_NOT_PERMITTED;
+        if (!fake_fabric_path(path, sizeof path, dir, "fabric-XXXXXX")) return CUDA_ERROR_INVALID_VALUE;
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+        if (ftruncate(fd, (off_t)size) != 0) {
+            close(fd);
+            unlink(path);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        r = fake_wrap_fd(h, fd, size, p->location.id, (unsigned int)p->requestedHandleTypes);
+        if (r != CUDA_SUCCESS) {
+            close(fd);
+            unlink(path);
+            return r;
+        }
+        a = (fake_alloc *)(uintptr_t)*h;
+        snprintf(a->fabric, sizeof a->fabric, "%s", strrchr(path, '/') + 1);
+        a->owner = 1;
+        return CUDA_SUCCESS;
+    }
     fd = memfd_create("fakecuda", MFD_CLOEXEC);
     if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     if (ftruncate(fd, (off_t)size) != 0) {
@@ -363,6 +410,10 @@ API CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
     }
     if (a->kind != FAKE_ALLOC) return CUDA_ERROR_INVALID_HANDLE;
     close(a->fd);
+    if (a->owner && a->fabric[0] && fake_fabric_dir()) {
+        char path[4096];
+        if (fake_fabric_path(path, sizeof path, fake_fabric_dir(), a->fabric)) unlink(path);
+    }
     free(a);
     return CUDA_SUCCESS;
 }
@@ -378,6 +429,14 @@ API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandl
         *(int *)out = fd;
         return CUDA_SUCCESS;
     }
+    if (t == CU_MEM_HANDLE_TYPE_FABRIC && a->fabric[0]) {
+        CUmemFabricHandle *fh = out;
+        memset(fh, 0, sizeof *fh);
+        fh->data[0] = 'F';
+        memcpy(fh->data + 1, a->fabric, strlen(a->fabric));
+        fh->data[63] = 'Z';
+        return CUDA_SUCCESS;
+    }
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -390,9 +449,22 @@ API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, voi
         return fake_wrap_fd(h, fd, (size_t)size, -1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     }
     if (t == CU_MEM_HANDLE_TYPE_FABRIC) {
-        /* Only the marker is checked: fabric export never succeeds here. */
         const CUmemFabricHandle *fh = os;
-        return fh->data[0] == 'F' && fh->data[63] == 'Z' ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_VALUE;
+        const char *dir = fake_fabric_dir();
+        char name[64], path[4096];
+        int fd;
+        off_t size;
+        if (fh->data[0] != 'F' || fh->data[63] != 'Z') return CUDA_ERROR_INVALID_VALUE;
+        if (!dir) return CUDA_ERROR_NOT_PERMITTED;
+        memcpy(name, fh->data + 1, 62);
+        name[62] = 0;
+        if (strncmp(name, "fabric-", 7) != 0 || strchr(name, '/') || !fake_fabric_path(path, sizeof path, dir, name)) {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+        size = lseek(fd, 0, SEEK_END);
+        return fake_wrap_fd(h, fd, (size_t)size, -1, CU_MEM_HANDLE_TYPE_FABRIC);
     }
     return CUDA_ERROR_INVALID_VALUE;
 }

@@ -160,6 +160,11 @@ func collect(ctx context.Context, lib nvml.Interface, opts Options, lookup func(
 			r.Pairs = append(r.Pairs, readPair(used[i], used[j], &r.Devices[i], &r.Devices[j], &r.Warnings))
 		}
 	}
+	dir := opts.IMEXDir
+	if dir == "" {
+		dir = DefaultIMEXDir
+	}
+	r.CrossNode = judgeCrossNode(r.Devices, dir)
 	return r, nil
 }
 

@@ -26,6 +26,12 @@
 // a GPU without MIG, NVLink on a PCIe-only GPU, fabric info on a GPU outside
 // an NVSwitch fabric.
 //
+// Beside the verdict, the report says whether these GPUs can join a job
+// across nodes (CrossNode): that needs CUDA fabric handles, which need
+// every device on one completed NVLink fabric clique and an IMEX channel
+// this user may open (read from NVML and the channel directory, not tried:
+// the mailbox's own export is the final word).
+//
 // Devices are named by CUDA ordinal, because that is what ranks use
 // (TPRUN_DEVICES, or the local rank). MapCUDAOrdinals reproduces CUDA's
 // enumeration from the NVML devices' PCI bus ids, honouring

@@ -32,6 +32,7 @@ func noDriverReport(err error) *Report {
 		Warnings: []string{},
 		Verdict: Verdict{Requested: "auto", Reason: msg + "; without a GPU, tprun runs the CPU backend with the host mailbox",
 			MulticastBlockers: []string{}, Problems: []string{msg}},
+		CrossNode: CrossNode{IMEXDir: DefaultIMEXDir, Cliques: []string{}, IMEXChannels: []string{}, Reasons: []string{msg}},
 	}
 }
 

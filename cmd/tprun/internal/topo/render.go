@@ -114,6 +114,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 
+	if len(r.Devices) > 0 {
+		r.CrossNode.write(&b)
+	}
+
 	if len(r.Warnings) > 0 {
 		b.WriteString("\nWarnings:\n")
 		for _, w := range r.Warnings {

@@ -48,7 +48,8 @@ func TestJSONGolden(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			lib, _ := fixedTwoH200().lib()
-			r, err := Preflight(context.Background(), lib, Options{LookupEnv: env(tc.env...)})
+			// A fixed place without channels, whatever this machine has.
+			r, err := Preflight(context.Background(), lib, Options{LookupEnv: env(tc.env...), IMEXDir: "/nonexistent/nvidia-caps-imex-channels"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +102,7 @@ func TestJSONShape(t *testing.T) {
 				keys = append(keys, k)
 			}
 			slices.Sort(keys)
-			wantKeys := []string{"cuda", "cuda_driver_version", "devices", "driver_version", "nvml_devices", "pairs", "ranks", "schema", "tp", "verdict", "warnings"}
+			wantKeys := []string{"cross_node", "cuda", "cuda_driver_version", "devices", "driver_version", "nvml_devices", "pairs", "ranks", "schema", "tp", "verdict", "warnings"}
 			if !slices.Equal(keys, wantKeys) {
 				t.Errorf("keys %v, want %v", keys, wantKeys)
 			}

@@ -29,6 +29,9 @@ type Options struct {
 	// LookupEnv reads the environment the ranks will see (CUDA numbering,
 	// multicast safety variables); nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// IMEXDir is where IMEX channels are looked for; "" means
+	// DefaultIMEXDir.
+	IMEXDir string
 }
 
 // Report is everything the check found and what it concluded. Its JSON form
@@ -48,6 +51,8 @@ type Report struct {
 	Pairs    []Pair   `json:"pairs"`
 	Warnings []string `json:"warnings"`
 	Verdict  Verdict  `json:"verdict"`
+	// CrossNode says whether these GPUs can join a job across nodes.
+	CrossNode CrossNode `json:"cross_node"`
 }
 
 // CUDA records how NVML devices were matched to CUDA ordinals.
