@@ -162,7 +162,7 @@ const (
 // per step; used only when no other rank shares the GPU) or "kernel" (a
 // receive kernel after the skinny kernel, as ranks sharing a GPU always
 // do). On two H200s, tp 2, the fused step was 0.44 µs faster at M = 1 and
-// 0–0.1 µs at M = 2..8 (bench/step-h200x2-2026-11-30-rcta-ab.txt).
+// 0–0.1 µs at M = 2..8 (docs/kernel-notes.md, "What ships").
 const ReceiveModeEnv = "TPRUN_DEV_RECEIVE"
 
 func fusedReceive() (bool, error) {
@@ -214,7 +214,7 @@ type cudaEngine struct {
 	// or -1 (multicast). A step replaces that destination by its output
 	// block, so the kernel stores this rank's slice straight into it, and
 	// its receive skips that slice: half the receive's work at tp 2, and
-	// 0.05-0.27 µs per step on two H200s (bench/NOTES-kernel.md, 2026-11-30g).
+	// 0.05-0.27 µs per step on two H200s (docs/kernel-notes.md, "What ships").
 	own      int
 	local    cuda.DevicePtr
 	deadline time.Duration
