@@ -3,8 +3,10 @@ package tp
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -311,4 +313,116 @@ func describe(l []queued) string {
 		s = append(s, q.config())
 	}
 	return fmt.Sprintf("%d calls [%s]", len(l), strings.Join(s, "; "))
+}
+
+// TestCaptureStreamFake: a graph of the caller's, captured with
+// CaptureStream around one Enqueue on each of K ops of a rank (each with
+// its own weight, SetWeight), replays on every rank any number of times;
+// after the replays every op's block matches the float64 reference of its
+// own weight, and every op's slot counter has advanced once per replay.
+func TestCaptureStreamFake(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	const (
+		size, k, maxM         = 2, 3, 4
+		hidden, latent, slots = 128, 64, 3
+		replays               = 5 // no multiple of slots
+	)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	ws := make([]weightSteps, k)
+	for i := range ws {
+		ws[i] = newWeightSteps(t, rng.Uint64(), hidden, latent, []int{1 + rng.IntN(maxM)})
+	}
+	gpu := newFakeGPU()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make([][][]kernel.BF16, size)
+	errs := onUpRanks(size, func(r int, ex mailbox.Exchanger) (err error) {
+		d := newFakeDrv(gpu, r)
+		ops := make([]*UpProjection, k)
+		for i := range ops {
+			s := kernel.Shape{M: maxM, Hidden: hidden, Latent: latent, TP: size}
+			eng, err := newCUDAEngine(ctx, ex, s, upConfig{slots: slots, deadline: 10 * time.Second}, d, nil, 0, mailbox.KindUnicast, fakeDeps())
+			if err != nil {
+				return err
+			}
+			up := &UpProjection{rank: r, shape: s, eng: eng, reason: "fake"}
+			defer func() { err = errors.Join(err, up.Close()) }()
+			if err := up.SetWeight(ctx, ws[i].shard(r, size)); err != nil {
+				return err
+			}
+			ops[i] = up
+		}
+		shard := hidden / size
+		ins := make([]DeviceInputs, k)
+		outs := make([]DevicePtr, k)
+		for i, w := range ws {
+			st := w.steps[0]
+			ins[i] = DeviceInputs{M: st.m, Latent: devBuf(t, gpu, st.latent), Shared: devBuf(t, gpu, st.shared) + DevicePtr(2*r*shard), SharedStride: hidden}
+			outs[i] = poisoned(t, gpu, maxM*hidden)
+		}
+		bind := func() (streamGraphDriver, func(), error) { return d, func() {}, nil }
+		g, err := captureStream(bind, func(s Stream) error {
+			for i, up := range ops {
+				if err := up.Enqueue(ins[i], outs[i], s); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, g.Close(), g.Close()) }()
+		for i := range ops {
+			if slot, err := counterSlot(gpu, ops[i].eng.(*cudaEngine)); err != nil || slot != 0 {
+				return fmt.Errorf("op %d: slot counter %d (%v) after the capture: the steps ran", i, slot, err)
+			}
+		}
+		if err := g.Replay(replays - 1); err != nil {
+			return err
+		}
+		for _, o := range outs {
+			b, err := gpu.at(o, 2*maxM*hidden)
+			if err != nil {
+				return err
+			}
+			for i := range bf16s(b) {
+				bf16s(b)[i] = poison
+			}
+		}
+		times, err := g.TimeReplays(1)
+		if err != nil {
+			return err
+		}
+		if len(times) != 1 || times[0] <= 0 {
+			return fmt.Errorf("TimeReplays(1) = %v", times)
+		}
+		for i, up := range ops {
+			if err := up.Synchronize(ctx, g.Stream()); err != nil {
+				return err
+			}
+			e := up.eng.(*cudaEngine)
+			if slot, err := counterSlot(gpu, e); err != nil || int(slot) != replays%e.layout.Slots {
+				return fmt.Errorf("op %d: slot counter %d (%v) after %d replays of %d slots", i, slot, err, replays, e.layout.Slots)
+			}
+			b, err := gpu.at(outs[i], 2*maxM*hidden)
+			if err != nil {
+				return err
+			}
+			if err := keepBlock(i, ws[i].steps[0].m, hidden, slices.Clone(bf16s(b)), &got[r]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	var steps []upStepData
+	for _, w := range ws {
+		steps = append(steps, w.steps[0])
+	}
+	checkBlocks(t, steps, got, hidden)
+	checkNoLeaks(t, gpu)
 }
