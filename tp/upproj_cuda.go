@@ -348,14 +348,8 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		// The kernels only ever set status words (on a timeout or an
 		// abort), and the op refuses steps once one is set: zeroed once.
 		clear(e.status)
-		if e.counter, err = drv.MemAlloc(8); err != nil {
+		if e.counter, err = counters.get(counterKey{drv, e.cuctx}); err != nil {
 			return fmt.Errorf("slot counter: %w", err)
-		}
-		if err := drv.MemcpyHtoD(e.counter, make([]byte, 8)); err != nil {
-			return fmt.Errorf("zeroing the slot counter: %w", err)
-		}
-		if err := drv.StreamSynchronize(0); err != nil {
-			return fmt.Errorf("zeroing the slot counter: %w", err)
 		}
 		// Every region of a slot: a waiting receive may be polling any.
 		fillBytes := mailbox.SlotRows(s.M) * s.Hidden * 2
@@ -500,7 +494,7 @@ func (e *cudaEngine) release(unbind func()) error {
 		e.weight = 0
 	}
 	if e.counter != 0 {
-		note("freeing the slot counter", e.drv.MemFree(e.counter))
+		note("freeing the slot counter", counters.put(counterKey{e.drv, e.cuctx}, e.counter))
 		e.counter = 0
 	}
 	if e.status != nil {
