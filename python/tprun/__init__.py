@@ -39,6 +39,8 @@ from ._lib import (
 
 __all__ = [
     "join",
+    "join_torch",
+    "join_collectives",
     "Group",
     "UpProjection",
     "version",
@@ -380,3 +382,8 @@ def _host_buffer(name, obj, count, writable):
     if ptr % 2:
         raise ValueError(f"{name}: address {ptr:#x} is not 2-byte aligned")
     return _HostBuffer(ptr, n, (c, mv))
+
+
+# Joining through the caller's own process group; imported last, as it
+# extends Group.
+from ._external import join_collectives, join_torch  # noqa: E402
