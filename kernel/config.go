@@ -181,6 +181,20 @@ func SkinnySharedBytes(tileRows, warps, cluster int) int {
 	return (warps + cluster) * 8 * (tileRows + 4) * 4
 }
 
+// NewLaunchConfig is the launch config of the named family's entry point
+// for m rows of a shard-row weight slice with warps warps per CTA and
+// cluster CTAs per cluster, and none of the three hints: what ConfigFor
+// gives for a table row naming them. It checks only that the family
+// exists; Validate says whether the config can launch. For tools that
+// launch configs of their choosing, such as the kernel benchmark harness.
+func NewLaunchConfig(m, shard int, familyName string, warps, cluster int) (LaunchConfig, error) {
+	f, ok := findFamily(familyName)
+	if !ok {
+		return LaunchConfig{}, fmt.Errorf("kernel: no entry point family %q (families.tsv)", familyName)
+	}
+	return makeConfig(m, shard, f, warps, cluster), nil
+}
+
 func makeConfig(m, shard int, f family, warps, cluster int) LaunchConfig {
 	return LaunchConfig{
 		Function:    fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name),

@@ -43,6 +43,10 @@ const (
 // existed.
 const rotSuffix = "_rot"
 
+// RotationSuffix is what a launch with slot rotation appends to
+// LaunchConfig.Function and ReceiveConfig.Function to name its entry point.
+const RotationSuffix = rotSuffix
+
 // skinnyFunctions lists every skinny entry point: M 1..MaxM of every
 // family of families.tsv, each plain and with rotSuffix.
 func skinnyFunctions() ([]string, error) {

@@ -15,7 +15,9 @@ import (
 // `go test -c ./mailbox`, run it on a GPU machine with -test.run GPU; they
 // skip where there is no driver or no device. Both goroutine ranks live on
 // one device (TPRUN_TEST_DEVICE, default 0), which the unicast backend
-// allows; the multicast backend is never exercised on a GPU here.
+// allows; the multicast backend is never exercised on a GPU here. openGPU
+// binds the device's context to the test goroutine's thread only: a
+// subtest (another goroutine) that calls the driver binds it again.
 
 type gpuEnv struct {
 	drv  *cuda.Driver
@@ -112,6 +114,15 @@ func TestGPUUnicastStoreReachesPeer(t *testing.T) {
 		{"auto (fabric where it works, else POSIX FD)", nil},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
+			// A subtest runs on a goroutine of its own, on whatever thread:
+			// openGPU bound the context to the parent test's only. Without
+			// this the copies below find a context current only when an
+			// earlier goroutine happened to leave one on the thread.
+			unbind, err := g.drv.BindContext(g.cctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unbind()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			cfg := gpuCase{size: 2}.config(rng)

@@ -53,9 +53,10 @@ type ShapeError = kernel.ShapeError
 var ErrShape = kernel.ErrShape
 
 // PreferPacked reports whether the kernels run faster on a shard×latent
-// weight in the packed layout than row-major. SetWeight uses it; a caller
-// that passes its own device weight per step (DeviceInputs.Weight) may
-// pack it with PackWeight when it holds.
+// weight in the packed layout than row-major. SetWeight uses it. A caller
+// that passes its own device weight per step (DeviceInputs.Weight) packs
+// it with PackWeight whatever it reports: the kernels read only the
+// packed layout.
 func PreferPacked(shard, latent int) bool { return kernel.PreferPacked(shard, latent) }
 
 // PackedWeightLen is the number of bf16 elements of a shard×latent weight
@@ -112,7 +113,7 @@ var (
 	// disagree about the op's shape.
 	ErrConfig = mailbox.ErrConfig
 	// ErrArgument: a bad argument other than a shape (a negative replay
-	// count, an empty capture).
+	// count, an empty capture, a row-major DeviceInputs.Weight).
 	ErrArgument = mailbox.ErrArgument
 	// ErrPeer: another rank failed during a collective step of the op
 	// (setup, a step check); the error names it.

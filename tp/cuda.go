@@ -14,18 +14,21 @@ import (
 )
 
 // DeviceInputs are one step's operands in device memory, raw bf16,
-// row-major (the weight may be packed instead, WeightPacked), every
-// pointer 16-byte aligned (the operation is written out in package kernel's
-// documentation).
+// row-major but for a weight passed with the step, which must be packed
+// (WeightPacked), every pointer 16-byte aligned (the operation is written
+// out in package kernel's documentation).
 type DeviceInputs struct {
 	M int // rows this step, 1..the maxM given to NewUpProjection
 	// Latent is [M, latent_dim], row stride latent_dim, the same on every rank.
 	Latent DevicePtr
-	// Weight is [shard, latent_dim]: this rank's rows of the full weight,
-	// row-major, or with WeightPacked in the kernel's packed layout
-	// (PackWeight, PackedWeightLen elements). Zero uses the op's own copy
-	// (SetWeight), the usual way: the op keeps it in the layout the kernels
-	// run fastest on (PreferPacked).
+	// Weight is [shard, latent_dim]: this rank's rows of the full weight
+	// in the kernels' packed layout (PackWeight, PackedWeightLen
+	// elements), with WeightPacked set to say so. Zero uses the op's own
+	// copy (SetWeight, SetWeightDevice), the usual way: the op packs it
+	// once. A row-major weight here (WeightPacked false) is refused with
+	// ErrArgument before anything runs: the kernels read only the packed
+	// layout and there is no packing kernel, so give a row-major device
+	// weight once with SetWeightDevice instead.
 	Weight       DevicePtr
 	WeightPacked bool
 	// Shared holds element (m, n) of this rank's [M, shard] slice at

@@ -22,6 +22,14 @@
 // and DeviceFree serve callers without a framework. examples/go/rank is a
 // whole rank program.
 //
+// The kernels read the weight only in their packed layout. SetWeight and
+// SetWeightDevice take it row-major and pack it once; a row-major weight
+// passed with Step (UpInputs.Weight) is packed on the host at every step.
+// A weight passed with a device step (StepDevice, Enqueue, Capture) must
+// already be packed (PackWeight, DeviceInputs.WeightPacked): there is no
+// packing kernel, so a row-major one is refused with ErrArgument before
+// anything is sent.
+//
 // # The operation
 //
 // For every row m < M and column n of this rank's shard (package kernel
@@ -56,6 +64,9 @@
 //
 //   - ErrShape (*ShapeError): a bad shape, buffer length or device address;
 //   - ErrNoWeight: a step left its weight out before SetWeight;
+//   - ErrArgument: a bad argument other than a shape, such as a row-major
+//     device weight passed with a step (pack it, or give it once with
+//     SetWeightDevice), nothing sent;
 //   - ErrTimeout (*TimeoutError): a peer's slice did not arrive within the
 //     deadline (WithDeadline); Missing names the ranks, OtherM those that
 //     ran the step with another M;

@@ -27,7 +27,8 @@ func newCheckedFakeUp(ctx context.Context, ex mailbox.Exchanger, gpu *fakeGPU, h
 // maxM rows.
 func fakeDeviceStep(t *testing.T, gpu *fakeGPU, in UpInputs, maxM, hidden int) DeviceStep {
 	return DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: in.M,
-		Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
+		Latent: devBuf(t, gpu, in.Latent), Weight: devPacked(t, gpu, in.Weight, len(in.Latent)/in.M), WeightPacked: true,
+		Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
 }
 
 // hostInputs is rank r's slice of step d's operands on the host.
@@ -77,7 +78,7 @@ func TestStepChecks(t *testing.T) {
 						return out, up.Step(ctx, in, out)
 					}
 					o := devBuf(t, gpu, out)
-					din := DeviceInputs{M: in.M, Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight),
+					din := DeviceInputs{M: in.M, Latent: devBuf(t, gpu, in.Latent), Weight: devPacked(t, gpu, in.Weight, latent), WeightPacked: true,
 						Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}
 					if err := up.StepDevice(ctx, din, o); err != nil {
 						return nil, err

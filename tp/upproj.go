@@ -71,9 +71,10 @@ type UpInputs struct {
 	// Latent is [M, latent_dim], the same on every rank.
 	Latent []BF16
 	// Weight is [shard, latent_dim]: this rank's rows of the full
-	// [hidden_dim, latent_dim] weight. Nil uses the op's own copy
-	// (SetWeight), the usual way: a weight passed here is copied to the
-	// device at every step of the CUDA engine.
+	// [hidden_dim, latent_dim] weight, row-major. Nil uses the op's own
+	// copy (SetWeight), the usual way: a weight passed here is packed on
+	// the host (the kernels' layout) and copied to the device at every
+	// step of the CUDA engine.
 	Weight []BF16
 	// Shared is [M, shard] with row stride SharedStride: this rank's
 	// columns of an [M, hidden_dim] tensor. Pass shared[rank*shard:] of the

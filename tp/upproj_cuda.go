@@ -162,7 +162,7 @@ const (
 // per step; used only when no other rank shares the GPU) or "kernel" (a
 // receive kernel after the skinny kernel, as ranks sharing a GPU always
 // do). On two H200s, tp 2, the fused step was 0.44 µs faster at M = 1 and
-// 0–0.1 µs at M = 2..8 (bench/step-h200x2-2026-11-30-rcta-ab.txt).
+// 0–0.1 µs at M = 2..8 (docs/kernel-notes.md, "What ships").
 const ReceiveModeEnv = "TPRUN_DEV_RECEIVE"
 
 func fusedReceive() (bool, error) {
@@ -214,7 +214,7 @@ type cudaEngine struct {
 	// or -1 (multicast). A step replaces that destination by its output
 	// block, so the kernel stores this rank's slice straight into it, and
 	// its receive skips that slice: half the receive's work at tp 2, and
-	// 0.05-0.27 µs per step on two H200s (bench/NOTES-kernel.md, 2026-11-30g).
+	// 0.05-0.27 µs per step on two H200s (docs/kernel-notes.md, "What ships").
 	own      int
 	local    cuda.DevicePtr
 	deadline time.Duration
@@ -249,11 +249,14 @@ type cudaEngine struct {
 
 	// Staging for hostStep, allocated on first use: latent, shared
 	// (packed) and out, each 256-byte aligned in one allocation; the
-	// weight, when a step passes one, in one of its own.
+	// weight, when a step passes one, in one of its own, in the packed
+	// layout (the kernels read no other): packed on the host into
+	// weightScratch, then uploaded.
 	stage                     cuda.DevicePtr
 	stLatent, stShared, stOut cuda.DevicePtr
 	stWeight                  cuda.DevicePtr
 	sharedScratch             []kernel.BF16
+	weightScratch             []kernel.BF16
 	mu                        sync.Mutex
 	closed                    bool
 	graphs                    map[*StepGraph]struct{}
@@ -1018,7 +1021,7 @@ func (e *cudaEngine) hostStep(ctx context.Context, t uint64, s kernel.Shape, in 
 	}
 	din := DeviceInputs{M: s.M, Latent: DevicePtr(e.stLatent), Shared: DevicePtr(e.stShared), SharedStride: s.Shard()}
 	if in.Weight != nil {
-		din.Weight = DevicePtr(e.stWeight)
+		din.Weight, din.WeightPacked = DevicePtr(e.stWeight), true // packed by stageInputs
 	}
 	if err := e.deviceStepLocked(ctx, t, s, din, e.stOut); err != nil {
 		return err
@@ -1124,10 +1127,11 @@ func (e *cudaEngine) stageInputs(s kernel.Shape, in UpInputs) error {
 		e.sharedScratch = make([]kernel.BF16, c.M*shard)
 	}
 	if in.Weight != nil && e.stWeight == 0 {
-		n := shard * c.Latent * 2
-		if e.stWeight, err = e.drv.MemAlloc(uint64(n)); err != nil {
-			return fmt.Errorf("weight staging buffer (%d bytes): %w", n, err)
+		n := kernel.PackedWeightLen(shard, c.Latent)
+		if e.stWeight, err = e.drv.MemAlloc(uint64(2 * n)); err != nil {
+			return fmt.Errorf("weight staging buffer (%d bytes): %w", 2*n, err)
 		}
+		e.weightScratch = make([]kernel.BF16, n)
 	}
 	n := s.Shard()
 	shared := e.sharedScratch[:s.M*n]
@@ -1143,11 +1147,16 @@ func (e *cudaEngine) stageInputs(s kernel.Shape, in UpInputs) error {
 		{"shared", e.stShared, shared},
 	}
 	if in.Weight != nil {
+		// The step's weight is row-major; the kernels read only the
+		// packed layout.
+		if err := kernel.PackWeight(e.weightScratch, in.Weight[:n*s.Latent], n, s.Latent); err != nil {
+			return fmt.Errorf("packing the weight: %w", err)
+		}
 		copies = append(copies, struct {
 			what string
 			dst  cuda.DevicePtr
 			src  []kernel.BF16
-		}{"weight", e.stWeight, in.Weight[:n*s.Latent]})
+		}{"weight", e.stWeight, e.weightScratch})
 	}
 	for _, c := range copies {
 		if err := e.drv.MemcpyHtoD(c.dst, cuda.AsBytes(c.src)); err != nil {
@@ -1246,6 +1255,11 @@ func (u *UpProjection) StepDevice(ctx context.Context, in DeviceInputs, out Devi
 	return nil
 }
 
+// rowMajorDeviceWeight says what to do instead of passing a row-major
+// weight in device memory with a step.
+const rowMajorDeviceWeight = "a row-major device weight per step is not supported: give the weight once with SetWeightDevice (the op packs it), " +
+	"or pass it packed (tp.PackWeight, PackedWeightLen elements) with WeightPacked"
+
 // validateDevice checks a step's shape and device operands.
 func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out DevicePtr) error {
 	if err := u.validateM(s.M); err != nil {
@@ -1264,6 +1278,11 @@ func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out Devic
 		if !u.weightSet {
 			errs = append(errs, ErrNoWeight)
 		}
+	} else if !in.WeightPacked {
+		// The kernels read only the packed layout, and there is no
+		// packing kernel: refused here, before anything is sent.
+		errs = append(errs, fmt.Errorf("%w: DeviceInputs.Weight at %#x is row-major (WeightPacked false): %s",
+			ErrArgument, uint64(in.Weight), rowMajorDeviceWeight))
 	}
 	for _, p := range ptrs {
 		if p.v == 0 || p.v%16 != 0 {

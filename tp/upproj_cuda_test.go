@@ -580,6 +580,10 @@ func advance(w []uint32, r kernel.SlotRotation) {
 func (k *fakeKernels) unload() error { k.d.gpu.add("module", -1); return nil }
 
 func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error {
+	if !a.weightPacked {
+		// As kernel.LaunchSkinny: the kernels read only the packed layout.
+		return &kernel.ArgError{Field: "WeightPacked", Value: "false", Rule: "the kernels read only the packed layout (PackWeight)"}
+	}
 	k.mu.Lock()
 	k.streams = append(k.streams, s)
 	k.mu.Unlock()
@@ -591,22 +595,15 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 		off := slotOffset(counter, a.rotation)
 		sh := a.shape
 		n, K := sh.Shard(), sh.Latent
-		wlen := n * K
-		if a.weightPacked {
-			wlen = kernel.PackedWeightLen(n, K)
-		}
 		lat, err1 := k.d.gpu.bytes(a.latent, 2*sh.M*K)
-		w, err2 := k.d.gpu.bytes(a.weight, 2*wlen)
+		w, err2 := k.d.gpu.bytes(a.weight, 2*kernel.PackedWeightLen(n, K))
 		shared, err3 := k.d.gpu.bytes(a.shared, 2*((sh.M-1)*a.sharedStride+n))
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return err
 		}
-		weight := bf16s(w)
-		if a.weightPacked {
-			weight = make([]kernel.BF16, n*K)
-			if err := kernel.UnpackWeight(weight, bf16s(w), n, K); err != nil {
-				return err
-			}
+		weight := make([]kernel.BF16, n*K)
+		if err := kernel.UnpackWeight(weight, bf16s(w), n, K); err != nil {
+			return err
 		}
 		out := make([]kernel.BF16, sh.M*n)
 		if err := kernel.UpProjectCPU(sh, bf16s(lat), weight, bf16s(shared), a.sharedStride, out, n); err != nil {
@@ -853,14 +850,13 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 		tp, hidden, latent int
 		maxM, slots        int
 		ms                 []int
-		device             bool // StepDevice instead of Step
-		packed             bool // device weight in the kernel's packed layout
+		device             bool // StepDevice (weight packed, as device steps take it) instead of Step (weight row-major)
 	}{
 		{desc: "one rank, host operands", tp: 1, hidden: 64, latent: 40, maxM: 3, ms: []int{1, 3, 2, 3}},
 		{desc: "two ranks, every M, host operands", tp: 2, hidden: 256, latent: 96, maxM: 8, ms: []int{8, 1, 2, 3, 4, 5, 6, 7, 8}},
 		{desc: "three ranks, two slots, device operands", tp: 3, hidden: 144, latent: 64, maxM: 4, slots: 2, ms: []int{4, 2, 4, 1, 3, 4}, device: true},
 		{desc: "four ranks, device operands", tp: 4, hidden: 512, latent: 128, maxM: 8, ms: []int{1, 2, 4, 8, 8, 8, 1}, device: true},
-		{desc: "three ranks, packed device weight", tp: 3, hidden: 144, latent: 40, maxM: 4, ms: []int{4, 1, 3}, device: true, packed: true},
+		{desc: "three ranks, device operands, latent not a multiple of 32", tp: 3, hidden: 144, latent: 40, maxM: 4, ms: []int{4, 1, 3}, device: true},
 	}
 	for i, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -887,10 +883,7 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 					}
 					if tc.device {
 						o := devBuf(t, gpu, out)
-						if tc.packed {
-							w = packedWeight(t, w, shard, tc.latent)
-						}
-						in := DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, w), WeightPacked: tc.packed,
+						in := DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent), Weight: devPacked(t, gpu, w, tc.latent), WeightPacked: true,
 							Shared: devBuf(t, gpu, d.shared) + DevicePtr(2*r*shard), SharedStride: tc.hidden}
 						if err := up.StepDevice(ctx, in, o); err != nil {
 							return err
@@ -924,13 +917,27 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 }
 
 // packedWeight is w in the kernel's packed layout (kernel.PackWeight).
-func packedWeight(t *testing.T, w []kernel.BF16, shard, latent int) []kernel.BF16 {
+func packedWeight(t testing.TB, w []kernel.BF16, shard, latent int) []kernel.BF16 {
 	t.Helper()
 	p := make([]kernel.BF16, kernel.PackedWeightLen(shard, latent))
 	if err := kernel.PackWeight(p, w, shard, latent); err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// devPacked is the row-major [len(w)/latent, latent] weight w in fake
+// device memory, packed as a weight passed with a device step must be
+// (DeviceInputs.WeightPacked).
+func devPacked(t testing.TB, gpu *fakeGPU, w []kernel.BF16, latent int) DevicePtr {
+	t.Helper()
+	return devBuf(t, gpu, packedWeight(t, w, len(w)/latent, latent))
+}
+
+// gpuPacked is devPacked on the real GPU.
+func (f gpuFixture) gpuPacked(t *testing.T, w []kernel.BF16, latent int) DevicePtr {
+	t.Helper()
+	return f.devAlloc(t, packedWeight(t, w, len(w)/latent, latent), 0)
 }
 
 // checkBlocks checks every rank's block of every step against the
@@ -978,7 +985,7 @@ func TestCUDAEngineFakeGraph(t *testing.T) {
 			o := devBuf(t, gpu, make([]kernel.BF16, maxM*hidden))
 			outs = append(outs, o)
 			ds = append(ds, DeviceStep{Out: o, In: DeviceInputs{M: d.m, Latent: devBuf(t, gpu, d.latent),
-				Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
+				Weight: devPacked(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent], latent), WeightPacked: true,
 				Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}})
 		}
 		if _, err := up.Capture(ctx, nil); !errors.Is(err, mailbox.ErrArgument) {
@@ -1084,7 +1091,7 @@ func TestCUDAEngineFakeGraphCloseDuringReplay(t *testing.T) {
 		}
 		defer func() { err = errors.Join(err, up.Close()) }()
 		st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
-			Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight), Shared: devBuf(t, gpu, d.shared), SharedStride: hidden}}
+			Latent: devBuf(t, gpu, d.latent), Weight: devPacked(t, gpu, d.weight, latent), WeightPacked: true, Shared: devBuf(t, gpu, d.shared), SharedStride: hidden}}
 		g, err := up.Capture(ctx, []DeviceStep{st, st})
 		if err != nil {
 			return err
@@ -1333,7 +1340,7 @@ func fakeRankStep(t *testing.T, gpu *fakeGPU, d upStepData, r, n, maxM int) Devi
 	hidden := len(d.weight) / latent
 	shard := hidden / n
 	return DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, maxM*hidden)), In: DeviceInputs{M: d.m,
-		Latent: devBuf(t, gpu, d.latent), Weight: devBuf(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent]),
+		Latent: devBuf(t, gpu, d.latent), Weight: devPacked(t, gpu, d.weight[r*shard*latent:(r+1)*shard*latent], latent), WeightPacked: true,
 		Shared: devBuf(t, gpu, d.shared[r*shard:]), SharedStride: hidden}}
 }
 
@@ -1403,7 +1410,7 @@ func TestCUDAEngineFakeCloseDuringReplayKeepsJob(t *testing.T) {
 				return g.Barrier(ctx)
 			}
 			st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, hidden)), In: DeviceInputs{M: 1,
-				Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
+				Latent: devBuf(t, gpu, in.Latent), Weight: devPacked(t, gpu, in.Weight, len(in.Latent)/in.M), WeightPacked: true, Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
 			gr, err := up.Capture(ctx, []DeviceStep{st, st, st, st, st, st})
 			if err != nil {
 				return errors.Join(err, up.Close())
@@ -1476,7 +1483,7 @@ func TestCUDAEngineFakeAbort(t *testing.T) {
 				done := make(chan error, 1)
 				if tc.graph {
 					st := DeviceStep{Out: devBuf(t, gpu, make([]kernel.BF16, hidden)), In: DeviceInputs{M: 1,
-						Latent: devBuf(t, gpu, in.Latent), Weight: devBuf(t, gpu, in.Weight), Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
+						Latent: devBuf(t, gpu, in.Latent), Weight: devPacked(t, gpu, in.Weight, len(in.Latent)/in.M), WeightPacked: true, Shared: devBuf(t, gpu, in.Shared), SharedStride: hidden}}
 					g, err := up.Capture(ctx, []DeviceStep{st, st, st, st, st, st})
 					if err != nil {
 						return err
@@ -2020,13 +2027,12 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 		tp, hidden, latent int
 		maxM               int
 		ms                 []int
-		device             bool // StepDevice on device operands instead of Step
-		packed             bool // device weight in the kernel's packed layout
+		device             bool // StepDevice on device operands (weight packed, as device steps take it) instead of Step (weight row-major, packed by the op)
 	}{
 		{desc: "reference shape, two ranks, every M, host operands", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{1, 2, 3, 4, 5, 6, 7, 8, 8, 1}},
 		{desc: "reference shape, two ranks, device operands", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{8, 4, 1, 2, 7}, device: true},
-		{desc: "reference shape, two ranks, packed device weight", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{1, 2, 8, 3}, device: true, packed: true},
-		{desc: "three ranks, small, packed (partial 16-row group, k tail)", tp: 3, hidden: 168, latent: 72, maxM: 4, ms: []int{4, 1, 2}, device: true, packed: true},
+		{desc: "reference shape, two ranks, device operands, other Ms", tp: 2, hidden: 7168, latent: 3584, maxM: 8, ms: []int{1, 2, 8, 3}, device: true},
+		{desc: "three ranks, small, device operands (partial 16-row group, k tail)", tp: 3, hidden: 168, latent: 72, maxM: 4, ms: []int{4, 1, 2}, device: true},
 		{desc: "one rank, latent not a multiple of the K tile", tp: 1, hidden: 1024, latent: 3600, maxM: 4, ms: []int{1, 4, 3, 2}},
 		{desc: "three ranks, small", tp: 3, hidden: 144, latent: 64, maxM: 4, ms: []int{4, 2, 4, 1, 3, 4}, device: true},
 		{desc: "four ranks, shard 896, latent 512", tp: 4, hidden: 3584, latent: 512, maxM: 8, ms: []int{1, 8, 2, 5}},
@@ -2046,10 +2052,7 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 					lat, sh := f.devAlloc(t, d.latent, 0), f.devAlloc(t, d.shared, 0)
 					for r := range tc.tp {
 						w := d.weight[r*shard*tc.latent : (r+1)*shard*tc.latent]
-						if tc.packed {
-							w = packedWeight(t, w, shard, tc.latent)
-						}
-						dev[i].in = append(dev[i].in, DeviceInputs{M: d.m, Latent: lat, Weight: f.devAlloc(t, w, 0), WeightPacked: tc.packed,
+						dev[i].in = append(dev[i].in, DeviceInputs{M: d.m, Latent: lat, Weight: f.gpuPacked(t, w, tc.latent), WeightPacked: true,
 							Shared: sh + DevicePtr(2*r*shard), SharedStride: tc.hidden})
 						dev[i].out = append(dev[i].out, f.devAlloc(t, nil, tc.maxM*tc.hidden))
 					}
@@ -2126,7 +2129,7 @@ func TestGPUUpProjectionGraph(t *testing.T) {
 		lat, sh := f.devAlloc(t, d.latent, 0), f.devAlloc(t, d.shared, 0)
 		for r := range tp {
 			ds[r] = append(ds[r], DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: lat,
-				Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
+				Weight: f.gpuPacked(t, d.weight[r*shard*latent:(r+1)*shard*latent], latent), WeightPacked: true,
 				Shared: sh + DevicePtr(2*r*shard), SharedStride: hidden}})
 		}
 	}
@@ -2269,7 +2272,7 @@ func TestGPUUpProjectionStalledPeerReplay(t *testing.T) {
 	ds := make([]DeviceStep, n)
 	for r := range n {
 		ds[r] = DeviceStep{Out: f.devAlloc(t, nil, maxM*hidden), In: DeviceInputs{M: d.m, Latent: lat,
-			Weight: f.devAlloc(t, d.weight[r*shard*latent:(r+1)*shard*latent], 0),
+			Weight: f.gpuPacked(t, d.weight[r*shard*latent:(r+1)*shard*latent], latent), WeightPacked: true,
 			Shared: sh + DevicePtr(2*r*shard), SharedStride: hidden}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -2342,7 +2345,7 @@ func TestGPUUpProjectionCloseDuringWait(t *testing.T) {
 	// Device operands of rank 0's graph: six steps, two rounds of the
 	// default three slots.
 	st := DeviceStep{Out: f.devAlloc(t, nil, hidden), In: DeviceInputs{M: 1, Latent: f.devAlloc(t, d.latent, 0),
-		Weight: f.devAlloc(t, d.weight[:hidden/2*latent], 0), Shared: f.devAlloc(t, d.shared, 0), SharedStride: hidden}}
+		Weight: f.gpuPacked(t, d.weight[:hidden/2*latent], latent), WeightPacked: true, Shared: f.devAlloc(t, d.shared, 0), SharedStride: hidden}}
 	for _, tc := range []struct {
 		desc  string
 		graph bool // Replay(1000) of the graph instead of a Step
@@ -2539,7 +2542,7 @@ func TestGPUUpProjectionCloseDuringReplayKeepsJob(t *testing.T) {
 				fs[1] = openSecondGPU(t, f0)
 			}
 			st := DeviceStep{Out: fs[0].devAlloc(t, nil, hidden), In: DeviceInputs{M: 1, Latent: fs[0].devAlloc(t, d.latent, 0),
-				Weight: fs[0].devAlloc(t, d.weight[:hidden/2*latent], 0), Shared: fs[0].devAlloc(t, d.shared, 0), SharedStride: hidden}}
+				Weight: fs[0].gpuPacked(t, d.weight[:hidden/2*latent], latent), WeightPacked: true, Shared: fs[0].devAlloc(t, d.shared, 0), SharedStride: hidden}}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			tmp, job := shortTempDir(t), newJobID()
@@ -2745,7 +2748,7 @@ func TestCUDAEngineFakeFusedReceive(t *testing.T) {
 func TestValidateDeviceRejectsOverlap(t *testing.T) {
 	s := kernel.Shape{M: 4, Hidden: 64, Latent: 32, TP: 2} // shard 32
 	u := &UpProjection{shape: s}
-	in := DeviceInputs{M: 4, Latent: 0x10000, Weight: 0x20000, Shared: 0x30000, SharedStride: 64}
+	in := DeviceInputs{M: 4, Latent: 0x10000, Weight: 0x20000, WeightPacked: true, Shared: 0x30000, SharedStride: 64}
 	// Byte ends: latent 0x10000 + 2*4*32, weight 0x20000 + 2*32*32,
 	// shared 0x30000 + 2*(3*64+32); the block is 2*4*64 = 0x200 bytes.
 	tests := []struct {

@@ -97,8 +97,9 @@ func TestUpProjectionSetWeight(t *testing.T) {
 
 // TestCUDAEngineFakeSetWeight: on the fake CUDA engine, the op's own
 // weight, from the host (SetWeight) or from device memory
-// (SetWeightDevice), packed by the op or kept row-major, gives the blocks
-// (bit for bit) of steps that pass the row-major weight themselves.
+// (SetWeightDevice), packed by the op (the kernels read no other layout),
+// gives the blocks (bit for bit) of steps that pass the row-major weight
+// themselves (packed by the op at every step).
 func TestCUDAEngineFakeSetWeight(t *testing.T) {
 	const tp, hidden, latent, maxM = 2, 128, 48, 4
 	seed := uint64(time.Now().UnixNano())
@@ -109,12 +110,9 @@ func TestCUDAEngineFakeSetWeight(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
 		device bool // SetWeightDevice
-		packed bool // the layout the op keeps
 	}{
-		{"host weight, packed", false, true},
-		{"host weight, row-major", false, false},
-		{"device weight, packed", true, true},
-		{"device weight, row-major", true, false},
+		{"host weight", false},
+		{"device weight", true},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			gpu := newFakeGPU()
@@ -129,7 +127,6 @@ func TestCUDAEngineFakeSetWeight(t *testing.T) {
 				}
 				defer func() { err = errors.Join(err, up.Close()) }()
 				e, _, _ := fakeParts(up)
-				e.preferPacked = tc.packed
 				w := slices.Clone(ws.shard(r, tp))
 				if tc.device {
 					err = up.SetWeightDevice(ctx, devBuf(t, gpu, w))
@@ -140,15 +137,15 @@ func TestCUDAEngineFakeSetWeight(t *testing.T) {
 					return err
 				}
 				clear(w)
-				if e.weightPacked != tc.packed {
-					return fmt.Errorf("the op keeps its weight packed=%v, want %v", e.weightPacked, tc.packed)
+				if !e.weightPacked {
+					return fmt.Errorf("the op keeps its weight row-major, want packed")
 				}
 				kept, err := gpu.bytes(e.weight, 2*shard*latent)
 				if err != nil {
 					return err
 				}
-				if isRowMajor := slices.Equal(bf16s(kept), ws.shard(r, tp)); isRowMajor == tc.packed {
-					return fmt.Errorf("the op's weight buffer row-major: %v, want %v", isRowMajor, !tc.packed)
+				if slices.Equal(bf16s(kept), ws.shard(r, tp)) {
+					return fmt.Errorf("the op's weight buffer is row-major, want packed")
 				}
 				for i, d := range ws.steps {
 					for k, w := range [][]kernel.BF16{nil, ws.shard(r, tp)} {

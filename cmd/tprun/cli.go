@@ -234,7 +234,7 @@ var metavars = map[string]string{
 	"rendezvous-timeout": "DUR",
 	"backend":            "auto|cpu|cuda", "mailbox": "auto|multicast|unicast|host", "m": "LIST",
 	"iters": "N", "hidden": "N", "latent": "N", "slots": "N", "seed": "N", "deadline": "DUR",
-	"replays": "N", "warmup": "N", "rotate-mb": "MB", "table": "FILE", "json-out": "FILE",
+	"replays": "N", "warmup": "N", "rotate-mb": "MB", "graph": "HOW", "table": "FILE", "json-out": "FILE",
 }
 
 func metavar(f *flag.Flag) string {

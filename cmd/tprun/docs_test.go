@@ -42,24 +42,41 @@ func shBlocks(text string, words ...string) [][]string {
 
 var exitNote = regexp.MustCompile(`#.*\bexits (\d+)`)
 
-// TestDocsCommands runs every command of docs/cli.md's "sh runnable"
-// blocks as written, with this build of tprun first in PATH, one block per
-// fresh working directory, and checks its exit status: 0, or the status a
-// trailing "# exits N" gives. The plain "sh" blocks need a GPU: each of
-// their lines must say what it needs.
+// TestDocsCommands runs every command of the "sh runnable" blocks of
+// docs/cli.md and README.md as written, with this build of tprun first in
+// PATH, one block per fresh working directory, and checks its exit status:
+// 0, or the status a trailing "# exits N" gives. docs/cli.md's plain "sh"
+// blocks need a GPU: each of their lines must say what it needs.
 func TestDocsCommands(t *testing.T) {
-	b, err := os.ReadFile(cliDoc)
+	for _, doc := range []struct {
+		path      string
+		minBlocks int
+		needsNote bool
+	}{
+		{cliDoc, 5, true},
+		{"../../README.md", 1, false},
+	} {
+		t.Run(filepath.Base(doc.path), func(t *testing.T) {
+			runDocCommands(t, doc.path, doc.minBlocks, doc.needsNote)
+		})
+	}
+}
+
+func runDocCommands(t *testing.T, docPath string, minBlocks int, needsNote bool) {
+	b, err := os.ReadFile(docPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runnable := shBlocks(string(b), "runnable")
-	if len(runnable) < 5 {
-		t.Fatalf("%d runnable blocks in %s", len(runnable), cliDoc)
+	if len(runnable) < minBlocks {
+		t.Fatalf("%d runnable blocks in %s", len(runnable), docPath)
 	}
-	for _, block := range shBlocks(string(b)) {
-		for _, line := range block {
-			if strings.TrimSpace(line) != "" && !strings.Contains(line, "# needs") {
-				t.Errorf("%s: %q is not runnable here and does not say what it needs", cliDoc, line)
+	if needsNote {
+		for _, block := range shBlocks(string(b)) {
+			for _, line := range block {
+				if strings.TrimSpace(line) != "" && !strings.Contains(line, "# needs") {
+					t.Errorf("%s: %q is not runnable here and does not say what it needs", docPath, line)
+				}
 			}
 		}
 	}

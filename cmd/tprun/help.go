@@ -122,7 +122,7 @@ func benchHelp(fs *flag.FlagSet) *helpPage {
 		groups: []flagGroup{
 			{title: "Launcher flags", fs: fs, names: launcherFlagNames},
 			{title: "Shape and mailbox", fs: fs, names: []string{"hidden", "latent", "m", "mailbox", "slots", "seed", "deadline"}},
-			{title: "Benchmark flags", fs: fs, names: []string{"replays", "warmup", "rotate-mb", "json", "json-out", "table"}},
+			{title: "Benchmark flags", fs: fs, names: []string{"replays", "warmup", "rotate-mb", "graph", "json", "json-out", "table"}},
 		},
 		exits: jobExits,
 		more:  fmt.Sprintf("The JSON document's schema is %s; docs/cli.md describes its fields.", job.BenchSchema),

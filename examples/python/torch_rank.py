@@ -16,11 +16,11 @@ then run one rank per GPU, or several ranks on one GPU:
     ./tprun --tp 4 -- python3 examples/python/torch_rank.py --check
     ./tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --graph 10000
     torchrun --nproc-per-node 4 examples/python/torch_rank.py --check
-    TPRUN_DEVICES=0,0,0,0 torchrun --nproc-per-node 4 examples/python/torch_rank.py --graph 10000
+    TPRUN_DEVICES=0,0,0,0 torchrun --nproc-per-node 4 examples/python/torch_rank.py --graph 10000 --rows 1,8
     ./tprun --tp 1 -- python3 examples/python/torch_rank.py --bench [--hidden 896]
 
 What it runs (any combination; none given means --check):
-  --check    every M of --m, --iters steps each with fresh inputs: the block
+  --check    every M of --rows, --iters steps each with fresh inputs: the block
              against a PyTorch float64 reference (the op's own roundings
              allowed, nothing else) and across ranks
   --graph N  a torch.cuda.graph holding one step between two PyTorch ops
@@ -48,7 +48,11 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hidden", type=int, default=7168, help="hidden size, split across the ranks")
     p.add_argument("--latent", type=int, default=3584, help="latent size")
-    p.add_argument("--m", default="1,2,3,4,5,6,7,8", help="comma list of M values (rows per step, 1..8)")
+    # --rows, not --m: torchrun parses the options after the script name
+    # too, with prefix matching, and takes --m for its own --max-restarts,
+    # --master-addr, ... (ambiguous). --m stays for a run without torchrun.
+    p.add_argument("--rows", "--m", dest="rows", default="1,2,3,4,5,6,7,8", metavar="LIST",
+                   help="comma list of M values (rows per step, 1..8)")
     p.add_argument("--seed", type=int, default=1, help="seed of the inputs (the same on every rank)")
     p.add_argument("--backend", default="auto", help="mailbox backend: auto, unicast or host")
     p.add_argument("--deadline", type=float, default=None, help="seconds a step waits for the peers (default 10)")
@@ -62,7 +66,7 @@ def parse_args():
     p.add_argument("--replays", type=int, default=200, help="--bench: timed replays per M")
     p.add_argument("--warmup", type=int, default=20, help="--bench: untimed replays per M")
     a = p.parse_args()
-    a.m = [int(x) for x in a.m.split(",")]
+    a.rows = [int(x) for x in a.rows.split(",")]
     if not (a.check or a.graph or a.compile or a.bench):
         a.check = True
     if a.cpu and (a.graph or a.bench):
@@ -176,7 +180,7 @@ class Rank:
         r, s = self.g.rank, self.shard
         self.mine = self.weight[r * s:(r + 1) * s]  # this rank's [shard, latent] rows
         self.coeff = torch.randint(-(2**62), 2**62, (16 * a.hidden,), generator=self.gen, device=self.dev)
-        self.max_m = max(a.m)
+        self.max_m = max(a.rows)
         self.op = self.g.up_projection(a.hidden, a.latent, self.max_m, self.mine, backend=a.backend,
                                        deadline=a.deadline)
         self.failed = False
@@ -214,7 +218,7 @@ class Rank:
         t, a = self.torch, self.a
         r, s = self.g.rank, self.shard
         digests, wrong, ref_wrong, differ, beyond, checked = [], 0, 0, 0, 0, 0
-        for m in a.m:
+        for m in a.rows:
             for it in range(a.iters):
                 lat, sh = self.fresh(m)
                 if it % 2:  # a poisoned output of the caller's, and this rank's columns as a strided view
@@ -233,7 +237,7 @@ class Rank:
                 digests.append(int(digest(t, out, self.coeff)))
                 checked += m * a.hidden
         self.op.synchronize()
-        self.report(f"check, M {a.m}, {a.iters} steps each", checked, wrong)
+        self.report(f"check, M {a.rows}, {a.iters} steps each", checked, wrong)
         if ref_wrong:
             self.say(f"FAIL: PyTorch's fp32 reference falls outside the bound {ref_wrong} times")
             self.failed = True
@@ -246,7 +250,7 @@ class Rank:
 
     def graph(self):
         t, a = self.torch, self.a
-        for m in a.m:
+        for m in a.rows:
             src = t.empty(m, a.latent, dtype=t.bfloat16, device=self.dev)
             sh = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
             out = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
@@ -302,7 +306,7 @@ class Rank:
             return
         cf = t.compile(f)
         wrong = differ = 0
-        for m in a.m:
+        for m in a.rows:
             for _ in range(3):
                 src, sh = self.fresh(m)
                 want = f(src, sh)  # a step
@@ -310,7 +314,7 @@ class Rank:
                 differ += int((got.view(t.int32) != want.view(t.int32)).sum())
                 wrong += int(self.ref.check((got * 0.5).to(t.bfloat16), t.neg(src), sh)[0])
         self.op.synchronize()
-        self.report(f"compile, M {a.m}", 3 * sum(a.m) * a.hidden, wrong + differ)
+        self.report(f"compile, M {a.rows}", 3 * sum(a.rows) * a.hidden, wrong + differ)
         if differ:
             self.say(f"FAIL: compile: {differ} elements differ between eager and compiled")
 
@@ -325,7 +329,7 @@ class Rank:
         ops = [self.op] + [self.g.up_projection(a.hidden, a.latent, self.max_m, self.mine, backend=a.backend,
                                                 deadline=a.deadline) for _ in range(k - 1)]
         rows = []
-        for m in a.m:
+        for m in a.rows:
             lat, sh = self.fresh(m)
             outs = [t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev) for _ in ops]
             side = t.cuda.Stream()

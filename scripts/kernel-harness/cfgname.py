@@ -1,5 +1,6 @@
 """The skinny kernel's launch configs as the harness writes them
-(harness.cu, Cfg::str and parse_cfg), for the Python scripts:
+(harness.cu, Cfg::str and parse_cfg), for the Python scripts; the launch
+parameters of a config are the Go kernel package's (launchparams/):
 
     family/warps/cluster[/pfH.S[o][l]][/sp|/lb][/coN]
 

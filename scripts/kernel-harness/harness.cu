@@ -18,8 +18,14 @@
 // launch read the same weight (L2-resident when it fits): the kernel's cost
 // without HBM.
 //
-// A developer tool, not part of the product. Built by scripts/bench-kernel
-// with nvcc (-lcuda). Inputs are fresh random
+// The launch parameters (entry point, grid, block, dynamic shared memory,
+// cluster, receive CTAs) and the packed weight layout are the Go kernel
+// package's: scripts/kernel-harness/launchparams answers them (goside.h;
+// HARNESS_LAUNCHPARAMS names the binary, default build/launchparams), so
+// the harness launches exactly what kernel.Kernels would for a config.
+//
+// A developer tool, not part of the product (scripts/kernel-harness/README.md).
+// Built by scripts/bench-kernel with nvcc (-lcuda). Inputs are fresh random
 // numbers each run (the seed is printed); outputs are poisoned before every
 // launch.
 #include <cuda.h>
@@ -42,6 +48,7 @@
 #include <vector>
 
 #include "../../kernel/skinny.h"
+#include "goside.h"
 
 namespace {
 
@@ -99,10 +106,14 @@ void fill_bf16(std::vector<uint16_t>& v, Rng& rng, float lo, float hi) {
   for (auto& x : v) x = bf16_rne(rng.uni(lo, hi));
 }
 
+// The Go side (main starts it before cuInit).
+goside::Link* g_go = nullptr;
+
 // ---------------------------------------------------------------- families
 
 // One row of kernel/families.tsv: the compile-time options of an entry
-// point family (skinny.cu, Family) that the harness needs.
+// point family (skinny.cu, Family) that the harness's choice of configs
+// needs (the launch geometry is the Go side's).
 struct Family {
   std::string name;
   int tile_rows = 0, depth = 0;
@@ -169,9 +180,26 @@ int family_index(const std::string& name) {
 
 struct Kernels {
   CUmodule mod{};
-  std::vector<CUfunction> skinny[9];      // [M][family]
-  std::vector<CUfunction> skinny_rot[9];  // the same with slot rotation ("_rot")
-  CUfunction receive{};
+  std::string path;
+  // Entry points by name (the Go side's), looked up on first use; nullptr:
+  // not in this fatbin.
+  mutable std::map<std::string, CUfunction> fns;
+  CUfunction fn(const std::string& name) const {
+    auto it = fns.find(name);
+    if (it != fns.end()) return it->second;
+    // A fatbin built before a family (or the rotation) existed lacks it:
+    // time_skinny then reports its configs as unable to launch, and the
+    // other configs of a run still time.
+    CUfunction f = nullptr;
+    const CUresult r = cuModuleGetFunction(&f, mod, name.c_str());
+    if (r == CUDA_ERROR_NOT_FOUND) {
+      fprintf(stderr, "note: %s has no %s\n", path.c_str(), name.c_str());
+      f = nullptr;
+    } else {
+      CK(r);
+    }
+    return fns[name] = f;
+  }
 };
 
 Kernels load(const char* path) {
@@ -186,27 +214,8 @@ Kernels load(const char* path) {
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
   fclose(f);
   Kernels k;
+  k.path = path;
   CK(cuModuleLoadData(&k.mod, bytes.data()));
-  for (int m = 1; m <= 8; ++m)
-    for (const Family& fam : g_fam)
-      for (int rot : {0, 1}) {
-        char name[64];
-        snprintf(name, sizeof name, "tprun_skinny_m%d_%s%s", m, fam.name.c_str(), rot ? "_rot" : "");
-        // A fatbin built before a family (or the rotation) existed lacks
-        // it: time_skinny then reports its configs as unable to launch, and
-        // the other configs of a run still time.
-        CUfunction fn = nullptr;
-        const CUresult fr = cuModuleGetFunction(&fn, k.mod, name);
-        if (fr == CUDA_ERROR_NOT_FOUND) {
-          if (m == 1) fprintf(stderr, "note: %s has no %s\n", path, name);
-          fn = nullptr;
-        } else {
-          CK(fr);
-        }
-        (rot ? k.skinny_rot : k.skinny)[m].push_back(fn);
-      }
-
-  CK(cuModuleGetFunction(&k.receive, k.mod, "tprun_receive"));
   return k;
 }
 
@@ -221,10 +230,12 @@ struct Cfg {
   int policy = 0;    // cluster scheduling policy preference (CUclusterSchedulingPolicy; 2: load balancing)
   int carveout = 0;  // preferred shared memory carveout, percent (0: the driver's)
   const Family& f() const { return g_fam[fam]; }
-  int tile_rows() const { return f().tile_rows; }
-  // The entry point; rot: the one with slot rotation (a launch with
-  // rot_counter set).
-  CUfunction fn(const Kernels& k, int M, bool rot = false) const { return (rot ? k.skinny_rot : k.skinny)[M][fam]; }
+  // The launch of this config for M rows of a shard x latent weight, with
+  // a fused receive polling recv_cols columns a row (0: none): the Go
+  // side's, which says why when the kernel package refuses the config.
+  goside::Skinny launch(int M, int shard, int latent, int recv_cols = 0) const {
+    return g_go->skinny(M, shard, latent, f().name, warps, cluster, pf, policy, carveout, recv_cols);
+  }
   std::string str() const {
     char b[128];
     int n = snprintf(b, sizeof b, "%s/%d/%d", f().name.c_str(), warps, cluster);
@@ -235,13 +246,6 @@ struct Cfg {
     if (policy == 2) n += snprintf(b + n, sizeof b - n, "/lb");
     if (carveout) snprintf(b + n, sizeof b - n, "/co%d", carveout);
     return b;
-  }
-  // Whether the kernels take this config.
-  bool valid() const {
-    if (fam < 0 || fam >= (int)g_fam.size()) return false;
-    if (warps < 1 || warps > f().max_warps || cluster < 1 || cluster > 8) return false;
-    if (policy < 0 || policy > 2 || (policy != 0 && cluster < 2)) return false;  // a policy needs clusters
-    return carveout >= 0 && carveout <= 100;
   }
 };
 
@@ -291,7 +295,7 @@ bool parse_cfg(const std::string& str, Cfg* out) {
       return false;
     }
   }
-  if (c.str() != str || !c.valid()) return false;  // round trip: nothing was dropped
+  if (c.str() != str) return false;  // round trip: nothing was dropped (the Go side validates at launch)
   *out = c;
   return true;
 }
@@ -331,44 +335,30 @@ bool parse_groups(const char* spec, std::vector<Group>* out) {
   return !out->empty();
 }
 
-// The packed weight layout of skinny.h: 16-row groups x 32-k chunks, 1 KB
-// blocks in MMA fragment order, zero padding. (kernel.PackWeight is the
-// product's; this is the harness's own, checked by the results.)
-std::vector<uint16_t> pack_weight(const std::vector<uint16_t>& w, int shard, int K) {
-  const int G = (shard + 15) / 16, C = (K + 31) / 32;
-  std::vector<uint16_t> o((size_t)G * C * 512, 0);
-  for (int g = 0; g < G; ++g)
-    for (int c = 0; c < C; ++c)
-      for (int q = 0; q < 2; ++q)  // lane l's 16 bytes q: the A fragment of the chunk's MMA q (skinny.h)
-        for (int l = 0; l < 32; ++l)
-          for (int e = 0; e < 8; ++e) {
-            const int a = e / 2, row = 16 * g + l / 4 + 8 * (a % 2), k = 32 * c + 8 * (l % 4) + 4 * q + 2 * (a / 2) + e % 2;
-            if (row < shard && k < K)
-              o[((size_t)g * C + c) * 512 + (size_t)(q * 32 + l) * 8 + e] = w[(size_t)row * K + k];
-          }
-  return o;
-}
-
-// Dynamic shared memory: the reduction buffers (kernel.SkinnySharedBytes).
-size_t smem_bytes(const Cfg& c) { return (size_t)(c.warps + c.cluster) * 8 * (c.tile_rows() + 4) * 4; }
-int grid_x(const Cfg& c, int shard) { return (shard + c.tile_rows() - 1) / c.tile_rows() * c.cluster; }
-
 CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg& c, CUstream s,
                        bool pdl) {
-  p.tile_rows = c.tile_rows();
-  p.l2_prefetch = c.pf;
+  // A fused receive polls every column, or all but this rank's
+  // (TPRUN_RECEIVE_SKIP; kernel.ReceiveArgs.SkipSlice).
+  const int recv_cols = p.recv_slot == 0 ? 0 : (p.recv_flags & TPRUN_RECEIVE_SKIP) ? p.hidden - p.shard : p.hidden;
+  const goside::Skinny g = c.launch(M, p.shard, p.latent_dim, recv_cols);
+  if (!g.ok) {
+    fprintf(stderr, "config %s, M %d shard %d latent %d: %s\n", c.str().c_str(), M, p.shard, p.latent_dim, g.why.c_str());
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  p.tile_rows = g.tile_rows;
+  p.l2_prefetch = g.l2_prefetch;
   p.flags = TPRUN_SKINNY_PACKED;
   CUlaunchAttribute at[4];
   memset(at, 0, sizeof at);
   int na = 0;
   at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  at[na].value.clusterDim.x = (unsigned)c.cluster;
+  at[na].value.clusterDim.x = (unsigned)g.cluster;
   at[na].value.clusterDim.y = 1;
   at[na].value.clusterDim.z = 1;
   ++na;
-  if (c.policy != 0) {  // kernel.LaunchConfig.ClusterPolicy
+  if (g.policy != 0) {  // kernel.LaunchConfig.ClusterPolicy
     at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
-    at[na].value.clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)c.policy;
+    at[na].value.clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)g.policy;
     ++na;
   }
   if (pdl) {
@@ -376,59 +366,52 @@ CUresult launch_skinny(const Kernels& k, int M, tprun_skinny_params p, const Cfg
     at[na].value.programmaticStreamSerializationAllowed = 1;
     ++na;
   }
-  if (c.carveout > 0) {  // kernel.LaunchConfig.Carveout
+  if (g.carveout > 0) {  // kernel.LaunchConfig.Carveout
     // CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (14), whose value
     // is CUlaunchAttributeValue.sharedMemCarveout at offset 0: spelled out so
     // that older cuda.h headers (12.4 here) compile it too;
     // internal/cuda's ABI test pins both against the real cuda.h.
     at[na].id = (CUlaunchAttributeID)14;
-    const unsigned co = (unsigned)c.carveout;
+    const unsigned co = (unsigned)g.carveout;
     memcpy(&at[na].value, &co, sizeof co);
     ++na;
   }
   CUlaunchConfig lc;
   memset(&lc, 0, sizeof lc);
-  lc.gridDimX = (unsigned)grid_x(c, p.shard);
-  if (p.recv_slot != 0) {  // the receive CTAs (kernel.ReceiveCTAs)
-    const int block = 32 * c.warps;
-    int n = (M * p.hidden / 8 + block - 1) / block;
-    n = std::min(std::max(n, 1), 132);
-    lc.gridDimX += (unsigned)((n + c.cluster - 1) / c.cluster * c.cluster);
-  }
+  lc.gridDimX = (unsigned)g.grid_x;  // with the receive CTAs of a fused receive
   lc.gridDimY = lc.gridDimZ = 1;
-  lc.blockDimX = (unsigned)(32 * c.warps);
+  lc.blockDimX = (unsigned)g.block_x;
   lc.blockDimY = lc.blockDimZ = 1;
-  lc.sharedMemBytes = (unsigned)smem_bytes(c);
+  lc.sharedMemBytes = (unsigned)g.shared_bytes;
   lc.hStream = s;
   lc.attrs = at;
   lc.numAttrs = (unsigned)na;
   void* args[] = {&p};
-  const CUfunction fn = c.fn(k, M, p.rot_counter != 0);
+  const CUfunction fn = k.fn(p.rot_counter != 0 ? g.rot_function : g.function);
   if (!fn) return CUDA_ERROR_NOT_FOUND;
   return cuLaunchKernelEx(&lc, fn, args, nullptr);
 }
 
 CUresult launch_receive(const Kernels& k, const tprun_receive_params& p, CUstream s) {
-  long long nvec = (long long)p.m * p.hidden / 8;
-  int block = 256;
-  int grid = (int)std::min<long long>((nvec + block - 1) / block, 132);
-  if (grid < 1) grid = 1;
+  const goside::Receive g = g_go->receive(p.m, (p.flags & TPRUN_RECEIVE_SKIP) ? p.hidden - p.shard : p.hidden);
   CUlaunchAttribute at[1];
   memset(at, 0, sizeof at);
   at[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   at[0].value.programmaticStreamSerializationAllowed = 1;
   CUlaunchConfig lc;
   memset(&lc, 0, sizeof lc);
-  lc.gridDimX = (unsigned)grid;
+  lc.gridDimX = (unsigned)g.grid_x;
   lc.gridDimY = lc.gridDimZ = 1;
-  lc.blockDimX = (unsigned)block;
+  lc.blockDimX = (unsigned)g.block_x;
   lc.blockDimY = lc.blockDimZ = 1;
   lc.hStream = s;
   lc.attrs = at;
   lc.numAttrs = 1;
   tprun_receive_params q = p;
   void* args[] = {&q};
-  return cuLaunchKernelEx(&lc, k.receive, args, nullptr);
+  const CUfunction fn = k.fn(p.rot_counter != 0 ? g.rot_function : g.function);
+  if (!fn) return CUDA_ERROR_NOT_FOUND;
+  return cuLaunchKernelEx(&lc, fn, args, nullptr);
 }
 
 // Every config the check covers; ConfigFor only returns configs from it
@@ -605,13 +588,16 @@ struct DevBuf {
   DevBuf& operator=(const DevBuf&) = delete;
 };
 
+std::vector<int> env_ints(const char* name, std::vector<int> def);
+
+// HARNESS_MS (default 1..8) narrows the Ms, e.g. to a short check.
 int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
   const int shards[] = {448, 896, 1024, 1792, 3584, 7168};
   const int latents[] = {512, 1024, 2048, 3584, 3600};
   int failures = 0, shapes = 0;
   long long runs = 0, exact = 0, total = 0;
   double worst = 0, worst_rel = 0;
-  for (int M = 1; M <= 8; ++M) {
+  for (int M : env_ints("HARNESS_MS", {1, 2, 3, 4, 5, 6, 7, 8})) {
     const std::vector<Cfg> cfgs = all_configs();
     for (int shard : shards) {
       for (int K : latents) {
@@ -622,7 +608,7 @@ int check_skinny(const Kernels& k, Rng& rng, CUstream s) {
         fill_bf16(w, rng, -1.f, 1.f);
         fill_bf16(sh, rng, -16.f, 16.f);
         Ref ref = reference(M, shard, K, lat, w);
-        const std::vector<uint16_t> wpk = pack_weight(w, shard, K);
+        const std::vector<uint16_t> wpk = g_go->pack(w, shard, K);
         DevBuf dl(lat.size() * 2), dwp(wpk.size() * 2), dsh(sh.size() * 2);
         CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
         CK(cuMemcpyHtoD(dwp.p, wpk.data(), dwp.bytes));
@@ -764,9 +750,10 @@ int check_negzero(const Kernels& k, CUstream s) {
   const int M = 8, shard = 64, K = 64, hidden = 64;
   std::vector<uint16_t> lat((size_t)M * K, 0), w((size_t)shard * K, 0xbf80), sh((size_t)M * hidden, 0x8000);
   for (int m = 0; m < M; ++m) lat[(size_t)m * K] = 0x0080 + m;  // tiny positive (subnormal range)
-  DevBuf dl(lat.size() * 2), dw(w.size() * 2), dsh(sh.size() * 2), dout((size_t)M * hidden * 2);
+  const std::vector<uint16_t> wpk = g_go->pack(w, shard, K);
+  DevBuf dl(lat.size() * 2), dw(wpk.size() * 2), dsh(sh.size() * 2), dout((size_t)M * hidden * 2);
   CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
-  CK(cuMemcpyHtoD(dw.p, pack_weight(w, shard, K).data(), dw.bytes));  // the packed layout of w: the same size
+  CK(cuMemcpyHtoD(dw.p, wpk.data(), dw.bytes));
   CK(cuMemcpyHtoD(dsh.p, sh.data(), dsh.bytes));
   fill16(dout.p, kPoison, (size_t)M * hidden);
   tprun_skinny_params p;
@@ -1022,7 +1009,7 @@ int small_m(const Kernels& k, Rng& rng, CUstream s, int M, std::initializer_list
   fill_bf16(w, rng, -1, 1);
   fill_bf16(sh, rng, -16, 16);
   Ref ref = reference(M, shard, K, lat, w);
-  const std::vector<uint16_t> wpk = pack_weight(w, shard, K);
+  const std::vector<uint16_t> wpk = g_go->pack(w, shard, K);
   DevBuf dl(lat.size() * 2), dwp(wpk.size() * 2), dsh(sh.size() * 2), o0((size_t)M * hidden * 2),
       o1((size_t)M * hidden * 2);
   CK(cuMemcpyHtoD(dl.p, lat.data(), dl.bytes));
@@ -1119,8 +1106,8 @@ struct Pool {
   size_t stride;
   DevBuf* buf;
   Pool(int shard_, int K_, Rng& rng) : shard(shard_), K(K_) {
-    // Room for either layout: the packed one pads rows to 16 and k to 32.
-    const size_t packed = (size_t)((shard + 15) / 16) * ((K + 31) / 32) * 1024;
+    // Room for either layout: the packed one pads (kernel.PackedWeightLen).
+    const size_t packed = g_go->packed_len(shard, K) * 2;
     size_t wb = std::max((size_t)shard * K * 2, packed);
     stride = (wb + 255) / 256 * 256;
     nbuf = (int)std::max<size_t>(2, ((512ull << 20) + wb - 1) / wb);
@@ -1568,8 +1555,10 @@ int bench(const Kernels& k, Rng& rng, CUstream s, const char* tablepath, const c
       cfg.policy = atoi(f[7].c_str());
       cfg.carveout = atoi(f[8].c_str());
     }
-    if (!cfg.valid()) {
-      fprintf(stderr, "table %s: no entry point for the row of %s M %s\n", tablepath, f[0].c_str(), f.size() > 2 ? f[2].c_str() : "?");
+    const goside::Skinny g = cfg.fam >= 0 ? cfg.launch(atoi(f[2].c_str()), atoi(f[1].c_str()), atoi(f[0].c_str())) : goside::Skinny{};
+    if (!g.ok) {
+      fprintf(stderr, "table %s: no entry point for the row of %s M %s: %s\n", tablepath, f[0].c_str(),
+              f.size() > 2 ? f[2].c_str() : "?", cfg.fam >= 0 ? g.why.c_str() : "no such family");
       return 1;
     }
     table[{atoi(f[0].c_str()), atoi(f[1].c_str()), atoi(f[2].c_str())}] = cfg;
@@ -1620,6 +1609,9 @@ int main(int argc, char** argv) {
   if (const char* e = getenv("HARNESS_SEED")) seed = strtoull(e, nullptr, 0);
   printf("seed %" PRIu64 "\n", seed);
   Rng rng{seed};
+  // Before cuInit: it forks.
+  const char* lp = getenv("HARNESS_LAUNCHPARAMS");
+  g_go = new goside::Link(lp && *lp ? lp : "build/launchparams");
   CK(cuInit(0));
   CUdevice dev;
   CK(cuDeviceGet(&dev, 0));
@@ -1638,11 +1630,17 @@ int main(int argc, char** argv) {
   Kernels k = load(argv[1]);
   {
     int regs = 0, lsize = 0;
-    for (size_t v = 0; v < g_fam.size(); ++v) {
-      if (!k.skinny[8][v]) continue;  // not in this fatbin (load said so)
-      CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k.skinny[8][v]));
-      CK(cuFuncGetAttribute(&lsize, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.skinny[8][v]));
-      printf("tprun_skinny_m8_%s: %d registers, %d bytes local\n", g_fam[v].name.c_str(), regs, lsize);
+    for (const Family& fam : g_fam) {
+      const goside::Skinny g = make_cfg(fam.name.c_str(), 1, 1).launch(8, 64, 64);
+      if (!g.ok) {
+        fprintf(stderr, "family %s: %s\n", fam.name.c_str(), g.why.c_str());
+        return 2;
+      }
+      const CUfunction fn = k.fn(g.function);
+      if (!fn) continue;  // not in this fatbin (Kernels::fn said so)
+      CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn));
+      CK(cuFuncGetAttribute(&lsize, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn));
+      printf("%s: %d registers, %d bytes local\n", g.function.c_str(), regs, lsize);
     }
   }
   CUstream s;

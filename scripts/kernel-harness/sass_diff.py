@@ -10,8 +10,7 @@ timing A/B on a GPU (a correctness check still, since the sources changed).
     sass_diff.py [--arch sm_90] OLD NEW [FUNCTION ...]
 
 Without FUNCTION, every function of OLD. Exits 1 when any differs.
-Needs cuobjdump (the CUDA toolkit; bench/NOTES-kernel.md, "Tooling", for a
-copy that runs without a GPU).
+Needs cuobjdump (from the CUDA toolkit; it needs no GPU).
 """
 import collections
 import re

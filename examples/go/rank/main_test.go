@@ -3,18 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/tp"
 )
 
 // TestRankUnderTprun builds tprun and this program and runs the program
 // as a user would, `tprun --tp N -- ./rank`: every rank must check every
 // block and exit 0. Where there is no Go toolchain (a GPU machine),
-// TPRUN_BIN and TPRUN_EXAMPLE_RANK_BIN name prebuilt binaries.
+// TPRUN_BIN and TPRUN_EXAMPLE_RANK_BIN name prebuilt binaries. The ranks
+// run on whatever is there: the CPU, or the GPUs, shared where there are
+// fewer than ranks.
 func TestRankUnderTprun(t *testing.T) {
 	tprun, rank := os.Getenv("TPRUN_BIN"), os.Getenv("TPRUN_EXAMPLE_RANK_BIN")
 	if tprun == "" || rank == "" {
@@ -30,27 +37,59 @@ func TestRankUnderTprun(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		desc string
-		args []string
+		desc  string
+		ranks int
+		args  []string
 	}{
-		{"two ranks", []string{"--tp", "2", "--", rank, "--steps", "12"}},
-		{"three ranks, every M", []string{"--tp", "3", "--", rank, "--hidden", "384", "--latent", "256", "--m", "8", "--steps", "16"}},
+		{"two ranks", 2, []string{"--", rank, "--steps", "12"}},
+		{"three ranks, every M", 3, []string{"--", rank, "--hidden", "384", "--latent", "256", "--m", "8", "--steps", "16"}},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, tprun, tc.args...)
+			args := append(append([]string{"--tp", strconv.Itoa(tc.ranks)}, sharedDevices(t, tc.ranks)...), tc.args...)
+			cmd := exec.CommandContext(ctx, tprun, args...)
 			// A GPU machine's auto choice must not reach a multicast object.
 			cmd.Env = append(os.Environ(), "TPRUN_MULTICAST=0")
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			if err := cmd.Run(); err != nil {
-				t.Fatalf("tprun %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(tc.args, " "), err, &stdout, &stderr)
+				t.Fatalf("tprun %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, &stdout, &stderr)
 			}
 			n := strings.Count(stdout.String(), "every block within tolerance of the float64 reference")
-			if want := map[string]int{"2": 2, "3": 3}[tc.args[1]]; n != want {
-				t.Errorf("%d ranks reported every block right, want %d:\n%s", n, want, &stdout)
+			if n != tc.ranks {
+				t.Errorf("%d ranks reported every block right, want %d:\n%s", n, tc.ranks, &stdout)
 			}
 		})
 	}
+}
+
+// sharedDevices is the --devices flag that runs n ranks on the GPUs CUDA
+// sees, repeated, where a GPU is usable (tp.CheckGPU) but there are fewer
+// than n (tprun's default, one GPU per rank, would fail its topology
+// check); else nothing.
+func sharedDevices(t *testing.T, n int) []string {
+	t.Helper()
+	if err := tp.CheckGPU(); err != nil {
+		return nil
+	}
+	drv, err := cuda.Open()
+	if err != nil {
+		t.Fatalf("tp.CheckGPU found a GPU, but: %v", err)
+	}
+	if err := drv.Init(); err != nil {
+		t.Fatalf("tp.CheckGPU found a GPU, but: %v", errors.Join(err, drv.Close()))
+	}
+	visible, err := drv.DeviceCount()
+	if err := errors.Join(err, drv.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if visible < 1 || visible >= n {
+		return nil
+	}
+	ords := make([]string, n)
+	for i := range ords {
+		ords[i] = strconv.Itoa(i % visible)
+	}
+	return []string{"--devices", strings.Join(ords, ",")}
 }

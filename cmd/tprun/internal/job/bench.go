@@ -28,7 +28,12 @@ import (
 // weight shard measured in the same run. It runs on tp's public API only,
 // as a rank program would: tp's device memory helpers, the weight copies
 // passed per step (DeviceInputs.Weight), StepGraph.TimeReplays for the
-// step time and tp.MeasureCopyBandwidth for the floor.
+// step time and tp.MeasureCopyBandwidth for the floor. With --graph
+// enqueue the graph is the program's own instead, captured from a stream
+// around Enqueue calls (tp.CaptureStream), as a framework's graph capture
+// takes a model's steps; with --graph enqueue-ops each of those steps is
+// on an op of its own that holds its weight (SetWeight), as a model's
+// layers are.
 
 // BenchConfig is the benchmark's settings: the job flags it uses (shape,
 // M list, mailbox, slots, deadline, seed; it always runs the CUDA engine,
@@ -39,7 +44,10 @@ type BenchConfig struct {
 	Warmup   int    // untimed replays per M first
 	RotateMB int    // MiB of weight copies per rank that the steps rotate through
 	Table    string // rank 0 also writes the table here as TSV ("" none)
-	JSONOut  string // rank 0 also writes the BenchReport here as JSON ("" none)
+	// Graph is how the graph of steps is made: GraphCapture,
+	// GraphEnqueue or GraphEnqueueOps.
+	Graph   string
+	JSONOut string // rank 0 also writes the BenchReport here as JSON ("" none)
 	// Version is the program's version, for the report.
 	Version string
 }
@@ -50,14 +58,27 @@ var BenchJobFlags = []string{"hidden", "latent", "m", "mailbox", "slots", "seed"
 
 // BenchFlags are the benchmark's own flags, in the order the help lists
 // them.
-var BenchFlags = []string{"replays", "warmup", "rotate-mb", "table", "json-out"}
+var BenchFlags = []string{"replays", "warmup", "rotate-mb", "graph", "table", "json-out"}
+
+// The ways the benchmark makes its graph of steps (BenchConfig.Graph).
+const (
+	// GraphCapture: the op's own Capture, step k reading weight copy k.
+	GraphCapture = "capture"
+	// GraphEnqueue: the same steps queued with Enqueue on a stream of the
+	// program's, captured into a graph of its own (tp.CaptureStream).
+	GraphEnqueue = "enqueue"
+	// GraphEnqueueOps: as GraphEnqueue, but step k on op k, which holds
+	// weight copy k itself (SetWeight), as a model's layers each hold
+	// theirs.
+	GraphEnqueueOps = "enqueue-ops"
+)
 
 // RegisterBenchFlags defines BenchJobFlags and BenchFlags on fs. Unlike the
 // default job, the benchmark runs every M from 1 to 8 unless told
 // otherwise.
 func RegisterBenchFlags(fs *flag.FlagSet) *BenchConfig {
 	all := flag.NewFlagSet("job", flag.ContinueOnError)
-	bc := &BenchConfig{Job: RegisterFlags(all), Replays: 200, Warmup: 20, RotateMB: 512}
+	bc := &BenchConfig{Job: RegisterFlags(all), Replays: 200, Warmup: 20, RotateMB: 512, Graph: GraphCapture}
 	bc.Job.M = []int{1, 2, 3, 4, 5, 6, 7, 8}
 	for _, name := range BenchJobFlags {
 		f := all.Lookup(name)
@@ -66,6 +87,8 @@ func RegisterBenchFlags(fs *flag.FlagSet) *BenchConfig {
 	fs.Var(&intValue{p: &bc.Replays, min: 1}, "replays", "timed CUDA graph replays per M")
 	fs.Var(&intValue{p: &bc.Warmup, min: 0}, "warmup", "untimed replays per M before timing")
 	fs.Var(&intValue{p: &bc.RotateMB, min: 1}, "rotate-mb", "MiB of weight copies per rank the steps rotate through (at least 512 keeps them out of L2)")
+	fs.Var(&enumValue{p: &bc.Graph, allowed: []string{GraphCapture, GraphEnqueue, GraphEnqueueOps}}, "graph",
+		"how the graph of steps is made: capture (the op's Capture), enqueue (Enqueue on a stream under the program's own capture) or enqueue-ops (as enqueue, an op with its own weight per step)")
 	fs.Var(&stringValue{p: &bc.Table}, "table", "rank 0 also writes the table as TSV to FILE")
 	fs.Var(&stringValue{p: &bc.JSONOut}, "json-out", "rank 0 also writes the JSON document to FILE")
 	return bc
@@ -264,6 +287,31 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 			err = fail(cerr)
 		}
 	}()
+	ops := []*tp.UpProjection{up}
+	if bc.Graph == GraphEnqueueOps {
+		// An op per step, each holding the weight shard itself; closed
+		// before the rig's memory is freed, as up is.
+		defer func() {
+			for _, o := range ops[1:] {
+				if cerr := o.Close(); cerr != nil && err == nil {
+					err = fail(cerr)
+				}
+			}
+		}()
+		for i := range rig.k {
+			if i > 0 {
+				o, err := tp.NewUpProjection(ctx, g, cfg.Hidden, cfg.Latent, p.shape.M, tp.WithBackend(p.mailbox),
+					tp.WithSlots(cfg.Slots), tp.WithDeadline(cfg.Deadline), tp.WithDevice(device))
+				if err != nil {
+					return fail(fmt.Errorf("op %d of %d: %w", i+1, rig.k, err))
+				}
+				ops = append(ops, o)
+			}
+			if err := ops[i].SetWeight(ctx, in.weight); err != nil {
+				return fail(fmt.Errorf("op %d of %d: %w", i+1, rig.k, err))
+			}
+		}
+	}
 	if err := g.Barrier(ctx); err != nil {
 		return fail(fmt.Errorf("barrier before the benchmark: %w", err))
 	}
@@ -274,7 +322,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 		Schema: BenchSchema, Version: bc.Version, Driver: fmt.Sprintf("%d.%d", driverMajor, driverMinor),
 		Shape:   BenchShape{TP: size, Hidden: cfg.Hidden, Latent: cfg.Latent, Shard: shard, WeightShardBytes: sb},
 		Backend: "cuda", Mailbox: up.Backend(), MailboxReason: p.reason, WeightLayout: "row-major",
-		StepsPerGraph: rig.k, Warmup: bc.Warmup, Replays: bc.Replays, RotateMB: bc.RotateMB, Slots: cfg.Slots,
+		StepsPerGraph: rig.k, Graph: bc.Graph, Warmup: bc.Warmup, Replays: bc.Replays, RotateMB: bc.RotateMB, Slots: cfg.Slots,
 		Overrides: benchOverrides(), Rows: []BenchRow{},
 	}
 	report.Host, _ = os.Hostname()
@@ -303,11 +351,17 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 	}
 	out.printf("# one CUDA graph = %d steps (skinny kernel + stores to every rank + receive, PDL-chained), %d warm-up and %d timed replays per M\n",
 		rig.k, bc.Warmup, bc.Replays)
+	switch bc.Graph {
+	case GraphEnqueue:
+		out.printf("# the graph: %d Enqueue calls on one op, on a stream under the program's own capture (tp.CaptureStream)\n", rig.k)
+	case GraphEnqueueOps:
+		out.printf("# the graph: one Enqueue call on each of %d ops, each holding its weight shard (SetWeight), on a stream under the program's own capture (tp.CaptureStream)\n", rig.k)
+	}
 
 	var failures []string
 	progress.startLoop(time.Now())
 	for _, m := range cfg.M {
-		rec, err := rig.run(ctx, up, m, bc.Warmup, bc.Replays)
+		rec, err := rig.run(ctx, ops, bc.Graph, m, bc.Warmup, bc.Replays)
 		if err != nil {
 			//lint:ignore ST1005 M, the row count, as the tables spell it
 			return fail(fmt.Errorf("M=%d: %w", m, err))
@@ -467,6 +521,7 @@ type BenchReport struct {
 	MailboxReason string            `json:"mailbox_reason"`
 	WeightLayout  string            `json:"weight_layout"`   // "packed" or "row-major"
 	StepsPerGraph int               `json:"steps_per_graph"` // one replay's steps: the weight copies
+	Graph         string            `json:"graph"`           // how the graph is made: BenchConfig.Graph
 	Warmup        int               `json:"warmup"`
 	Replays       int               `json:"replays"`
 	RotateMB      int               `json:"rotate_mb"`
@@ -588,10 +643,11 @@ func weightCopies(rotateMB, shardBytes int) int {
 // close frees the rig's device memory.
 func (r *benchRig) close() error { return r.mem.close() }
 
-// run captures the graph for m, warms up, checks one replay and times the
-// rest; the record holds this rank's numbers and the hashes of the checked
-// blocks.
-func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, replays int) (rec benchRecord, err error) {
+// run makes the graph for m as mode says (BenchConfig.Graph; ops holds
+// one op, or for GraphEnqueueOps one per weight copy), warms up, checks
+// one replay and times the rest; the record holds this rank's numbers and
+// the hashes of the checked blocks.
+func (r *benchRig) run(ctx context.Context, ops []*tp.UpProjection, mode string, m, warmup, replays int) (rec benchRecord, err error) {
 	c := r.p.cfg
 	steps := make([]tp.DeviceStep, r.k)
 	offs := make([]int, r.k)
@@ -608,12 +664,12 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 			Out: r.outs + tp.DevicePtr(k*r.outBytes),
 		}
 	}
-	g, err := up.Capture(ctx, steps)
+	g, err := r.graph(ctx, ops, mode, steps)
 	if err != nil {
 		return rec, err
 	}
-	defer func() { err = errors.Join(err, g.Close()) }()
-	if err := g.Replay(ctx, warmup); err != nil {
+	defer func() { err = errors.Join(err, g.close()) }()
+	if err := g.replay(ctx, warmup); err != nil {
 		return rec, fmt.Errorf("warm-up: %w", err)
 	}
 	// The replays have finished (Replay waits for them), so a copy may
@@ -625,7 +681,7 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 	if err := tp.CopyToDevice(r.mem.device, r.outs, poison); err != nil {
 		return rec, fmt.Errorf("poisoning the output blocks: %w", err)
 	}
-	if err := g.Replay(ctx, 1); err != nil {
+	if err := g.replay(ctx, 1); err != nil {
 		return rec, fmt.Errorf("checked replay: %w", err)
 	}
 	block := make([]tp.BF16, m*c.Hidden)
@@ -647,7 +703,7 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 		sum := sha256.Sum256(raw)
 		rec.hashes = append(rec.hashes, binary.LittleEndian.Uint64(sum[:8]))
 	}
-	times, err := g.TimeReplays(ctx, replays)
+	times, err := g.timeReplays(ctx, replays)
 	if err != nil {
 		return rec, fmt.Errorf("timed replays: %w", err)
 	}
@@ -656,4 +712,59 @@ func (r *benchRig) run(ctx context.Context, up *tp.UpProjection, m, warmup, repl
 	}
 	rec.median, rec.p10, rec.p90 = percentile(times, 0.5), percentile(times, 0.1), percentile(times, 0.9)
 	return rec, nil
+}
+
+// benchGraph is the graph of a benchmark's steps, however it was made.
+type benchGraph struct {
+	replay      func(ctx context.Context, n int) error
+	timeReplays func(ctx context.Context, n int) ([]time.Duration, error)
+	close       func() error
+}
+
+// graph makes the graph of steps as mode says: the op's Capture, or
+// Enqueue calls on a stream under the program's own capture, on ops[0]
+// with the steps' weight copies or, for GraphEnqueueOps, step k on ops[k]
+// with the weight it holds. A replay of the program's graph waits for its
+// stream, then for every op's verdict on the steps (Synchronize).
+func (r *benchRig) graph(ctx context.Context, ops []*tp.UpProjection, mode string, steps []tp.DeviceStep) (*benchGraph, error) {
+	if mode == GraphCapture || mode == "" {
+		g, err := ops[0].Capture(ctx, steps)
+		if err != nil {
+			return nil, err
+		}
+		return &benchGraph{replay: g.Replay, timeReplays: g.TimeReplays, close: g.Close}, nil
+	}
+	if mode == GraphEnqueueOps && len(ops) != len(steps) {
+		return nil, fmt.Errorf("%d ops for %d steps", len(ops), len(steps))
+	}
+	g, err := tp.CaptureStream(r.mem.device, func(s tp.Stream) error {
+		for k, st := range steps {
+			op, in := ops[0], st.In
+			if mode == GraphEnqueueOps {
+				op, in.Weight, in.WeightPacked = ops[k], 0, false
+			}
+			if err := op.Enqueue(in, st.Out, s); err != nil {
+				return fmt.Errorf("step %d of the graph: %w", k, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	verdict := func(err error) error {
+		errs := []error{err}
+		for _, op := range ops {
+			errs = append(errs, op.Synchronize(ctx, g.Stream()))
+		}
+		return errors.Join(errs...)
+	}
+	return &benchGraph{
+		replay: func(_ context.Context, n int) error { return verdict(g.Replay(n)) },
+		timeReplays: func(_ context.Context, n int) ([]time.Duration, error) {
+			t, err := g.TimeReplays(n)
+			return t, verdict(err)
+		},
+		close: g.Close,
+	}, nil
 }

@@ -34,16 +34,16 @@ func TestBenchFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(bc.Job.M, []int{1, 2, 3, 4, 5, 6, 7, 8}) || bc.Replays != 200 || bc.Warmup != 20 || bc.RotateMB != 512 {
+	if !slices.Equal(bc.Job.M, []int{1, 2, 3, 4, 5, 6, 7, 8}) || bc.Replays != 200 || bc.Warmup != 20 || bc.RotateMB != 512 || bc.Graph != GraphCapture {
 		t.Errorf("defaults %+v, job %+v", bc, bc.Job)
 	}
 	bc, err = parseBench(t, "--hidden", "7168", "--latent", "3584", "--m", "8,1", "--replays", "50", "--warmup", "3",
-		"--rotate-mb", "600", "--table", "/tmp/x.tsv", "--json-out", "/tmp/x.json", "--mailbox", "unicast")
+		"--rotate-mb", "600", "--table", "/tmp/x.tsv", "--json-out", "/tmp/x.json", "--mailbox", "unicast", "--graph", "enqueue-ops")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bc.Replays != 50 || bc.Warmup != 3 || bc.RotateMB != 600 || bc.Table != "/tmp/x.tsv" || bc.JSONOut != "/tmp/x.json" ||
-		bc.Job.Hidden != 7168 || !slices.Equal(bc.Job.M, []int{8, 1}) || bc.Job.Mailbox != "unicast" {
+		bc.Job.Hidden != 7168 || !slices.Equal(bc.Job.M, []int{8, 1}) || bc.Job.Mailbox != "unicast" || bc.Graph != GraphEnqueueOps {
 		t.Errorf("parsed %+v, job %+v", bc, bc.Job)
 	}
 	// The flags are exactly BenchJobFlags and BenchFlags.
@@ -55,7 +55,7 @@ func TestBenchFlags(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("bench flags %q, want %q", names, want)
 	}
-	for _, bad := range [][]string{{"--iters", "5"}, {"--backend", "cuda"}, {"--replays", "0"}, {"--warmup", "-1"}, {"--rotate-mb", "0"}} {
+	for _, bad := range [][]string{{"--iters", "5"}, {"--backend", "cuda"}, {"--replays", "0"}, {"--warmup", "-1"}, {"--rotate-mb", "0"}, {"--graph", "stream"}, {"--graph", ""}} {
 		if _, err := parseBench(t, bad...); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -9,9 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/tp"
 )
 
 // tprunBin is the real tprun binary, built once by TestMain: the end-to-end
@@ -77,11 +81,60 @@ func tprun(t *testing.T, limit time.Duration, args ...string) tprunResult {
 	return r
 }
 
-// rowPattern matches a row of the results table with 0 wrong values and
-// identical blocks, whatever prefix the launcher puts before rank 0's line.
+// rowPattern matches a row of the results table of the CPU backend (the
+// host mailbox) with 0 wrong values and identical blocks, whatever prefix
+// the launcher puts before rank 0's line.
 func rowPattern(m, hidden, latent, shard, tp, iters int) *regexp.Regexp {
-	return regexp.MustCompile(fmt.Sprintf(`(?m)\s%d\s+%d\s+%d\s+%d\s+%d\s+cpu\s+host\s+%d\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+0\s+yes$`,
-		m, hidden, latent, shard, tp, iters))
+	return backendRowPattern(`cpu\s+host`, m, hidden, latent, shard, tp, iters)
+}
+
+// backendRowPattern is rowPattern for the backend and mailbox columns
+// that backend, a regular expression, matches.
+func backendRowPattern(backend string, m, hidden, latent, shard, tp, iters int) *regexp.Regexp {
+	return regexp.MustCompile(fmt.Sprintf(`(?m)\s%d\s+%d\s+%d\s+%d\s+%d\s+%s\s+%d\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+0\s+yes$`,
+		m, hidden, latent, shard, tp, backend, iters))
+}
+
+// gpuRanks reports whether a GPU is usable here (tp.CheckGPU, as the
+// default job's auto choice decides) and, when CUDA sees fewer GPUs than
+// the n ranks, the --devices flag that runs them on the GPUs there are,
+// repeated (tprun's default, one GPU per rank, would fail its topology
+// check).
+func gpuRanks(t *testing.T, n int) (devices []string, gpu bool) {
+	t.Helper()
+	if err := tp.CheckGPU(); err != nil {
+		return nil, false
+	}
+	drv, err := cuda.Open()
+	if err != nil {
+		t.Fatalf("tp.CheckGPU found a GPU, but: %v", err)
+	}
+	if err := drv.Init(); err != nil {
+		t.Fatalf("tp.CheckGPU found a GPU, but: %v", errors.Join(err, drv.Close()))
+	}
+	visible, err := drv.DeviceCount()
+	if err := errors.Join(err, drv.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if visible < 1 || visible >= n {
+		return nil, true
+	}
+	ords := make([]string, n)
+	for i := range ords {
+		ords[i] = strconv.Itoa(i % visible)
+	}
+	return []string{"--devices", strings.Join(ords, ",")}, true
+}
+
+// cpuPath is the flags that keep a test about the CPU path on it where a
+// GPU is usable (where none is, the defaults take it already, and the
+// test runs as a user without a GPU would).
+func cpuPath(t *testing.T) []string {
+	t.Helper()
+	if _, gpu := gpuRanks(t, 1); gpu {
+		return []string{"--backend", "cpu", "--mailbox", "host"}
+	}
+	return nil
 }
 
 func TestE2EDefaultJob(t *testing.T) {
@@ -97,12 +150,23 @@ func TestE2EDefaultJob(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			args := append([]string{"--tp", fmt.Sprint(tc.tp), "--hidden", fmt.Sprint(tc.hidden),
 				"--latent", fmt.Sprint(tc.latent), "--iters", fmt.Sprint(tc.iters)}, tc.args...)
+			// The backend left to the default (auto): the CPU backend with
+			// its notice where no GPU is usable, else the GPUs, shared by
+			// the ranks where there are fewer than tp.
+			backend, gpu := `cpu\s+host`, false
+			if tc.args == nil {
+				var devices []string
+				if devices, gpu = gpuRanks(t, tc.tp); gpu {
+					backend = `cuda\s+(unicast|multicast)`
+					args = append(args, devices...)
+				}
+			}
 			r := tprun(t, 50*time.Second, args...)
 			if r.status != 0 {
 				t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.stdout, r.stderr)
 			}
 			for _, m := range []int{1, 2, 4, 8} {
-				if re := rowPattern(m, tc.hidden, tc.latent, tc.hidden/tc.tp, tc.tp, tc.iters); !re.MatchString(r.stdout) {
+				if re := backendRowPattern(backend, m, tc.hidden, tc.latent, tc.hidden/tc.tp, tc.tp, tc.iters); !re.MatchString(r.stdout) {
 					t.Errorf("no table row for M=%d with 0 wrong and identical blocks (%v) in:\n%s", m, re, r.stdout)
 				}
 			}
@@ -111,19 +175,22 @@ func TestE2EDefaultJob(t *testing.T) {
 					t.Errorf("stdout lacks %q:\n%s", w, r.stdout)
 				}
 			}
-			if tc.args == nil && !strings.Contains(r.stdout, CPUNotice) {
+			switch notice := strings.Contains(r.stdout, CPUNotice); {
+			case tc.args == nil && !gpu && !notice:
 				t.Errorf("stdout lacks the CPU notice:\n%s", r.stdout)
+			case gpu && notice:
+				t.Errorf("the CPU notice on a machine with a usable GPU:\n%s", r.stdout)
 			}
 		})
 	}
 }
 
 // TestE2EFault: a rank that dies mid-run fails the job, and the report
-// names it.
+// names it. On the CPU path, which needs no GPU per rank.
 func TestE2EFault(t *testing.T) {
 	const dead, step = 2, 60
-	r := tprun(t, 50*time.Second, "--tp", "4", "--hidden", "1024", "--latent", "512", "--iters", "50",
-		"--deadline", "5s", "--inject-fault", fmt.Sprintf("%d:%d", dead, step))
+	r := tprun(t, 50*time.Second, append([]string{"--tp", "4", "--hidden", "1024", "--latent", "512", "--iters", "50",
+		"--deadline", "5s", "--inject-fault", fmt.Sprintf("%d:%d", dead, step)}, cpuPath(t)...)...)
 	if r.status == 0 {
 		t.Fatalf("status 0 with a dead rank\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	}
@@ -171,12 +238,13 @@ func TestE2EBadShape(t *testing.T) {
 }
 
 // TestE2EDefaultShape: `tprun --tp 4` with every default finishes within
-// a minute on the 2-core CI machine (issue 3, "Speed").
+// a minute on the 2-core CI machine (issue 3, "Speed"): the CPU path,
+// kept on it where a GPU is usable.
 func TestE2EDefaultShape(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the default shape takes several seconds")
 	}
-	r := tprun(t, 90*time.Second, "--tp", "4")
+	r := tprun(t, 90*time.Second, append([]string{"--tp", "4"}, cpuPath(t)...)...)
 	if r.status != 0 {
 		t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.stdout, r.stderr)
 	}
