@@ -212,6 +212,62 @@ int tprun_group_abort(tprun_group *group, const char *reason);
  * (call it after this rank's last collective). NULL is a no-op. */
 int tprun_group_close(tprun_group *group);
 
+/* ---- group through the caller's framework ----------------------------- */
+
+/* tprun_collectives is a framework's process group as tprun uses it, for a
+ * rank process that already belongs to one (PyTorch's torch.distributed,
+ * MPI): the group's collectives then go through it instead of tprun's
+ * rendezvous. Both functions are collectives of that framework, over the
+ * same ranks numbered the same way; each returns 0 on success, anything
+ * else on failure.
+ *
+ *   allgather  every rank passes n bytes at in (the same n on every rank);
+ *              out, size*n bytes, receives rank k's bytes at out + k*n.
+ *   barrier    returns when every rank has called it.
+ *
+ * user is passed to both as it was given. in and out are valid only during
+ * the call; the callbacks must not keep them, and must not call into
+ * tprun on the same group. */
+typedef struct tprun_collectives {
+	int (*allgather)(void *user, const void *in, size_t n, void *out);
+	int (*barrier)(void *user);
+} tprun_collectives;
+
+/* tprun_group_from_collectives makes this rank's group on the caller's
+ * framework: rank and size as the framework numbers its ranks, local_rank
+ * among the ranks of this node, device the CUDA ordinal this rank uses
+ * (tprun_group_device, the ops' default). It is a collective of the
+ * framework (an all-gather of each rank's host, pid and device): ranks that
+ * disagree about size, or whose rank is not their place in the
+ * framework's all-gather, fail with TPRUN_EINVAL naming them. The struct
+ * is copied; user must stay valid until tprun_group_close.
+ *
+ * The callbacks run only on the thread that made the tprun call needing
+ * them (this one, tprun_group_barrier and tprun_group_allgather on the
+ * group, tprun_op_create(_ex) on it, and the steps of its ops when step
+ * checks are on), during that call, and never after tprun_group_close.
+ *
+ * What differs from tprun_join:
+ *   - Memory handles cannot travel as file descriptors through a
+ *     framework's collectives, so the GPU mailbox shares CUDA fabric
+ *     handles, which travel as bytes: every node needs an IMEX channel,
+ *     even a single node (without one, tprun_op_create fails with a
+ *     message naming what the administrator must provide). On one node
+ *     without IMEX, use tprun_join (it runs under torchrun too).
+ *   - The host backend (TPRUN_DEVICE_HOST), whose mailbox is a shared
+ *     memory descriptor, cannot run: tprun_op_create fails with
+ *     TPRUN_EUNAVAILABLE.
+ *   - No job watch: a peer that dies is noticed by a waiting step at the
+ *     op's deadline (TPRUN_ETIMEOUT naming it), not at once.
+ *     tprun_group_abort only marks this rank's group failed; the peers are
+ *     not told (the framework's own abort does that).
+ *   - A callback that fails makes the call fail with TPRUN_EABORTED, and
+ *     every later collective of the group too: the framework's group is in
+ *     an unknown state.
+ *   - tprun_group_close leaves the framework's group as it is. */
+int tprun_group_from_collectives(int rank, int size, int local_rank, int device,
+				 const tprun_collectives *collectives, void *user, tprun_group **group);
+
 /* ---- op --------------------------------------------------------------- */
 
 /* tprun_op_create sets up the fused up-projection for [hidden, latent] and

@@ -21,13 +21,32 @@ import (
 	"github.com/tprun/tprun/tp"
 )
 
-// group is a joined tp.Group and the ops made from it (guarded by
-// handles.mu), which its close closes.
+// group is a joined tp.Group (or a tp.ExternalGroup, external.go) and the
+// ops made from it (guarded by handles.mu), which its close closes.
 type group struct {
 	id  uintptr
-	g   *tp.Group
+	g   rankGroup
 	ops map[uintptr]*op
 }
+
+// rankGroup is what the functions of a group handle call: the methods
+// *tp.Group and *tp.ExternalGroup share.
+type rankGroup interface {
+	Rank() int
+	Size() int
+	LocalRank() int
+	Device() int
+	Barrier(ctx context.Context) error
+	AllGather(ctx context.Context, b []byte) ([][]byte, error)
+	Abort(reason string) error
+	Close() error
+	NewUpProjection(ctx context.Context, hidden, latent, maxM int, opts ...tp.UpOption) (*tp.UpProjection, error)
+}
+
+var (
+	_ rankGroup = (*tp.Group)(nil)
+	_ rankGroup = (*tp.ExternalGroup)(nil)
+)
 
 // op is an up-projection and what the C side reads from it.
 type op struct {
@@ -125,7 +144,7 @@ func tprun_join(out **C.tprun_group) (st C.int) {
 	return C.TPRUN_OK
 }
 
-func groupInt(name string, h *C.tprun__cgroup, f func(*tp.Group) int) (st C.int) {
+func groupInt(name string, h *C.tprun__cgroup, f func(rankGroup) int) (st C.int) {
 	defer guard(name, &st)
 	g, err := handles.group(uintptr(unsafe.Pointer(h)))
 	if err != nil {
@@ -136,22 +155,22 @@ func groupInt(name string, h *C.tprun__cgroup, f func(*tp.Group) int) (st C.int)
 
 //export tprun_group_rank
 func tprun_group_rank(h *C.tprun__cgroup) C.int {
-	return groupInt("tprun_group_rank", h, (*tp.Group).Rank)
+	return groupInt("tprun_group_rank", h, rankGroup.Rank)
 }
 
 //export tprun_group_size
 func tprun_group_size(h *C.tprun__cgroup) C.int {
-	return groupInt("tprun_group_size", h, (*tp.Group).Size)
+	return groupInt("tprun_group_size", h, rankGroup.Size)
 }
 
 //export tprun_group_local_rank
 func tprun_group_local_rank(h *C.tprun__cgroup) C.int {
-	return groupInt("tprun_group_local_rank", h, (*tp.Group).LocalRank)
+	return groupInt("tprun_group_local_rank", h, rankGroup.LocalRank)
 }
 
 //export tprun_group_device
 func tprun_group_device(h *C.tprun__cgroup) C.int {
-	return groupInt("tprun_group_device", h, (*tp.Group).Device)
+	return groupInt("tprun_group_device", h, rankGroup.Device)
 }
 
 //export tprun_group_barrier

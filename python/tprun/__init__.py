@@ -15,7 +15,9 @@ bit patterns (array('H'), memoryview, bytes, bytearray): see to_bf16 and
 from_bf16. Every rank makes the same calls in the same order.
 
 Run the rank program under a launcher: `tprun --tp N -- python3 rank.py`
-or `torchrun --nproc-per-node N rank.py` (one node). README.md beside this
+or `torchrun --nproc-per-node N rank.py` (one node). A process that already
+has a torch.distributed group may join through it instead:
+tprun.join_torch() (GPU mailboxes through CUDA fabric handles only). README.md beside this
 file covers shapes, errors, the Go runtime inside the process and signals.
 """
 
@@ -39,6 +41,8 @@ from ._lib import (
 
 __all__ = [
     "join",
+    "join_torch",
+    "join_collectives",
     "Group",
     "UpProjection",
     "version",
@@ -380,3 +384,8 @@ def _host_buffer(name, obj, count, writable):
     if ptr % 2:
         raise ValueError(f"{name}: address {ptr:#x} is not 2-byte aligned")
     return _HostBuffer(ptr, n, (c, mv))
+
+
+# Joining through the caller's own process group; imported last, as it
+# extends Group.
+from ._external import join_collectives, join_torch  # noqa: E402

@@ -1,0 +1,314 @@
+package tp
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/tprun/tprun/mailbox"
+)
+
+// Collectives is what a rank process that already belongs to a framework's
+// process group (PyTorch's torch.distributed, MPI, NCCL with a CPU side
+// channel) lends the op in place of tprun's rendezvous: a fixed-size
+// all-gather of bytes and a barrier over the same ranks, numbered the same
+// way. ExternalGroup builds a group on them.
+//
+// Both are collectives of the framework: every rank calls them in the same
+// order, and a call blocks until every rank has made it. They cannot be
+// interrupted from tprun: ctx is checked before each call and passed on,
+// and a rank that never comes is noticed when the framework's own timeout
+// (or its failure handling) ends the call.
+type Collectives interface {
+	// AllGather: every rank passes in of the same length n; out holds
+	// Size()*n bytes and receives rank r's bytes at out[r*n:(r+1)*n]. in
+	// and out are valid only during the call.
+	AllGather(ctx context.Context, in, out []byte) error
+	// Barrier returns when every rank has called it.
+	Barrier(ctx context.Context) error
+}
+
+// ErrExternalCollective is matched when a collective of the caller's
+// framework (Collectives) failed. It also matches ErrAborted: the
+// framework's group is in an unknown state, so the ExternalGroup refuses
+// further collectives. The concrete error is an *ExternalCollectiveError.
+var ErrExternalCollective = errors.New("tp: a collective of the caller's framework failed")
+
+// ExternalCollectiveError is a collective of the caller's framework that
+// failed on this rank: which one, and the framework's error.
+type ExternalCollectiveError struct {
+	Rank       int    // this rank
+	Collective string // "AllGather" or "Barrier"
+	Err        error  // what the framework's call returned
+}
+
+func (e *ExternalCollectiveError) Error() string {
+	return fmt.Sprintf("tp: rank %d: the framework's %s failed: %v", e.Rank, e.Collective, e.Err)
+}
+
+func (e *ExternalCollectiveError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is true for ErrExternalCollective and ErrAborted.
+func (e *ExternalCollectiveError) Is(target error) bool {
+	return target == ErrExternalCollective || target == ErrAborted
+}
+
+// descriptorError refuses a descriptor collective on an ExternalGroup. It
+// matches ErrCrossNode (what a TCP hub answers to the same call) and
+// ErrBackendUnavailable: the host mailbox, which shares a memfd, cannot run
+// on this route.
+type descriptorError struct{ rank int }
+
+func (e descriptorError) Error() string {
+	return fmt.Sprintf("tp: rank %d: descriptors cannot travel through the framework's collectives: on one node use tprun's own join "+
+		"(tp.Join, tprun.join()), which passes them over its node-local hub; across nodes the GPU mailbox shares CUDA fabric handles, "+
+		"which travel as bytes (the host backend cannot run on this route)", e.rank)
+}
+
+func (e descriptorError) Is(target error) bool {
+	return target == ErrCrossNode || target == ErrBackendUnavailable
+}
+
+// ExternalGroup is a group whose collectives go through the caller's
+// framework (Collectives) instead of tprun's rendezvous: for an op
+// embedded in a process that already has a process group. It is an
+// Exchanger; NewUpProjection runs on it.
+//
+// What differs from a Group joined with Join:
+//
+//   - It says it spans nodes (SpansNodes), whatever the hosts: memory
+//     handles must travel as bytes, so the GPU mailbox shares CUDA fabric
+//     handles (an IMEX channel on every node), and a driver that refuses
+//     them fails setup with a *mailbox.FabricError naming the cause. The
+//     descriptor collectives, and with them the host backend, are refused
+//     (errors.Is ErrCrossNode and ErrBackendUnavailable).
+//   - No job watch: a peer that dies is noticed by a waiting step at its
+//     deadline (a *TimeoutError naming the rank), or by the framework's
+//     next collective, not at once. Abort marks this rank's group failed
+//     but cannot tell the peers; the framework's own abort does.
+//
+// The collectives are made one at a time, in the order the calls arrive.
+type ExternalGroup struct {
+	rank, size, localRank, device int
+	c                             Collectives
+	peers                         []Peer
+
+	mu     sync.Mutex // one collective at a time; guards failed, closed
+	failed error      // an earlier collective failed, or Abort
+	closed bool
+}
+
+var (
+	_ mailbox.Exchanger   = (*ExternalGroup)(nil)
+	_ mailbox.NodeSpanner = (*ExternalGroup)(nil)
+)
+
+// NewExternalGroup makes this rank's group on the framework's collectives:
+// rank and size as the framework numbers its ranks, localRank among the
+// ranks of this node, device the CUDA ordinal this rank uses (the op's
+// default device). It is a collective (one all-gather through c): every
+// rank of the framework's group calls it, and each learns the others'
+// host, pid and device (Peers). Ranks that disagree about the size, or
+// whose rank is not their place in the framework's all-gather, fail on
+// every rank with ErrConfig, naming them.
+func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c Collectives) (*ExternalGroup, error) {
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("%w: tp: external group: the collectives are nil", ErrArgument)
+	case size < 1 || size > 1<<16:
+		return nil, fmt.Errorf("%w: tp: external group: size = %d, must be 1..%d", ErrArgument, size, 1<<16)
+	case rank < 0 || rank >= size:
+		return nil, fmt.Errorf("%w: tp: external group: rank = %d, must be 0..%d (size %d)", ErrArgument, rank, size-1, size)
+	case localRank < 0 || localRank >= size:
+		return nil, fmt.Errorf("%w: tp: external group: rank %d: local rank = %d, must be 0..%d", ErrArgument, rank, localRank, size-1)
+	case device < 0:
+		return nil, fmt.Errorf("%w: tp: external group: rank %d: device = %d, must be a CUDA ordinal (0 or more)", ErrArgument, rank, device)
+	}
+	g := &ExternalGroup{rank: rank, size: size, localRank: localRank, device: device, c: c}
+	host, _ := os.Hostname()
+	me := Peer{Rank: rank, WorldSize: size, LocalRank: localRank, PID: os.Getpid(), Hostname: host, Device: strconv.Itoa(device)}
+	b, err := json.Marshal(me)
+	if err != nil {
+		return nil, fmt.Errorf("tp: external group: rank %d: %w", rank, err)
+	}
+	all, err := g.AllGather(ctx, b)
+	if err != nil {
+		return nil, fmt.Errorf("tp: external group: rank %d: all-gather of the ranks' descriptions: %w", rank, err)
+	}
+	g.peers = make([]Peer, size)
+	var bad []error
+	for i, b := range all {
+		var p Peer
+		if err := json.Unmarshal(b, &p); err != nil {
+			bad = append(bad, fmt.Errorf("%w: the rank at place %d of the framework's all-gather sent %d bytes that are no rank description: %w", ErrPeer, i, len(b), err))
+			continue
+		}
+		p.Token = ""
+		switch {
+		case p.WorldSize != size:
+			bad = append(bad, fmt.Errorf("%w: rank %d (pid %d on %s) says the group has %d ranks, rank %d says %d", ErrConfig, p.Rank, p.PID, p.Hostname, p.WorldSize, rank, size))
+		case p.Rank != i:
+			bad = append(bad, fmt.Errorf("%w: the process at place %d of the framework's all-gather (pid %d on %s) says it is rank %d: pass the framework's own rank", ErrConfig, i, p.PID, p.Hostname, p.Rank))
+		}
+		g.peers[i] = p
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("tp: external group: rank %d: %w", rank, errors.Join(bad...))
+	}
+	return g, nil
+}
+
+// Rank is this rank's index in the framework's group.
+func (g *ExternalGroup) Rank() int { return g.rank }
+
+// Size is the number of ranks.
+func (g *ExternalGroup) Size() int { return g.size }
+
+// LocalRank is this rank's index among the ranks on its node, as given.
+func (g *ExternalGroup) LocalRank() int { return g.localRank }
+
+// Device is the CUDA device this rank uses, as given: NewUpProjection's
+// default.
+func (g *ExternalGroup) Device() int { return g.device }
+
+// Peers returns what every rank said when the group was made (rank, size,
+// local rank, pid, hostname, device); index = rank.
+func (g *ExternalGroup) Peers() []Peer { return append([]Peer(nil), g.peers...) }
+
+// SpansNodes is true: memory handles travel only as bytes on this route,
+// so the GPU mailbox shares fabric handles (see ExternalGroup).
+func (g *ExternalGroup) SpansNodes() bool { return true }
+
+// enter takes the collective lock and reports why no collective may run.
+func (g *ExternalGroup) enter(ctx context.Context) error {
+	g.mu.Lock()
+	switch {
+	case g.closed:
+		g.mu.Unlock()
+		return fmt.Errorf("tp: rank %d: external group: %w", g.rank, ErrGroupClosed)
+	case g.failed != nil:
+		err := g.failed
+		g.mu.Unlock()
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// broke records err, a failed framework collective, and returns it.
+func (g *ExternalGroup) broke(which string, err error) error {
+	e := &ExternalCollectiveError{Rank: g.rank, Collective: which, Err: err}
+	g.failed = fmt.Errorf("%w (the group is unusable after it)", e)
+	return e
+}
+
+// Barrier returns when every rank has called it.
+func (g *ExternalGroup) Barrier(ctx context.Context) error {
+	if err := g.enter(ctx); err != nil {
+		return err
+	}
+	defer g.mu.Unlock()
+	if err := g.c.Barrier(ctx); err != nil {
+		return g.broke("Barrier", err)
+	}
+	return nil
+}
+
+// AllGather returns every rank's b; index = rank; an empty contribution
+// comes back nil. Contributions may differ in length: the ranks first
+// all-gather their lengths, then their bytes padded to the longest. A
+// contribution over MaxBlob(Size()) bytes fails on every rank with
+// ErrTooLarge naming the rank, and leaves the group usable.
+func (g *ExternalGroup) AllGather(ctx context.Context, b []byte) ([][]byte, error) {
+	if err := g.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer g.mu.Unlock()
+	limit := MaxBlob(g.size)
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+	lens := make([]byte, 8*g.size)
+	if err := g.c.AllGather(ctx, n[:], lens); err != nil {
+		return nil, g.broke("AllGather", err)
+	}
+	longest := 0
+	var over []string
+	size := make([]int, g.size)
+	for r := range g.size {
+		l := binary.LittleEndian.Uint64(lens[8*r:])
+		if l > uint64(limit) {
+			over = append(over, fmt.Sprintf("rank %d contributed %d bytes", r, l))
+			continue
+		}
+		size[r] = int(l)
+		longest = max(longest, int(l))
+	}
+	if len(over) > 0 {
+		return nil, fmt.Errorf("%w: tp: rank %d: all-gather through the framework: %s; at most %d bytes each in a group of %d",
+			ErrTooLarge, g.rank, strings.Join(over, ", "), limit, g.size)
+	}
+	out := make([][]byte, g.size)
+	if longest == 0 {
+		return out, nil
+	}
+	in := make([]byte, longest)
+	copy(in, b)
+	all := make([]byte, longest*g.size)
+	if err := g.c.AllGather(ctx, in, all); err != nil {
+		return nil, g.broke("AllGather", err)
+	}
+	for r := range g.size {
+		if size[r] > 0 {
+			out[r] = all[r*longest : r*longest+size[r] : r*longest+size[r]]
+		}
+	}
+	return out, nil
+}
+
+// AllGatherFDs is refused: descriptors cannot travel through the
+// framework's collectives (errors.Is ErrCrossNode).
+func (g *ExternalGroup) AllGatherFDs(context.Context, int) ([]int, error) {
+	return nil, descriptorError{g.rank}
+}
+
+// BroadcastFDs is refused, as AllGatherFDs.
+func (g *ExternalGroup) BroadcastFDs(context.Context, int, []int) ([]int, error) {
+	return nil, descriptorError{g.rank}
+}
+
+// NewUpProjection is NewUpProjection on this group, on its device.
+func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, maxM int, opts ...UpOption) (*UpProjection, error) {
+	return NewUpProjection(ctx, g, hidden, latent, maxM, opts...)
+}
+
+// Abort marks this rank's group failed: its later collectives fail with
+// an error naming reason (ErrAborted). The peers are not told (the
+// framework's collectives have no such message): end the framework's
+// group, or the process, for that.
+func (g *ExternalGroup) Abort(reason string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed == nil {
+		g.failed = fmt.Errorf("%w: tp: rank %d aborted its external group: %s", ErrAborted, g.rank, reason)
+	}
+	return nil
+}
+
+// Close ends the group: later collectives fail with ErrGroupClosed. The
+// framework's group is the caller's and stays as it is. Close ops made
+// from the group first.
+func (g *ExternalGroup) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	return nil
+}

@@ -1,0 +1,331 @@
+package tp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/internal/cuda/cudatest"
+	"github.com/tprun/tprun/internal/exchangetest"
+	"github.com/tprun/tprun/mailbox"
+)
+
+// fixedCollectives is a framework's process group as ExternalGroup sees
+// it: a fixed-size all-gather and a barrier, here over the in-process hub.
+// It checks what a framework's fixed-size all-gather requires (the same n
+// on every rank), and counts its calls.
+type fixedCollectives struct {
+	r     *exchangetest.Rank
+	calls int
+	fail  error // returned by every call when set
+}
+
+func (c *fixedCollectives) AllGather(ctx context.Context, in, out []byte) error {
+	c.calls++
+	if c.fail != nil {
+		return c.fail
+	}
+	all, err := c.r.AllGather(ctx, in)
+	if err != nil {
+		return err
+	}
+	if len(out) != len(all)*len(in) {
+		return fmt.Errorf("out has %d bytes for %d ranks of %d", len(out), len(all), len(in))
+	}
+	for q, b := range all {
+		if len(b) != len(in) {
+			return fmt.Errorf("rank %d passed %d bytes, this rank %d: a fixed-size all-gather needs the same n", q, len(b), len(in))
+		}
+		copy(out[q*len(in):], b)
+	}
+	return nil
+}
+
+func (c *fixedCollectives) Barrier(ctx context.Context) error {
+	c.calls++
+	if c.fail != nil {
+		return c.fail
+	}
+	return c.r.Barrier(ctx)
+}
+
+// onExternalRanks makes an ExternalGroup for every rank of a fresh hub
+// (rank r says it is claim(r)) and runs fn with it, each rank on its own
+// goroutine; it returns the errors, index = rank.
+func onExternalRanks(size int, claim func(r int) int, fn func(r int, g *ExternalGroup) error) []error {
+	return exchangetest.Run(size, func(r int, ex *exchangetest.Rank) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		g, err := NewExternalGroup(ctx, claim(r), size, r%2, r%2, &fixedCollectives{r: ex})
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		return fn(r, g)
+	})
+}
+
+func same(r int) int { return r }
+
+// TestExternalGroupCollectives: contributions of random lengths (empty
+// ones included) come back whole and in rank order on every rank, however
+// the lengths differ, through a fixed-size all-gather only.
+func TestExternalGroupCollectives(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	for _, size := range []int{1, 2, 3, 5} {
+		t.Run(fmt.Sprintf("size%d", size), func(t *testing.T) {
+			const rounds = 20
+			// want[round][rank]: fresh bytes, some rounds with empty ones.
+			rng := rand.New(rand.NewPCG(seed, uint64(size)))
+			want := make([][][]byte, rounds)
+			for i := range want {
+				want[i] = make([][]byte, size)
+				for r := range want[i] {
+					n := rng.IntN(3000)
+					if rng.IntN(4) == 0 {
+						n = 0
+					}
+					want[i][r] = make([]byte, n)
+					for k := range want[i][r] {
+						want[i][r][k] = byte(rng.Uint32())
+					}
+				}
+			}
+			errs := onExternalRanks(size, same, func(r int, g *ExternalGroup) error {
+				ctx := context.Background()
+				if g.Rank() != r || g.Size() != size || !g.SpansNodes() || g.Device() != r%2 {
+					return fmt.Errorf("rank %d, size %d, spans %v, device %d", g.Rank(), g.Size(), g.SpansNodes(), g.Device())
+				}
+				for q, p := range g.Peers() {
+					if p.Rank != q || p.WorldSize != size || p.PID != os.Getpid() || p.Device != fmt.Sprint(q%2) {
+						return fmt.Errorf("peer %d: %+v", q, p)
+					}
+				}
+				for i := range rounds {
+					got, err := g.AllGather(ctx, want[i][r])
+					if err != nil {
+						return fmt.Errorf("round %d: %w", i, err)
+					}
+					for q := range size {
+						if !bytes.Equal(got[q], want[i][q]) || (len(want[i][q]) == 0) != (got[q] == nil) {
+							return fmt.Errorf("round %d: rank %d's %d bytes came back as %d bytes, not equal", i, q, len(want[i][q]), len(got[q]))
+						}
+					}
+					if err := g.Barrier(ctx); err != nil {
+						return fmt.Errorf("round %d: barrier: %w", i, err)
+					}
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// TestExternalGroupRefusals: what this route cannot do fails with an error
+// that says why and what to use instead, on every rank, and leaves the
+// group usable where the ranks failed together.
+func TestExternalGroupRefusals(t *testing.T) {
+	t.Run("descriptors and the host backend", func(t *testing.T) {
+		errs := onExternalRanks(2, same, func(r int, g *ExternalGroup) error {
+			ctx := context.Background()
+			if _, err := g.AllGatherFDs(ctx, 0); !errors.Is(err, ErrCrossNode) || !strings.Contains(err.Error(), "descriptors cannot travel through the framework's collectives") {
+				return fmt.Errorf("AllGatherFDs: %v", err)
+			}
+			if _, err := g.BroadcastFDs(ctx, 0, []int{0}); !errors.Is(err, ErrCrossNode) {
+				return fmt.Errorf("BroadcastFDs: %v", err)
+			}
+			_, err := g.NewUpProjection(ctx, 16, 8, 2, WithBackend(BackendHost))
+			if !errors.Is(err, ErrBackendUnavailable) || !strings.Contains(err.Error(), "the host backend cannot run on this route") {
+				return fmt.Errorf("host op: %v", err)
+			}
+			// Every rank failed in the same place: the group goes on.
+			got, err := g.AllGather(ctx, []byte{byte(r + 1)})
+			if err != nil || len(got) != 2 || got[1-r][0] != byte(2-r) {
+				return fmt.Errorf("all-gather after the refusal: %v %v", got, err)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Errorf("rank %d: %v", r, err)
+			}
+		}
+	})
+	t.Run("a contribution over the limit", func(t *testing.T) {
+		errs := onExternalRanks(3, same, func(r int, g *ExternalGroup) error {
+			ctx := context.Background()
+			b := []byte{1}
+			if r == 2 {
+				b = make([]byte, MaxBlob(3)+1)
+			}
+			_, err := g.AllGather(ctx, b)
+			if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprintf("rank 2 contributed %d bytes", MaxBlob(3)+1)) {
+				return fmt.Errorf("oversized: %v", err)
+			}
+			if _, err := g.AllGather(ctx, []byte("again")); err != nil {
+				return fmt.Errorf("after the oversized one: %w", err)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Errorf("rank %d: %v", r, err)
+			}
+		}
+	})
+	t.Run("two ranks claim rank 0", func(t *testing.T) {
+		errs := onExternalRanks(3, func(r int) int { return r &^ 1 }, func(int, *ExternalGroup) error { return nil })
+		for r, err := range errs {
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "the process at place 1 of the framework's all-gather") ||
+				!strings.Contains(err.Error(), "says it is rank 0") {
+				t.Errorf("rank %d: %v", r, err)
+			}
+		}
+	})
+	t.Run("bad arguments", func(t *testing.T) {
+		c := &fixedCollectives{}
+		for _, a := range [][4]int{{2, 2, 0, 0}, {-1, 2, 0, 0}, {0, 0, 0, 0}, {0, 2, -1, 0}, {0, 2, 0, -1}} {
+			if _, err := NewExternalGroup(context.Background(), a[0], a[1], a[2], a[3], c); !errors.Is(err, ErrArgument) {
+				t.Errorf("rank %d size %d local %d device %d: %v", a[0], a[1], a[2], a[3], err)
+			}
+		}
+		if c.calls != 0 {
+			t.Errorf("%d collectives called for bad arguments", c.calls)
+		}
+	})
+}
+
+// TestExternalGroupFailures: a framework collective that fails is named,
+// and the group refuses later collectives without calling the framework
+// again; Abort and Close likewise.
+func TestExternalGroupFailures(t *testing.T) {
+	ctx := context.Background()
+	c := &fixedCollectives{r: exchangetest.NewHub(1).Rank(0)}
+	g, err := NewExternalGroup(ctx, 0, 1, 0, 0, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("connection reset by the framework's peer")
+	c.fail = cause
+	_, err = g.AllGather(ctx, []byte("x"))
+	var ee *ExternalCollectiveError
+	if !errors.As(err, &ee) || ee.Collective != "AllGather" || !errors.Is(err, cause) || !errors.Is(err, ErrAborted) {
+		t.Fatalf("failing all-gather: %v", err)
+	}
+	calls := c.calls
+	if err := g.Barrier(ctx); !errors.Is(err, ErrExternalCollective) || !strings.Contains(err.Error(), "unusable") {
+		t.Errorf("barrier after the failure: %v", err)
+	}
+	if c.calls != calls {
+		t.Errorf("the framework was called again after its failure")
+	}
+
+	c2 := &fixedCollectives{r: exchangetest.NewHub(1).Rank(0)}
+	g2, err := NewExternalGroup(ctx, 0, 1, 0, 0, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Abort("weights did not load"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Barrier(ctx); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "weights did not load") {
+		t.Errorf("barrier after Abort: %v", err)
+	}
+	g3, err := NewExternalGroup(ctx, 0, 1, 0, 0, &fixedCollectives{r: exchangetest.NewHub(1).Rank(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = g3.Close()
+	if _, err := g3.AllGather(ctx, nil); !errors.Is(err, ErrGroupClosed) {
+		t.Errorf("all-gather after Close: %v", err)
+	}
+}
+
+// TestExternalGroupFabricMailbox: the GPU mailbox set up through the
+// framework's collectives shares FABRIC handles (the fake driver's fabric
+// is a directory of files), no descriptor crossing; without a fabric (no
+// IMEX channel) every rank fails setup with the refusal that names what
+// the administrator must provide.
+func TestExternalGroupFabricMailbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the fake driver")
+	}
+	lib := cudatest.Build(t, t.TempDir())
+	drv, err := cuda.OpenLibrary(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	if err := drv.Init(); err != nil {
+		t.Fatal(err)
+	}
+	for _, fabric := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fabric=%v", fabric), func(t *testing.T) {
+			dir := t.TempDir()
+			if fabric {
+				t.Setenv(cudatest.FabricDirEnv, dir)
+			} else {
+				t.Setenv(cudatest.FabricDirEnv, "")
+				os.Unsetenv(cudatest.FabricDirEnv)
+			}
+			var mu sync.Mutex
+			var peers [][]cuda.DevicePtr
+			errs := onExternalRanks(2, same, func(r int, g *ExternalGroup) error {
+				ctx := context.Background()
+				u, err := mailbox.NewUnicast(ctx, g, drv, cuda.Device(r), mailbox.Config{Hidden: 64, Capacity: 2})
+				if err != nil {
+					return err
+				}
+				defer u.Close()
+				if u.HandleType() != cuda.HandleTypeFabric {
+					return fmt.Errorf("handle type %v", u.HandleType())
+				}
+				if ents, err := os.ReadDir(dir); err != nil || len(ents) == 0 {
+					return fmt.Errorf("no fabric allocation in %s while the mailbox is open (%v)", dir, err)
+				}
+				mu.Lock()
+				peers = append(peers, u.Peers())
+				mu.Unlock()
+				return g.Barrier(ctx)
+			})
+			refused := 0
+			for r, err := range errs {
+				var fe *mailbox.FabricError
+				switch {
+				case fabric && err != nil:
+					t.Errorf("rank %d: %v", r, err)
+				case !fabric && err == nil:
+					t.Errorf("rank %d: setup worked without a fabric", r)
+				case !fabric && errors.As(err, &fe):
+					refused++
+					if !strings.Contains(err.Error(), "/dev/nvidia-caps-imex-channels/channel0") {
+						t.Errorf("rank %d: the refusal does not say what the administrator must provide: %v", r, err)
+					}
+				}
+			}
+			if !fabric && refused == 0 {
+				t.Errorf("no rank refused with a *FabricError: %v", errs)
+			}
+			if fabric && len(peers) != 2 {
+				t.Errorf("%d ranks mapped the mailboxes", len(peers))
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+				t.Errorf("fabric allocations left: %d", len(ents))
+			}
+		})
+	}
+}
