@@ -80,7 +80,13 @@
 //     backend asked for by name that cannot run here; ErrMulticastDisabled
 //     names the variable that forbids multicast;
 //   - ErrConfig: a bad option, or ranks that disagree about the op;
-//     ErrStepMismatch: ranks about to run different steps (WithStepChecks).
+//     ErrStepMismatch: ranks about to run different steps (WithStepChecks);
+//   - ErrEnv (*EnvError, naming the variable): Join found no launch
+//     environment, or a missing or malformed variable in it;
+//   - ErrCollectiveTimeout (*CollectiveTimeoutError): a live rank never
+//     joined a group collective within the collective timeout;
+//   - ErrNoDriver, ErrNoGPU: a GPU asked for where the CUDA driver does not
+//     load or sees no device.
 //
 // # Backends
 //
