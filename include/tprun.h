@@ -4,8 +4,8 @@
  *
  * WHAT IT COMPUTES
  *
- * Each of the N ranks of a job (N processes on one node, one per GPU, or
- * several sharing one) holds its rows of an up-projection weight and its
+ * Each of the N ranks of a job (N processes, one per GPU or several sharing
+ * one; on one node, or across the nodes of one NVLink domain) holds its rows of an up-projection weight and its
  * columns of a residual. One step multiplies the same small bf16 activation
  * block by the rank's weight shard, adds the rank's residual slice, and
  * stores the result straight into every rank's mailbox, so that every rank
@@ -107,7 +107,7 @@
  *
  *   go build -buildmode=c-shared -o libtprun.so ./cmd/libtprun
  *   cc -I include app.c -L. -ltprun -Wl,-rpath,'$ORIGIN' -o app
- *   tprun --tp 2 -- ./app        (or torchrun, srun, mpirun on one node)
+ *   tprun --tp 2 -- ./app        (or torchrun, srun, mpirun; across nodes see docs/cli.md)
  *
  * The build also writes libtprun.h, a header generated for the Go side's
  * own use; this file is the one to include.
