@@ -212,7 +212,7 @@ func makeConfig(m, shard int, f family, warps, cluster int) LaunchConfig {
 // shard×latent weight: an existing family, warps and cluster in range, and
 // grid, block and shared memory that agree with them.
 func (c LaunchConfig) Validate(m, shard, latent int) error {
-	if m < 1 || m > MaxM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
+	if m < 1 || m > MaxSkinnyM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
 		return fmt.Errorf("%w: launch config for M=%d shard=%d latent=%d", ErrShape, m, shard, latent)
 	}
 	f, ok := findFamily(c.Family)
@@ -430,7 +430,7 @@ func parseTable(name, text string) ([]tableEntry, error) {
 		switch {
 		case !ok:
 			return nil, bad("no family %q (families.tsv)", f[3])
-		case e.m < 1 || e.m > MaxM, e.latent < LatentAlign || e.latent%LatentAlign != 0, e.shard < ShardAlign || e.shard%ShardAlign != 0:
+		case e.m < 1 || e.m > MaxSkinnyM, e.latent < LatentAlign || e.latent%LatentAlign != 0, e.shard < ShardAlign || e.shard%ShardAlign != 0:
 			return nil, bad("shape latent %d shard %d m %d is not one the kernel takes", e.latent, e.shard, e.m)
 		case e.warps < 1 || e.warps > fam.maxWarps:
 			return nil, bad("%d warps, family %s takes 1..%d", e.warps, fam.name, fam.maxWarps)
@@ -458,23 +458,23 @@ func parseTable(name, text string) ([]tableEntry, error) {
 var fallbackConfig = tableEntry{f: family{name: "t32p", tileRows: 32, depth: 4, maxWarps: 16}, warps: 4, cluster: 1}
 
 // ConfigFor picks the launch config of the skinny kernel for m latent rows
-// (1..8) and a shard×latent weight slice in the packed layout. Shapes
+// (1..MaxSkinnyM) and a shard×latent weight slice in the packed layout. Shapes
 // measured by the sweep (config_table.tsv) get their measured best; any
 // other shape gets the family, warps, cluster, L2 prefetch plan and cluster
 // scheduling policy of the measured shape nearest in log(shard) +
 // log(latent) (the two hints were measured for that shape, not this one)
 // and the driver's carveout (Carveout 0: a carveout is measured per shape).
 // The result always satisfies Validate for a shape that Shape.Validate
-// accepts; m is clamped to 1..MaxM so that no input panics.
+// accepts with M up to MaxSkinnyM; m is clamped to 1..MaxSkinnyM so that no input panics.
 func ConfigFor(m, shard, latent int) LaunchConfig {
 	m, shard, latent = clampShape(m, shard, latent)
 	return configFrom(nearestEntry(m, shard, latent), m, shard)
 }
 
-// clampShape is the shape the config lookups use: m in 1..MaxM, shard and
+// clampShape is the shape the config lookups use: m in 1..MaxSkinnyM, shard and
 // latent at least one alignment unit, so that no input panics.
 func clampShape(m, shard, latent int) (int, int, int) {
-	return min(max(m, 1), MaxM), max(shard, ShardAlign), max(latent, LatentAlign)
+	return min(max(m, 1), MaxSkinnyM), max(shard, ShardAlign), max(latent, LatentAlign)
 }
 
 // nearestEntry is the table entry for m at the measured shape nearest to

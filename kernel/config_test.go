@@ -43,7 +43,7 @@ func TestConfigTableParses(t *testing.T) {
 	}
 	// The benchmark shapes (scripts/bench-kernel), every M.
 	for _, shard := range []int{7168, 3584, 1792, 896, 448} {
-		for m := 1; m <= MaxM; m++ {
+		for m := 1; m <= MaxSkinnyM; m++ {
 			if !seen[[3]int{3584, shard, m}] {
 				t.Errorf("no measured entry for latent 3584 shard %d m %d", shard, m)
 			}
@@ -54,7 +54,7 @@ func TestConfigTableParses(t *testing.T) {
 func TestConfigForCoversEveryValidShape(t *testing.T) {
 	shards := []int{8, 16, 24, 40, 200, 448, 456, 896, 1000, 1024, 1792, 2048, 3584, 4096, 7168, 8192, 14336, 65536}
 	latents := []int{8, 16, 24, 512, 1000, 1024, 2048, 3584, 3600, 7168, 16384, 65536, MaxLatent}
-	for m := 1; m <= MaxM; m++ {
+	for m := 1; m <= MaxSkinnyM; m++ {
 		for _, shard := range shards {
 			for _, latent := range latents {
 				checkConfig(t, m, shard, latent)
@@ -63,7 +63,7 @@ func TestConfigForCoversEveryValidShape(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(uint64(len(shards)), 7))
 	for range 2000 {
-		checkConfig(t, 1+rng.IntN(MaxM), ShardAlign*(1+rng.IntN(4096)), LatentAlign*(1+rng.IntN(MaxLatent/LatentAlign)))
+		checkConfig(t, 1+rng.IntN(MaxSkinnyM), ShardAlign*(1+rng.IntN(4096)), LatentAlign*(1+rng.IntN(MaxLatent/LatentAlign)))
 	}
 }
 

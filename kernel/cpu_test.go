@@ -96,7 +96,7 @@ func TestUpProjectCPUWithinTolerance(t *testing.T) {
 		// Every M at the reference shapes would be slow under -race; one
 		// random M per configuration still visits every M across runs, and
 		// the small shapes cover all of them.
-		ms := []int{1 + rng.IntN(MaxM)}
+		ms := []int{1 + rng.IntN(MaxSkinnyM)}
 		if g.hidden*g.latent <= 1<<20 {
 			ms = []int{1, 2, 3, 4, 5, 6, 7, 8}
 		}

@@ -47,7 +47,7 @@ const rotSuffix = "_rot"
 // LaunchConfig.Function and ReceiveConfig.Function to name its entry point.
 const RotationSuffix = rotSuffix
 
-// skinnyFunctions lists every skinny entry point: M 1..MaxM of every
+// skinnyFunctions lists every skinny entry point: M 1..MaxSkinnyM of every
 // family of families.tsv, each plain and with rotSuffix.
 func skinnyFunctions() ([]string, error) {
 	fams, err := families()
@@ -55,7 +55,7 @@ func skinnyFunctions() ([]string, error) {
 		return nil, err
 	}
 	var names []string
-	for m := 1; m <= MaxM; m++ {
+	for m := 1; m <= MaxSkinnyM; m++ {
 		for _, f := range fams {
 			name := fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name)
 			names = append(names, name, name+rotSuffix)
@@ -307,6 +307,10 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 	if err := s.Validate(); err != nil {
 		return SkinnyParams{}, err
 	}
+	if s.M > MaxSkinnyM {
+		return SkinnyParams{}, &ArgError{Field: "Shape.M", Value: fmt.Sprint(s.M),
+			Rule: fmt.Sprintf("must be in 1..%d (the GPU skinny kernels' limit, MaxSkinnyM; larger M runs on the CPU kernel only)", MaxSkinnyM)}
+	}
 	var errs []error
 	bad := func(field, value, rule string) {
 		errs = append(errs, &ArgError{Field: field, Value: value, Rule: rule})
@@ -519,12 +523,12 @@ func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
 	bad := func(field string, value any, rule string) {
 		errs = append(errs, &ArgError{Field: field, Value: fmt.Sprint(value), Rule: rule})
 	}
-	if a.M < 1 || a.M > MaxM {
-		bad("M", a.M, fmt.Sprintf("must be in 1..%d", MaxM))
+	if a.M < 1 || a.M > MaxSkinnyM {
+		bad("M", a.M, fmt.Sprintf("must be in 1..%d (the GPU kernels' limit, MaxSkinnyM)", MaxSkinnyM))
 	}
-	hiddenOK := a.Hidden > 0 && a.Hidden%8 == 0 && a.Hidden <= math.MaxInt32/MaxM
+	hiddenOK := a.Hidden > 0 && a.Hidden%8 == 0 && a.Hidden <= math.MaxInt32/MaxSkinnyM
 	if !hiddenOK {
-		bad("Hidden", a.Hidden, fmt.Sprintf("must be a positive multiple of 8, at most %d", math.MaxInt32/MaxM))
+		bad("Hidden", a.Hidden, fmt.Sprintf("must be a positive multiple of 8, at most %d", math.MaxInt32/MaxSkinnyM))
 	}
 	if a.Shard <= 0 || a.Shard%8 != 0 {
 		bad("Shard", a.Shard, "must be a positive multiple of 8")

@@ -149,7 +149,7 @@ func TestSkinnyParamsMatchHeader(t *testing.T) {
 	checkLayout(t, "tprun_skinny_params", fields, size, SkinnyParamsSize)
 	rng := testRand(t)
 	for _, ndst := range []int{1, 3, MaxDst} {
-		s := Shape{M: 1 + rng.IntN(MaxM), Hidden: 8 * 7 * (1 + rng.IntN(200)), Latent: 8 * (1 + rng.IntN(1000)), TP: 7}
+		s := Shape{M: 1 + rng.IntN(MaxSkinnyM), Hidden: 8 * 7 * (1 + rng.IntN(200)), Latent: 8 * (1 + rng.IntN(1000)), TP: 7}
 		a := SkinnyArgs{Shape: s, Rank: 1 + rng.IntN(6), Latent: alignedPtr(rng), Weight: alignedPtr(rng), WeightPacked: true,
 			Shared: alignedPtr(rng), SharedStride: s.Hidden + 8*rng.IntN(4)}
 		for range ndst {
@@ -228,7 +228,7 @@ func TestReceiveParamsMatchHeader(t *testing.T) {
 	fields, size := parseParamsStruct(t, "tprun_receive_params")
 	checkLayout(t, "tprun_receive_params", fields, size, ReceiveParamsSize)
 	rng := testRand(t)
-	a := ReceiveArgs{M: 1 + rng.IntN(MaxM), Hidden: 8 * 4 * (1 + rng.IntN(500)), Slot: alignedPtr(rng),
+	a := ReceiveArgs{M: 1 + rng.IntN(MaxSkinnyM), Hidden: 8 * 4 * (1 + rng.IntN(500)), Slot: alignedPtr(rng),
 		Out: alignedPtr(rng), Status: alignedPtr(rng) + 4, Timeout: time.Duration(1 + rng.Int64N(int64(10*time.Second)))}
 	a.Shard = a.Hidden / 4
 	a.Abortable = rng.IntN(2) == 1
@@ -278,7 +278,8 @@ func TestSkinnyParamsReject(t *testing.T) {
 		target error
 		inMsg  []string
 	}{
-		{"M above the skinny path", func(a *SkinnyArgs) { a.Shape.M = 9 }, ErrShape, []string{"M = 9"}},
+		{"M above the skinny kernels", func(a *SkinnyArgs) { a.Shape.M = MaxSkinnyM + 1 }, ErrArgs, []string{"Shape.M = 9", "1..8", "MaxSkinnyM"}},
+		{"M above the op", func(a *SkinnyArgs) { a.Shape.M = MaxM + 1 }, ErrShape, []string{"M = 129", "1..128"}},
 		{"hidden not divisible by tp", func(a *SkinnyArgs) { a.Shape.Hidden = 7164 }, ErrShape, []string{"hidden_dim % tp"}},
 		{"rank out of range", func(a *SkinnyArgs) { a.Rank = 8 }, ErrArgs, []string{"Rank = 8", "0..7"}},
 		{"negative rank", func(a *SkinnyArgs) { a.Rank = -1 }, ErrArgs, []string{"Rank = -1"}},
@@ -517,7 +518,7 @@ func TestLoadAndClose(t *testing.T) {
 	if len(d.image) == 0 || len(d.image) != len(Fatbin()) {
 		t.Errorf("ModuleLoadData got %d bytes, the embedded fatbin has %d", len(d.image), len(Fatbin()))
 	}
-	if n := len(k.skinny); n != len(mustSkinnyFunctions()) || n < MaxM {
+	if n := len(k.skinny); n != len(mustSkinnyFunctions()) || n < MaxSkinnyM {
 		t.Errorf("%d skinny functions looked up, want every entry point (%d)", n, len(mustSkinnyFunctions()))
 	}
 	for i := range 2 {
@@ -1262,7 +1263,7 @@ func TestHarnessCatchesBugs(t *testing.T) {
 // skinnyM is the M of a skinny entry point "tprun_skinny_m<M><variant>".
 func skinnyM(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, "tprun_skinny_m")
-	if !ok || rest == "" || rest[0] < '1' || rest[0] > '0'+MaxM || strings.HasSuffix(name, rotSuffix) || !slices.Contains(mustSkinnyFunctions(), name) {
+	if !ok || rest == "" || rest[0] < '1' || rest[0] > '0'+MaxSkinnyM || strings.HasSuffix(name, rotSuffix) || !slices.Contains(mustSkinnyFunctions(), name) {
 		return 0, false
 	}
 	return int(rest[0] - '0'), true

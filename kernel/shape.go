@@ -7,8 +7,14 @@ import (
 
 // Limits and alignments of the fused op.
 const (
-	// MaxM is the largest row count of the skinny path.
-	MaxM = 8
+	// MaxM is the largest row count of one step of the op: the reference,
+	// the CPU kernel and the host backend take any M in 1..MaxM.
+	MaxM = 128
+	// MaxSkinnyM is the largest row count of the GPU skinny kernels (one
+	// entry point per M, M rows held in registers). LaunchSkinny and
+	// LaunchReceive refuse a larger M; the GPU path of the op takes M up to
+	// this in this build.
+	MaxSkinnyM = 8
 	// MaxTP is the largest number of ranks (mailbox destinations).
 	MaxTP = 16
 	// ShardAlign: shard_dim is a multiple of this many elements, so that a
@@ -32,7 +38,7 @@ var ErrShape = errors.New("kernel: invalid shape")
 type ShapeError struct {
 	Field string // e.g. "M", "hidden_dim % tp", "len(shared)"
 	Value int
-	Rule  string // e.g. "must be in 1..8 (skinny path)"
+	Rule  string // e.g. "must be in 1..128"
 }
 
 func (e *ShapeError) Error() string {
@@ -61,7 +67,8 @@ func (s Shape) String() string {
 	return fmt.Sprintf("M=%d hidden=%d latent=%d tp=%d", s.M, s.Hidden, s.Latent, s.TP)
 }
 
-// Validate checks the shape against the rules of the skinny path and
+// Validate checks the shape against the rules of the op (the GPU skinny
+// kernels take M only up to MaxSkinnyM: LaunchSkinny checks that) and
 // returns every violated rule, each as a *ShapeError wrapping ErrShape
 // (joined with errors.Join when there are several), or nil.
 func (s Shape) Validate() error {
@@ -70,7 +77,7 @@ func (s Shape) Validate() error {
 		errs = append(errs, &ShapeError{Field: field, Value: v, Rule: rule})
 	}
 	if s.M < 1 || s.M > MaxM {
-		bad("M", s.M, fmt.Sprintf("must be in 1..%d (skinny path)", MaxM))
+		bad("M", s.M, fmt.Sprintf("must be in 1..%d", MaxM))
 	}
 	if s.Latent < 1 {
 		bad("latent_dim", s.Latent, "must be positive")

@@ -17,8 +17,10 @@ func TestShapeValidate(t *testing.T) {
 		{"odd TP 7 divides 7168", Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 7}, nil},
 		{"TP 1", Shape{M: 2, Hidden: 64, Latent: 8, TP: 1}, nil},
 		{"4096/1024 at TP 4", Shape{M: 4, Hidden: 4096, Latent: 1024, TP: 4}, nil},
-		{"M 0", Shape{M: 0, Hidden: 7168, Latent: 3584, TP: 8}, []string{"M = 0", "1..8"}},
-		{"M 9 is past the skinny path", Shape{M: 9, Hidden: 7168, Latent: 3584, TP: 8}, []string{"M = 9", "skinny"}},
+		{"M 9, past the GPU skinny kernels, is an op shape", Shape{M: 9, Hidden: 7168, Latent: 3584, TP: 8}, nil},
+		{"M 128 at TP 3", Shape{M: 128, Hidden: 7152, Latent: 3584, TP: 3}, nil},
+		{"M 0", Shape{M: 0, Hidden: 7168, Latent: 3584, TP: 8}, []string{"M = 0", "1..128"}},
+		{"M 129 is past the op", Shape{M: 129, Hidden: 7168, Latent: 3584, TP: 8}, []string{"M = 129", "1..128"}},
 		{"hidden not divisible by tp", Shape{M: 1, Hidden: 7168, Latent: 3584, TP: 5}, []string{"hidden_dim % tp = 3", "hidden_dim 7168, tp 5"}},
 		{"shard not a multiple of 8", Shape{M: 1, Hidden: 7172, Latent: 3584, TP: 4}, []string{"shard_dim = 1793", "multiple of 8"}},
 		{"latent not a multiple of 8", Shape{M: 1, Hidden: 7168, Latent: 3585, TP: 8}, []string{"latent_dim = 3585", "multiple of 8"}},
@@ -27,7 +29,7 @@ func TestShapeValidate(t *testing.T) {
 		{"hidden negative", Shape{M: 1, Hidden: -8, Latent: 8, TP: 1}, []string{"hidden_dim = -8", "positive"}},
 		{"tp 0", Shape{M: 1, Hidden: 7168, Latent: 3584, TP: 0}, []string{"tp = 0", "1..16"}},
 		{"tp 17 is more destinations than allowed", Shape{M: 1, Hidden: 17 * 64, Latent: 3584, TP: 17}, []string{"tp = 17", "1..16"}},
-		{"several faults are all named", Shape{M: 12, Hidden: 7168, Latent: 12, TP: 3}, []string{"M = 12", "latent_dim = 12", "hidden_dim % tp = 1"}},
+		{"several faults are all named", Shape{M: 200, Hidden: 7168, Latent: 12, TP: 3}, []string{"M = 200", "latent_dim = 12", "hidden_dim % tp = 1"}},
 	}
 	for _, tc := range tests {
 		err := tc.s.Validate()

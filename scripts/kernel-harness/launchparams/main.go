@@ -109,7 +109,7 @@ func answer(f []string, in *bufio.Reader, out *bufio.Writer) error {
 			r.BlockX, r.SharedBytes, r.Cluster, r.ClusterPolicy, r.Carveout, r.TileRows, r.L2Prefetch, r.ReceiveCTAs)
 	case "receive":
 		m, hidden := nums[1], nums[2]
-		if m < 1 || m > kernel.MaxM || hidden < 8 || hidden%8 != 0 {
+		if m < 1 || m > kernel.MaxSkinnyM || hidden < 8 || hidden%8 != 0 {
 			return reject(out, fmt.Errorf("%w: receive of M=%d hidden=%d", kernel.ErrShape, m, hidden))
 		}
 		c := kernel.ReceiveConfigFor(m, hidden)

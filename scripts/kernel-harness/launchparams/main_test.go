@@ -73,7 +73,7 @@ func writeTables(dir string) error {
 		var b strings.Builder
 		fmt.Fprintln(&b, kernel.TableHeader)
 		for _, s := range shapes {
-			for m := 1; m <= kernel.MaxM; m++ {
+			for m := 1; m <= kernel.MaxSkinnyM; m++ {
 				fam := fams[rng.IntN(len(fams))]
 				warps, cluster := 1+rng.IntN(maxWarps[fam]), 1+rng.IntN(kernel.MaxCluster)
 				policy := 0
@@ -156,7 +156,7 @@ func TestSkinnyIsWhatLaunchSkinnyLaunches(t *testing.T) {
 	k, d := load(t)
 	const base = cuda.DevicePtr(0x7f0000000000)
 	for _, s := range shapes {
-		for m := 1; m <= kernel.MaxM; m++ {
+		for m := 1; m <= kernel.MaxSkinnyM; m++ {
 			for _, recv := range []string{"none", "full", "skip"} {
 				s.M = m
 				shard, rank := s.Shard(), s.TP-1
@@ -215,7 +215,7 @@ func TestReceiveIsWhatLaunchReceiveLaunches(t *testing.T) {
 	for range 50 {
 		shard := 8 * (1 + rng.IntN(4096))
 		tp := 1 + rng.IntN(kernel.MaxTP)
-		m := 1 + rng.IntN(kernel.MaxM)
+		m := 1 + rng.IntN(kernel.MaxSkinnyM)
 		a := kernel.ReceiveArgs{M: m, Hidden: tp * shard, Shard: shard, Slot: 0x10000, Out: 0x20000, Status: 0x30000, Timeout: time.Second}
 		d.launches = nil
 		if err := k.LaunchReceive(3, a, true); err != nil || len(d.launches) != 1 {
