@@ -8,16 +8,42 @@
 //
 // # Memory layout
 //
-// A mailbox is Slots slots. A slot holds one region for every row count m
-// in 1..Capacity, in that order: the region for m is m × Hidden bf16
-// elements, so a slot is SlotRows(Capacity) = 1+2+...+Capacity rows. A step
-// of m rows uses only its slot's region for m (Layout.StepOffset). Ranks
-// that disagree about m for a step therefore store into different regions,
-// and no rank ever finds a whole block: every receive times out, and the
-// *TimeoutError names the ranks found in another region (OtherM). With one
-// region shared by every m, the rank with the smaller m would return a
-// block, and the rows a peer stored past it would stay in the slot, unarmed,
-// to be taken for data by a later step. Each slot starts on a
+// A mailbox is Slots slots. A slot holds one own region for every row
+// count m in 1..min(Capacity, OwnRegionRows), in that order: the region for
+// m is m × Hidden bf16 elements. When Capacity is larger, one shared region
+// of Capacity rows follows, used by every m past OwnRegionRows. A slot is
+// SlotRows(Capacity) rows: 1+2+...+Capacity up to OwnRegionRows (8),
+// 36+Capacity above (164 rows at Capacity 128, where a region per m would
+// take 8256). A step of m rows uses the first m rows of its slot's region
+// for m (Layout.StepOffset, Layout.RegionRows).
+//
+// What the regions guarantee when ranks pass different m for one step:
+//
+//   - If at least one of two differing m has an own region, the two store
+//     into different regions and no rank finds a whole block: every receive
+//     times out, and the *TimeoutError names the ranks found in another
+//     region (OtherM). With one region shared by every m, the rank with the
+//     smaller m would return a block, and the rows a peer stored past it
+//     would stay in the slot, unarmed.
+//   - If both are past OwnRegionRows they share the shared region. The
+//     ranks with the largest m never find their rows past the smaller m, so
+//     they time out at that step, naming the ranks that stored fewer rows
+//     (OtherM). A rank with a smaller m finds every row it asked for and
+//     may complete the step; its next step times out, since the ranks that
+//     timed out never store again (a failed receive breaks the mailbox).
+//     The rows a larger-m rank stored past the smaller m stay in the
+//     smaller-m rank's slot unarmed, but no step can complete with them:
+//     every later step also needs that rank's row 0, which the receive
+//     re-armed and which that rank never stores again.
+//
+// So a mismatch is always an error, at that step on the ranks with the
+// largest m and by the next step on every rank; no rank ever takes rows of
+// another step for data. The own regions stop at OwnRegionRows because a
+// region per m grows as Capacity squared, and because M up to
+// OwnRegionRows is what the GPU skinny kernels store, so their offsets do
+// not depend on Capacity.
+//
+// Each slot starts on a
 // 64-byte boundary (Layout.SlotBytes is padded) so that a slot never shares a
 // cache line with its neighbour. Element e of a region lives in 32-bit word
 // e/2, in the low half when e is even and in the high half when e is odd
@@ -54,8 +80,9 @@
 // atomic load, so in Go's memory model (and on the hardware: x86 TSO, arm64
 // release/acquire atomics) the re-arm happens before p's step-t+1 stores.
 // With regions, the same chain covers steps of different m: step t+1 stores
-// into the region for its own m, which the receive of that region's last
-// use re-armed (a slot's regions are armed at the start, and a step
+// into the region for its own m (the first m rows of the shared one past
+// OwnRegionRows), which the receives of that region's earlier uses
+// re-armed (a slot's regions are armed at the start, and a step
 // re-arms only the region it read), and which that receive finished before
 // this rank's last write, so every region but the one a step is filling
 // holds only the sentinel.

@@ -43,8 +43,13 @@ func TestNewLayout(t *testing.T) {
 		{desc: "hidden not divisible", cfg: Config{Hidden: 64, Capacity: 1}, size: 3, wantErr: "hidden = 64 is not divisible by the group size 3"},
 		{desc: "odd shard", cfg: Config{Hidden: 36, Capacity: 1}, size: 4, wantErr: "shard = hidden/size = 36/4 = 9 is odd"},
 		{desc: "too big", cfg: Config{Hidden: 1 << 20, Capacity: 1 << 10}, size: 2, wantErr: "exceeds"},
-		// 256 rows would fit; the 32,896 rows of one region per M do not.
-		{desc: "regions too big", cfg: Config{Hidden: 1 << 14, Capacity: 1 << 8, Slots: 2}, size: 2, wantErr: "a slot holds 32896 rows for capacity 256"},
+		// One region per M up to 8 (36 rows) and a shared region of 128
+		// rows: 164 rows of 7168 bf16 per slot.
+		{desc: "Kimi shape tp 8 at capacity 128", cfg: Config{Hidden: 7168, Capacity: 128}, size: 8,
+			want: Layout{Hidden: 7168, Capacity: 128, Slots: 3, Size: 8, Shard: 896, SlotBytes: 164 * 7168 * 2, Bytes: 3 * 164 * 7168 * 2}},
+		{desc: "capacity 9 adds a shared region of 9 rows: 45 rows of 96 bytes, padded", cfg: Config{Hidden: 48, Capacity: 9, Slots: 2}, size: 3,
+			want: Layout{Hidden: 48, Capacity: 9, Slots: 2, Size: 3, Shard: 16, SlotBytes: 4352, Bytes: 8704}},
+		{desc: "regions too big", cfg: Config{Hidden: 1 << 14, Capacity: 1 << 14, Slots: 2}, size: 2, wantErr: "a slot holds 16420 rows for capacity 16384"},
 		{desc: "huge values do not overflow", cfg: Config{Hidden: 1 << 40, Capacity: 1 << 40, Slots: 1 << 40}, size: 2, wantErr: "exceeds"},
 	}
 	for _, tc := range cases {
@@ -66,14 +71,24 @@ func TestNewLayout(t *testing.T) {
 				if off := got.SlotOffset(s); off%64 != 0 || off+SlotRows(got.Capacity)*got.Hidden*2 > got.Bytes {
 					t.Errorf("slot of step %d at %d: misaligned or past the end", s, off)
 				}
-				// The regions of 1..Capacity rows tile the slot, in order,
-				// without overlap.
+				// The own regions of 1..min(Capacity, 8) rows tile the
+				// slot, in order, without overlap; every larger M uses the
+				// shared region of Capacity rows right after them.
 				end := got.SlotOffset(s)
-				for m := 1; m <= got.Capacity; m++ {
-					if off := got.StepOffset(s, m); off != end {
-						t.Errorf("step %d, M = %d: region at %d, want %d (right after the region of M-1)", s, m, off, end)
+				for m := 1; m <= min(got.Capacity, OwnRegionRows); m++ {
+					if off := got.StepOffset(s, m); off != end || got.RegionRows(m) != m {
+						t.Errorf("step %d, M = %d: region at %d of %d rows, want %d (right after the region of M-1) of M rows", s, m, off, got.RegionRows(m), end)
 					}
 					end = got.StepOffset(s, m) + m*got.Hidden*2
+				}
+				if got.Capacity > OwnRegionRows {
+					shared := end
+					for m := OwnRegionRows + 1; m <= got.Capacity; m++ {
+						if off := got.StepOffset(s, m); off != shared || got.RegionRows(m) != got.Capacity {
+							t.Errorf("step %d, M = %d: region at %d of %d rows, want the shared one at %d of %d rows", s, m, off, got.RegionRows(m), shared, got.Capacity)
+						}
+					}
+					end = shared + got.Capacity*got.Hidden*2
 				}
 				if end > got.SlotOffset(s)+got.SlotBytes {
 					t.Errorf("step %d: the regions end at %d, past the slot's end %d", s, end, got.SlotOffset(s)+got.SlotBytes)
@@ -576,4 +591,84 @@ func ranksOf(rr []RankRows) []int {
 		ranks = append(ranks, x.Rank)
 	}
 	return ranks
+}
+
+// TestMismatchedMAtCapacity128 checks what the layout guarantees at a
+// capacity past OwnRegionRows. Ranks whose M differ and are not both past
+// OwnRegionRows store into different regions: every rank times out at that
+// step and names the others (OtherM). Ranks whose M are both past it share
+// the shared region: the ranks with the larger M time out at that step and
+// name the smaller M; a rank with a smaller M may complete the step (it
+// found every row it asked for), and then times out at the next one
+// because the ranks that timed out never store again. No rank completes a
+// step after the mismatched one, and every completed block is whole.
+func TestMismatchedMAtCapacity128(t *testing.T) {
+	const deadline = 200 * time.Millisecond
+	for _, tc := range []struct {
+		desc string
+		ms   []int // the M each rank passes at step 2
+	}{
+		{"own regions", []int{2, 3, 2}},
+		{"own region and shared region", []int{3, 100, 3}},
+		{"both in the shared region", []int{9, 12}},
+		{"shared region, larger M first", []int{128, 100, 100}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			size := len(tc.ms)
+			hosts := newHosts(t, size, Config{Hidden: 8 * size, Capacity: 128, Deadline: deadline})
+			l := hosts[0].Layout()
+			ctx := context.Background()
+			done := make([]int, size) // steps each rank completed
+			errs := onRanks(size, func(r int, _ Exchanger) error {
+				h := hosts[r]
+				slice := make([]uint16, l.Capacity*l.Shard)
+				out := make([]uint16, l.Capacity*l.Hidden)
+				for s := range uint64(5) {
+					m := []int{16, 128, -1, 50, 50}[s] // steps 0, 1, 3, 4 agree
+					if s == 2 {
+						m = tc.ms[r]
+					}
+					fillSlice(slice, 11, s, r, m, l.Shard)
+					if err := h.Write(ctx, s, m, slice[:m*l.Shard]); err != nil {
+						return err
+					}
+					if err := h.Receive(ctx, s, m, out); err != nil {
+						return err
+					}
+					if err := checkBlock(out, l, 11, s, m); err != nil {
+						return err
+					}
+					done[r]++
+				}
+				return nil
+			})
+			largest := slices.Max(tc.ms)
+			ownRegion := slices.ContainsFunc(tc.ms, func(m int) bool { return m <= OwnRegionRows })
+			for r, err := range errs {
+				var te *TimeoutError
+				if !errors.As(err, &te) {
+					t.Fatalf("rank %d (M = %d): err = %v, want a timeout", r, tc.ms[r], err)
+				}
+				mustFailAtStep := ownRegion || tc.ms[r] == largest
+				switch {
+				case mustFailAtStep && (te.Step != 2 || done[r] != 2):
+					t.Fatalf("rank %d (M = %d): timed out at step %d after %d steps, want step 2", r, tc.ms[r], te.Step, done[r])
+				case !mustFailAtStep && !(te.Step == 2 && done[r] == 2 || te.Step == 3 && done[r] == 3):
+					t.Fatalf("rank %d (M = %d): timed out at step %d after %d steps, want step 2 or 3", r, tc.ms[r], te.Step, done[r])
+				}
+				if te.Step != 2 {
+					continue
+				}
+				var want []RankRows
+				for p, m := range tc.ms {
+					if m != tc.ms[r] {
+						want = append(want, RankRows{Rank: p, M: m})
+					}
+				}
+				if !slices.Equal(te.OtherM, want) {
+					t.Errorf("rank %d (M = %d): OtherM %v, want %v (%v)", r, tc.ms[r], te.OtherM, want, err)
+				}
+			}
+		})
+	}
 }

@@ -91,32 +91,74 @@ func (l Layout) missingRanks(slot []uint32, m int) []int {
 	return missing
 }
 
-// OtherRows lists the ranks that stored a slice into a region of slot
-// other than the one for m rows: they ran the step with another M. slot is
-// one whole slot of a mailbox (SlotBytes/4 words, read with plain loads, so
-// a snapshot copied from a device will do). A rank is listed once, with
-// the first other row count found.
+// OtherRows lists the ranks that stored a slice for another row count than
+// m into slot: they ran the step with another M. slot is one whole slot of
+// a mailbox (SlotBytes/4 words, read with plain loads, so a snapshot copied
+// from a device will do). A rank is listed once, with the first other row
+// count found. A word in another row count's own region names that count.
+// In the shared region (row counts past OwnRegionRows) the rows a rank
+// stored name it: rows 0..k-1 complete and nothing past them is a rank
+// that ran k rows; it is listed when k is not m (a rank still storing
+// could look the same, but the diagnosis is made only after a deadline).
 func (l Layout) OtherRows(slot []uint32, m int) []RankRows {
 	var other []RankRows
 	half := l.Shard / 2
+	words := func(region []uint32, r, row int) []uint32 { return region[l.Element(row, r, 0)/2:][:half] }
 	for r := 0; r < l.Size; r++ {
+		found := 0
 	regions:
-		for rows := 1; rows <= l.Capacity; rows++ {
+		for rows := 1; rows <= min(l.Capacity, OwnRegionRows); rows++ {
 			if rows == m {
 				continue
 			}
 			region := slot[l.RegionOffset(rows)/4:]
 			for row := 0; row < rows; row++ {
-				for _, w := range region[l.Element(row, r, 0)/2:][:half] {
+				for _, w := range words(region, r, row) {
 					if w != Sentinel {
-						other = append(other, RankRows{Rank: r, M: rows})
+						found = rows
 						break regions
 					}
 				}
 			}
 		}
+		if found == 0 && l.Capacity > OwnRegionRows {
+			region := slot[l.RegionOffset(l.Capacity)/4:]
+			if k := l.storedRows(region, r); k > 0 && k != m {
+				found = k
+			}
+		}
+		if found != 0 {
+			other = append(other, RankRows{Rank: r, M: found})
+		}
 	}
 	return other
+}
+
+// storedRows is k when rank r's slice in the shared region has rows
+// 0..k-1 complete and no word stored past them, else 0.
+func (l Layout) storedRows(region []uint32, r int) int {
+	half := l.Shard / 2
+	state := func(row int) (some, all bool) {
+		all = true
+		for _, w := range region[l.Element(row, r, 0)/2:][:half] {
+			written := w != Sentinel
+			some = some || written
+			all = all && written
+		}
+		return some, all
+	}
+	k := 0
+	for ; k < l.Capacity; k++ {
+		if _, all := state(k); !all {
+			break
+		}
+	}
+	for row := k; row < l.Capacity; row++ {
+		if some, _ := state(row); some {
+			return 0
+		}
+	}
+	return k
 }
 
 // Waiting policy. A peer usually arrives within microseconds to a

@@ -64,7 +64,7 @@ const maxRegionBytes = 1 << 30
 // Config describes a mailbox. Rank and group size come from the Exchanger.
 type Config struct {
 	Hidden   int           // elements per row (hidden_dim); Hidden/Size must be even
-	Capacity int           // the largest M a step may use (a slot has a region for every M up to it)
+	Capacity int           // the largest M a step may use (sizes the slot's regions: SlotRows)
 	Slots    int           // 0 means DefaultSlots; fewer than 2 is rejected
 	Deadline time.Duration // how long a Receive waits; 0 means DefaultDeadline
 }
@@ -91,9 +91,24 @@ type Layout struct {
 	Bytes     int // bytes per mailbox, Slots*SlotBytes
 }
 
+// OwnRegionRows is the largest row count with a region of its own in every
+// slot; every larger row count shares one region (see the package
+// documentation). It is the GPU skinny kernels' limit, so the regions
+// those kernels store into keep their offsets whatever the capacity.
+const OwnRegionRows = 8
+
 // SlotRows is the rows of one slot: one region of m rows for every m in
-// 1..capacity, 1+2+...+capacity in all (see the package documentation).
-func SlotRows(capacity int) int { return capacity * (capacity + 1) / 2 }
+// 1..min(capacity, OwnRegionRows), 1+2+...+min(capacity, OwnRegionRows)
+// rows, and, when capacity is larger, one shared region of capacity rows
+// (see the package documentation).
+func SlotRows(capacity int) int {
+	own := min(max(capacity, 0), OwnRegionRows)
+	rows := own * (own + 1) / 2
+	if capacity > OwnRegionRows {
+		rows += capacity
+	}
+	return rows
+}
 
 // NewLayout validates cfg for a group of size ranks. Zero Slots means
 // DefaultSlots. Errors wrap ErrConfig and name the value and the rule.
@@ -131,7 +146,7 @@ func newLayout(cfg Config, size int) (Layout, error) {
 		return bad("capacity × hidden = %d × %d bf16 exceeds the %d-byte limit", cfg.Capacity, cfg.Hidden, maxRegionBytes)
 	}
 	if cfg.Slots > maxRegionBytes/(2*cfg.Hidden*SlotRows(cfg.Capacity)+slotAlign) {
-		return bad("slots × rows per slot × hidden = %d × %d × %d bf16 exceeds the %d-byte limit (a slot holds %d rows for capacity %d: one region per M)",
+		return bad("slots × rows per slot × hidden = %d × %d × %d bf16 exceeds the %d-byte limit (a slot holds %d rows for capacity %d: SlotRows)",
 			cfg.Slots, SlotRows(cfg.Capacity), cfg.Hidden, maxRegionBytes, SlotRows(cfg.Capacity), cfg.Capacity)
 	}
 	slotBytes := (SlotRows(cfg.Capacity)*cfg.Hidden*2 + slotAlign - 1) / slotAlign * slotAlign
@@ -153,8 +168,24 @@ func (l Layout) Slot(step uint64) int { return int(step % uint64(l.Slots)) }
 func (l Layout) SlotOffset(step uint64) int { return l.Slot(step) * l.SlotBytes }
 
 // RegionOffset is the byte offset, within a slot, of the region that a
-// step of m rows uses: the regions of 1..m-1 rows come first.
-func (l Layout) RegionOffset(m int) int { return SlotRows(m-1) * l.Hidden * 2 }
+// step of m rows uses: for m up to OwnRegionRows its own region, after
+// those of 1..m-1 rows; for a larger m the shared region, after every own
+// region.
+func (l Layout) RegionOffset(m int) int {
+	if m > OwnRegionRows {
+		return SlotRows(OwnRegionRows) * l.Hidden * 2
+	}
+	return SlotRows(m-1) * l.Hidden * 2
+}
+
+// RegionRows is the rows of the region that a step of m rows uses: m for
+// an own region, Capacity for the shared one.
+func (l Layout) RegionRows(m int) int {
+	if m > OwnRegionRows {
+		return l.Capacity
+	}
+	return m
+}
 
 // StepOffset is the byte offset in a mailbox of the rows that step uses
 // when it has m rows: its slot's region for m.
