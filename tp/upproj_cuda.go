@@ -297,6 +297,15 @@ var _ upEngine = (*cudaEngine)(nil)
 // everything made so far is released (and drv closed when own).
 func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig, drv engineDriver, closeDrv func() error,
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
+	// Every rank has the same maxM (agreeShape) and the same kind, so every
+	// rank refuses here, before the mailbox is set up.
+	if s.M > kernel.MaxSkinnyM {
+		err := gpuMaxMError(s.M, kind)
+		if closeDrv != nil {
+			err = errors.Join(err, closeDrv())
+		}
+		return nil, err
+	}
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
 		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice,
 		preferPacked: kernel.PreferPacked(s.Shard(), s.Latent)}
@@ -1623,4 +1632,11 @@ func (g *StepGraph) destroy() error {
 	g.events = nil
 	errs = append(errs, g.e.drv.GraphExecDestroy(g.exec))
 	return errors.Join(errs...)
+}
+
+// gpuMaxMError refuses a maxM past the GPU kernels' limit on a GPU backend.
+func gpuMaxMError(maxM int, kind mailbox.Kind) error {
+	return &kernel.ShapeError{Field: "maxM", Value: maxM,
+		Rule: fmt.Sprintf("must be at most %d on the GPU path (%s mailbox) in this build: the GPU kernels take M up to %d; M up to %d runs on the host backend",
+			kernel.MaxSkinnyM, kind, kernel.MaxSkinnyM, kernel.MaxM)}
 }

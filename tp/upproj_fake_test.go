@@ -2,9 +2,12 @@ package tp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/tprun/tprun/internal/exchangetest"
@@ -73,4 +76,34 @@ func (r jobRank) abortJob(reason string) error {
 		time.AfterFunc(j.delay, func() { j.fail(fmt.Errorf("fake job: rank %d aborted: %s", r.Rank(), reason)) })
 	}
 	return nil
+}
+
+// TestCUDAEngineRefusesMPastGPUKernels: a maxM past the GPU kernels' limit
+// is refused by the CUDA engine on every rank before anything is
+// allocated, naming maxM and the limit; the host backend takes it.
+func TestCUDAEngineRefusesMPastGPUKernels(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gpu := newFakeGPU()
+	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
+		up, err := newFakeUpKind(ctx, ex, gpu, 64, 40, MaxGPUM+1, 0, time.Second, mailbox.KindUnicast, realEngineDeps())
+		if err == nil {
+			return errors.Join(errors.New("maxM 9 on the GPU path: no error"), up.Close())
+		}
+		if !errors.Is(err, ErrShape) {
+			return fmt.Errorf("error %v does not match ErrShape", err)
+		}
+		for _, w := range []string{"maxM = 9", "at most 8 on the GPU path", "host backend"} {
+			if !strings.Contains(err.Error(), w) {
+				return fmt.Errorf("error %q does not mention %q", err, w)
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if l := gpu.leaks(); l != "" {
+		t.Errorf("left after the refusal: %s", l)
+	}
 }

@@ -69,6 +69,10 @@ func TestUpProjectionMatchesReference(t *testing.T) {
 		{desc: "odd tp 3", tp: 3, hidden: 72, latent: 64, maxM: 4, ms: []int{4, 2, 4, 1, 3, 4}, backend: mailbox.KindHost},
 		{desc: "four ranks, two slots", tp: 4, hidden: 512, latent: 128, maxM: 8, slots: 2, ms: []int{1, 2, 4, 8, 8, 8, 1}},
 		{desc: "five ranks, latent 8", tp: 5, hidden: 80, latent: 8, maxM: 2, ms: []int{2, 1, 2, 2, 1}},
+		// Past the GPU kernels: the host backend takes every M up to MaxM,
+		// the own regions and the shared one of the mailbox in one op.
+		{desc: "tp 3, M up to 100", tp: 3, hidden: 48, latent: 72, maxM: 100, ms: []int{100, 9, 100, 3, 64, 100}, backend: mailbox.KindHost},
+		{desc: "tp 3, M up to 128", tp: 3, hidden: 96, latent: 200, maxM: MaxM, ms: []int{MaxM, 31, 1, MaxM, 8, 9, MaxM}, backend: mailbox.KindHost},
 	}
 	for i, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -150,10 +154,10 @@ func TestNewUpProjectionRejectsBadShapes(t *testing.T) {
 		{"hidden not divisible by tp", 3, 1000, 512, 8, []string{"hidden_dim % tp = 1", "hidden_dim 1000, tp 3"}},
 		{"shard not a multiple of 8", 4, 1000, 512, 8, []string{"shard_dim = 250", "multiple of 8"}},
 		{"latent not a multiple of 8", 2, 256, 100, 8, []string{"latent_dim = 100"}},
-		{"maxM too large", 2, 256, 64, 9, []string{"M = 9", "1..8"}},
+		{"maxM too large", 2, 256, 64, 129, []string{"M = 129", "1..128"}},
 		{"maxM zero", 2, 256, 64, 0, []string{"M = 0"}},
 		{"tp beyond 16", 17, 17 * 8, 64, 1, []string{"tp = 17"}},
-		{"several at once", 3, 1000, 100, 9, []string{"M = 9", "latent_dim = 100", "hidden_dim % tp = 1"}},
+		{"several at once", 3, 1000, 100, 200, []string{"M = 200", "latent_dim = 100", "hidden_dim % tp = 1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
