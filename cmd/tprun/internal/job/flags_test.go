@@ -81,8 +81,8 @@ func TestBadValues(t *testing.T) {
 	}{
 		{"unknown backend", []string{"--backend", "gpu"}, "want one of auto, cpu, cuda"},
 		{"unknown mailbox", []string{"--mailbox=nvls"}, "want one of auto, multicast, unicast, host"},
-		{"M zero", []string{"--m", "0"}, "M 0 is outside 1..8"},
-		{"M nine", []string{"--m", "1,9"}, "M 9 is outside 1..8"},
+		{"M zero", []string{"--m", "0"}, "M 0 is outside 1..128"},
+		{"M past the op", []string{"--m", "1,129"}, "M 129 is outside 1..128"},
 		{"M twice", []string{"--m", "2,4,2"}, "M 2 is listed twice"},
 		{"M empty", []string{"--m", ""}, "is not an integer"},
 		{"M not a number", []string{"--m", "1,x"}, `"x" is not an integer`},
@@ -123,6 +123,12 @@ func TestValidate(t *testing.T) {
 		{"cpu with host", []string{"--backend=cpu", "--mailbox=host"}, 2, ""},
 		{"cuda with host", []string{"--backend=cuda", "--mailbox=host"}, 2, "mailbox"},
 		{"fault rank inside the job", []string{"--inject-fault", "3:10"}, 4, ""},
+		{"M 128 on auto", []string{"--m", "1,9,128"}, 2, ""},
+		{"M 128 on the CPU", []string{"--backend", "cpu", "--m", "128,100", "--hidden", "1536"}, 3, ""},
+		{"M 8 on cuda", []string{"--backend", "cuda", "--m", "8"}, 2, ""},
+		{"M 9 on cuda", []string{"--backend", "cuda", "--m", "1,9"}, 2, "m"},
+		{"M 16 on unicast", []string{"--mailbox", "unicast", "--m", "16"}, 2, "m"},
+		{"M 128 on multicast", []string{"--mailbox", "multicast", "--m", "128"}, 2, "m"},
 		{"fault rank outside the job", []string{"--inject-fault", "4:10"}, 4, "inject-fault"},
 	}
 	for _, tc := range tests {
@@ -159,8 +165,9 @@ func TestHidden(t *testing.T) {
 
 // TestLimitsMatchKernel: the flag checks' copies of the kernel's limits.
 func TestLimitsMatchKernel(t *testing.T) {
-	if maxM != kernel.MaxM || maxTP != kernel.MaxTP {
-		t.Errorf("maxM %d maxTP %d, kernel.MaxM %d kernel.MaxTP %d", maxM, maxTP, kernel.MaxM, kernel.MaxTP)
+	if maxM != kernel.MaxM || maxGPUM != kernel.MaxSkinnyM || maxTP != kernel.MaxTP {
+		t.Errorf("maxM %d maxGPUM %d maxTP %d, kernel.MaxM %d kernel.MaxSkinnyM %d kernel.MaxTP %d",
+			maxM, maxGPUM, maxTP, kernel.MaxM, kernel.MaxSkinnyM, kernel.MaxTP)
 	}
 	c := Default()
 	var fe *FlagError

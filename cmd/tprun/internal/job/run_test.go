@@ -92,6 +92,8 @@ func TestRunChecksAndReports(t *testing.T) {
 		{"two ranks, cpu, two slots", 2, []string{"--backend", "cpu", "--mailbox", "host", "--hidden", "256", "--latent", "64",
 			"--m", "8,2", "--iters", "9", "--slots", "2"}},
 		{"one rank", 1, []string{"--hidden", "64", "--latent", "48", "--m", "4", "--iters", "5"}},
+		{"three ranks, M past the GPU kernels", 3, []string{"--backend", "cpu", "--hidden", "48", "--latent", "72",
+			"--m", "128,9,100", "--iters", "4"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
