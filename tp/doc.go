@@ -50,8 +50,12 @@
 // apply them, and a violation is a *ShapeError naming the value and the
 // rule, matching ErrShape, with nothing sent):
 //
-//   - M, the rows of a step, is in 1..MaxM (8) and at most the maxM the op
-//     was made with; every rank passes the same M for the same step;
+//   - M, the rows of a step, is in 1..MaxM (128) and at most the maxM the
+//     op was made with; every rank passes the same M for the same step.
+//     The host backend computes every M; the GPU backends take maxM up to
+//     MaxGPUM (8, the GPU kernels' limit in this build), and a larger maxM
+//     on them is refused by NewUpProjection on every rank before the
+//     mailbox is set up (ErrShape, naming maxM), so no step half-works;
 //   - the group has 1..MaxTP (16) ranks and hidden_dim is divisible by it;
 //     shard_dim = hidden_dim / size is a multiple of ShardAlign (8);
 //   - latent_dim is a multiple of LatentAlign (8), at most MaxLatent;

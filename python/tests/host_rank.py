@@ -188,6 +188,14 @@ def main():
     check_thread_errors(a)
     step(a, a.max_m, "array")  # the op still works after all that
 
+    # M past the GPU kernels: the host backend takes max_m up to 128.
+    c = Shape(g, rng, 8 * g.size, 24, 128)
+    for i, m in enumerate((128, 9, 100, 31)):
+        step(c, m, kinds[i % 3])
+    c.op.close()
+    expect("max_m above 128", tprun.InvalidArgumentError, ["M = 129", "1..128"],
+           lambda: g.up_projection(8 * g.size, 24, 129))
+
     b.op.close()
     b.op.close()  # a second close does nothing
     expect("step after close", tprun.ClosedError, ["closed"], lambda: b.op(array("H", [1]) * b.latent, array("H", [1]) * b.shard))
