@@ -44,13 +44,11 @@ import (
 type engineDriver interface {
 	mailbox.MulticastVMM
 	kernel.KernelDriver
+	streamGraphDriver // streams, events, capture and graphs
 	DeviceGet(ordinal int) (cuda.Device, error)
 	DevicePrimaryCtxRetain(dev cuda.Device) (cuda.Context, error)
 	DevicePrimaryCtxRelease(dev cuda.Device) error
 	BindContext(ctx cuda.Context) (unbind func(), err error)
-	StreamCreate(flags cuda.StreamFlags) (cuda.Stream, error)
-	StreamDestroy(s cuda.Stream) error
-	StreamSynchronize(s cuda.Stream) error
 	MemAlloc(size uint64) (cuda.DevicePtr, error)
 	MemFree(ptr cuda.DevicePtr) error
 	MemHostAlloc(size int, flags cuda.HostAllocFlags) ([]byte, error)
@@ -59,18 +57,6 @@ type engineDriver interface {
 	MemcpyHtoD(dst cuda.DevicePtr, src []byte) error
 	MemcpyDtoH(dst []byte, src cuda.DevicePtr) error
 	MemcpyDtoD(dst, src cuda.DevicePtr, n uint64) error
-	EventCreate(flags cuda.EventFlags) (cuda.Event, error)
-	EventDestroy(e cuda.Event) error
-	EventRecord(e cuda.Event, s cuda.Stream) error
-	EventSynchronize(e cuda.Event) error
-	EventElapsedTime(start, end cuda.Event) (time.Duration, error)
-	StreamBeginCapture(s cuda.Stream, mode cuda.CaptureMode) error
-	StreamEndCapture(s cuda.Stream) (cuda.Graph, error)
-	GraphInstantiate(g cuda.Graph, flags cuda.GraphInstantiateFlags) (cuda.GraphExec, error)
-	GraphUpload(e cuda.GraphExec, s cuda.Stream) error
-	GraphLaunch(e cuda.GraphExec, s cuda.Stream) error
-	GraphDestroy(g cuda.Graph) error
-	GraphExecDestroy(e cuda.GraphExec) error
 }
 
 var _ engineDriver = (*cuda.Driver)(nil)
