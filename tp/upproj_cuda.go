@@ -1299,11 +1299,6 @@ func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out Devic
 	return errors.Join(errs...)
 }
 
-// ErrGraphPhase was matched by a StepGraph replayed at another slot phase
-// than it was captured at. Nothing returns it: the slot of a step is chosen
-// on the device, so a graph replays at any phase.
-var ErrGraphPhase = errors.New("tp: step graph replayed out of slot phase")
-
 // Capture records steps as one CUDA graph without running them (see
 // StepGraph for the lockstep rule). Any positive number of steps will do:
 // a graph of one step replays any number of times. A step's zero Weight is
