@@ -71,8 +71,8 @@ func TestTCPCollectives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for r, c := range clients {
-		if !c.Remote() {
-			t.Errorf("rank %d: not remote", r)
+		if c.keep == nil {
+			t.Errorf("rank %d: no keepalive on a TCP client", r)
 		}
 		for q, p := range c.Peers() {
 			if p.Hostname != nodeOf(q) || p.Token != "" {
