@@ -62,6 +62,19 @@ type op struct {
 // cannot overflow.
 const maxStride = 1 << 40
 
+// The status codes status.go restates, held to tprun.h's: a constant index
+// other than 0 into a one-element array does not compile.
+var _ = [...]struct{}{
+	[1]struct{}{}[statusOK-C.TPRUN_OK],
+	[1]struct{}{}[statusInval-C.TPRUN_EINVAL],
+	[1]struct{}{}[statusAborted-C.TPRUN_EABORTED],
+	[1]struct{}{}[statusTimeout-C.TPRUN_ETIMEOUT],
+	[1]struct{}{}[statusUnavailable-C.TPRUN_EUNAVAILABLE],
+	[1]struct{}{}[statusBusy-C.TPRUN_EBUSY],
+	[1]struct{}{}[statusClosed-C.TPRUN_ECLOSED],
+	[1]struct{}{}[statusInternal-C.TPRUN_EINTERNAL],
+}
+
 // fail records err as the calling thread's last error, prefixed with the
 // function's name, and returns its status.
 func fail(name string, err error) C.int {
