@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
 )
 
 // runIn runs tprun's main in this process: for what ends before any rank
@@ -99,7 +101,7 @@ func TestHelpPages(t *testing.T) {
 				}
 				tc.fs.VisitAll(func(f *flag.Flag) {
 					listed := strings.Contains(out, "\n  --"+f.Name+" ") || strings.Contains(out, "\n  --"+f.Name+"\n")
-					if listed == hiddenFlag(f.Name) {
+					if listed == job.Hidden(f.Name) {
 						t.Errorf("--%s listed: %v", f.Name, listed)
 					}
 				})
