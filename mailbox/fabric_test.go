@@ -128,20 +128,8 @@ func TestResolveAcrossNodes(t *testing.T) {
 		devs[i].Device = i % 2
 	}
 	nodes := []string{"a", "a", "b", "b"}
-	noMC := func(k string) string {
-		if k == "NCCL_NVLS_ENABLE" {
-			return "0"
-		}
-		return ""
-	}
-	for _, tc := range []struct {
-		desc   string
-		kind   Kind
-		facts  Facts
-		want   Kind
-		reason string
-		is     error
-	}{
+	noMC := envOf("NCCL_NVLS_ENABLE", "0")
+	checkResolve(t, []resolveCase{
 		{"auto, safety rule unset: multicast, devices told apart by node", KindAuto,
 			Facts{Devices: devs, Nodes: nodes, PeerAccess: true}, KindMulticast, "devices a:0,a:1,b:0,b:1 all support NVLink multicast and no variable forbids it (across 2 nodes, through fabric handles)", nil},
 		{"auto under NCCL_NVLS_ENABLE=0: unicast over fabric handles", KindAuto,
@@ -153,18 +141,5 @@ func TestResolveAcrossNodes(t *testing.T) {
 		{"auto, unicast blocked across nodes: no host fallback", KindAuto,
 			Facts{Devices: devs, Nodes: nodes, Getenv: noMC}, KindHost, "no unicast: the devices cannot access each other", ErrUnavailable},
 		{"one node named: still one node", KindHost, Facts{Nodes: []string{"a", "a"}}, KindHost, "asked for", nil},
-	} {
-		t.Run(tc.desc, func(t *testing.T) {
-			got, reason, err := Resolve(tc.kind, tc.facts)
-			if tc.is != nil {
-				if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.reason) {
-					t.Fatalf("Resolve: %v, want errors.Is %v mentioning %q", err, tc.is, tc.reason)
-				}
-				return
-			}
-			if err != nil || got != tc.want || !strings.Contains(reason, tc.reason) {
-				t.Errorf("Resolve = %v, %q, %v; want %v with %q", got, reason, err, tc.want, tc.reason)
-			}
-		})
-	}
+	})
 }

@@ -21,34 +21,17 @@ func TestResolve(t *testing.T) {
 		}
 		return out
 	}
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i+1 < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
-	for _, tc := range []struct {
-		desc   string
-		kind   Kind
-		facts  Facts
-		want   Kind
-		reason string // substring of the reason, or of the error
-		is     error  // the error, nil: none
-	}{
+	checkResolve(t, []resolveCase{
 		{"auto, NVSwitch node: multicast", KindAuto, Facts{Devices: devs(8, full, nil), PeerAccess: true}, KindMulticast, "multicast", nil},
 		{"auto, no GPU: host", KindAuto, Facts{}, KindHost, "no GPU", nil},
 		{"auto, one device lacks multicast: unicast", KindAuto,
 			Facts{Devices: devs(4, full, func(i int, d *DeviceFacts) { d.Multicast = i != 3 }), PeerAccess: true},
 			KindUnicast, "device 3 does not support NVLink multicast", nil},
 		{"auto, NCCL_NVLS_ENABLE=0: unicast, and says why", KindAuto,
-			Facts{Devices: devs(8, full, nil), PeerAccess: true, Getenv: env("NCCL_NVLS_ENABLE", "0")},
+			Facts{Devices: devs(8, full, nil), PeerAccess: true, Getenv: envOf("NCCL_NVLS_ENABLE", "0")},
 			KindUnicast, "NCCL_NVLS_ENABLE=0", nil},
 		{"auto, TPRUN_MULTICAST=0: unicast", KindAuto,
-			Facts{Devices: devs(2, full, nil), PeerAccess: true, Getenv: env("TPRUN_MULTICAST", "0")},
+			Facts{Devices: devs(2, full, nil), PeerAccess: true, Getenv: envOf("TPRUN_MULTICAST", "0")},
 			KindUnicast, "TPRUN_MULTICAST=0", nil},
 		{"auto, ranks share one GPU: unicast without P2P", KindAuto,
 			Facts{Devices: devs(4, full, func(i int, d *DeviceFacts) { d.Device = 0 })},
@@ -63,10 +46,10 @@ func TestResolve(t *testing.T) {
 		{"auto, a single GPU: unicast", KindAuto, Facts{Devices: devs(1, full, nil)}, KindUnicast, "at least two", nil},
 		{"multicast asked for, allowed", KindMulticast, Facts{Devices: devs(4, full, nil), PeerAccess: true}, KindMulticast, "asked for", nil},
 		{"multicast asked for under NVSHMEM_DISABLE_NVLS=1: refused by name", KindMulticast,
-			Facts{Devices: devs(4, full, nil), PeerAccess: true, Getenv: env("NVSHMEM_DISABLE_NVLS", "1")},
+			Facts{Devices: devs(4, full, nil), PeerAccess: true, Getenv: envOf("NVSHMEM_DISABLE_NVLS", "1")},
 			KindHost, "NVSHMEM_DISABLE_NVLS", ErrMulticastDisabled},
 		{"multicast asked for under TORCH_SYMM_MEM_DISABLE_MULTICAST=1: refused even with no GPU", KindMulticast,
-			Facts{Getenv: env("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")},
+			Facts{Getenv: envOf("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")},
 			KindHost, "TORCH_SYMM_MEM_DISABLE_MULTICAST", ErrMulticastDisabled},
 		{"multicast asked for, unsupported device", KindMulticast,
 			Facts{Devices: devs(2, full, func(i int, d *DeviceFacts) { d.Multicast = false }), PeerAccess: true},
@@ -79,7 +62,22 @@ func TestResolve(t *testing.T) {
 		{"unicast asked for, no P2P", KindUnicast, Facts{Devices: devs(2, full, nil)}, KindHost, "P2P", ErrUnavailable},
 		{"host asked for on GPUs", KindHost, Facts{Devices: devs(8, full, nil), PeerAccess: true}, KindHost, "asked for", nil},
 		{"unknown kind", Kind(42), Facts{}, KindHost, "Kind(42)", ErrUnknownKind},
-	} {
+	})
+}
+
+// resolveCase is one Resolve call and what it must give.
+type resolveCase struct {
+	desc   string
+	kind   Kind
+	facts  Facts
+	want   Kind
+	reason string // substring of the reason, or of the error
+	is     error  // the error, nil: none
+}
+
+func checkResolve(t *testing.T, cases []resolveCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.desc, func(t *testing.T) {
 			got, reason, err := Resolve(tc.kind, tc.facts)
 			if tc.is != nil {
@@ -98,15 +96,22 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// envOf is a Getenv that holds the pairs kv (name, value, ...).
+func envOf(kv ...string) func(string) string {
+	return func(k string) string {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == k {
+				return kv[i+1]
+			}
+		}
+		return ""
+	}
+}
+
 // The error for a refused explicit multicast is the typed one that names
 // the variable, the same that NewMulticast returns.
 func TestResolveRefusalIsTyped(t *testing.T) {
-	_, _, err := Resolve(KindMulticast, Facts{Getenv: func(k string) string {
-		if k == "NCCL_NVLS_ENABLE" {
-			return "0"
-		}
-		return ""
-	}})
+	_, _, err := Resolve(KindMulticast, Facts{Getenv: envOf("NCCL_NVLS_ENABLE", "0")})
 	var de *MulticastDisabledError
 	if !errors.As(err, &de) || de.Variable != "NCCL_NVLS_ENABLE" || de.Value != "0" {
 		t.Fatalf("got %v, want a *MulticastDisabledError for NCCL_NVLS_ENABLE=0", err)

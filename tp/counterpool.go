@@ -1,6 +1,7 @@
 package tp
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -76,12 +77,10 @@ func (p *counterPool) get(key counterKey) (cuda.DevicePtr, error) {
 	}
 	ptr := b.base + cuda.DevicePtr(i*counterBytes)
 	if err := key.drv.MemcpyHtoD(ptr, make([]byte, counterBytes)); err != nil {
-		p.releaseEmpty(key, b)
-		return 0, fmt.Errorf("zeroing: %w", err)
+		return 0, errors.Join(fmt.Errorf("zeroing: %w", err), p.releaseEmpty(key, b))
 	}
 	if err := key.drv.StreamSynchronize(0); err != nil {
-		p.releaseEmpty(key, b)
-		return 0, fmt.Errorf("zeroing: %w", err)
+		return 0, errors.Join(fmt.Errorf("zeroing: %w", err), p.releaseEmpty(key, b))
 	}
 	b.used[i] = true
 	b.n++

@@ -222,13 +222,20 @@ func collectiveTimeout(cfg joinConfig) (time.Duration, error) {
 		}
 		return cfg.collective, nil
 	}
-	v, ok := cfg.lookup(EnvCollectiveTimeout)
+	return envDuration(cfg.lookup, EnvCollectiveTimeout, DefaultCollectiveTimeout, "90s or 10m")
+}
+
+// envDuration reads the positive duration in variable k (parseSeconds),
+// or def when k is unset or blank; example names Go durations for the
+// error.
+func envDuration(lookup func(string) (string, bool), k string, def time.Duration, example string) (time.Duration, error) {
+	v, ok := lookup(k)
 	if !ok || strings.TrimSpace(v) == "" {
-		return DefaultCollectiveTimeout, nil
+		return def, nil
 	}
 	d, err := parseSeconds(strings.TrimSpace(v))
 	if err != nil || d <= 0 {
-		return 0, &EnvError{Var: EnvCollectiveTimeout, Value: v, Problem: "not a positive duration (a Go duration such as 90s or 10m, or a number of seconds)"}
+		return 0, &EnvError{Var: k, Value: v, Problem: "not a positive duration (a Go duration such as " + example + ", or a number of seconds)"}
 	}
 	return d, nil
 }

@@ -391,15 +391,7 @@ func tcpToken(launcher, jobID string) string {
 
 // nodeTimeout reads TPRUN_NODE_TIMEOUT.
 func nodeTimeout(lookup func(string) (string, bool)) (time.Duration, error) {
-	v, ok := lookup(EnvNodeTimeout)
-	if !ok || strings.TrimSpace(v) == "" {
-		return hub.DefaultLiveness, nil
-	}
-	d, err := parseSeconds(strings.TrimSpace(v))
-	if err != nil || d <= 0 {
-		return 0, &EnvError{Var: EnvNodeTimeout, Value: v, Problem: "not a positive duration (a Go duration such as 10s, or a number of seconds)"}
-	}
-	return d, nil
+	return envDuration(lookup, EnvNodeTimeout, hub.DefaultLiveness, "10s")
 }
 
 // joinTCP joins a job across nodes: rank 0 serves the hub on TCP at the

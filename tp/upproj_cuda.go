@@ -44,13 +44,11 @@ import (
 type engineDriver interface {
 	mailbox.MulticastVMM
 	kernel.KernelDriver
+	streamGraphDriver // streams, events, capture and graphs
 	DeviceGet(ordinal int) (cuda.Device, error)
 	DevicePrimaryCtxRetain(dev cuda.Device) (cuda.Context, error)
 	DevicePrimaryCtxRelease(dev cuda.Device) error
 	BindContext(ctx cuda.Context) (unbind func(), err error)
-	StreamCreate(flags cuda.StreamFlags) (cuda.Stream, error)
-	StreamDestroy(s cuda.Stream) error
-	StreamSynchronize(s cuda.Stream) error
 	MemAlloc(size uint64) (cuda.DevicePtr, error)
 	MemFree(ptr cuda.DevicePtr) error
 	MemHostAlloc(size int, flags cuda.HostAllocFlags) ([]byte, error)
@@ -59,18 +57,6 @@ type engineDriver interface {
 	MemcpyHtoD(dst cuda.DevicePtr, src []byte) error
 	MemcpyDtoH(dst []byte, src cuda.DevicePtr) error
 	MemcpyDtoD(dst, src cuda.DevicePtr, n uint64) error
-	EventCreate(flags cuda.EventFlags) (cuda.Event, error)
-	EventDestroy(e cuda.Event) error
-	EventRecord(e cuda.Event, s cuda.Stream) error
-	EventSynchronize(e cuda.Event) error
-	EventElapsedTime(start, end cuda.Event) (time.Duration, error)
-	StreamBeginCapture(s cuda.Stream, mode cuda.CaptureMode) error
-	StreamEndCapture(s cuda.Stream) (cuda.Graph, error)
-	GraphInstantiate(g cuda.Graph, flags cuda.GraphInstantiateFlags) (cuda.GraphExec, error)
-	GraphUpload(e cuda.GraphExec, s cuda.Stream) error
-	GraphLaunch(e cuda.GraphExec, s cuda.Stream) error
-	GraphDestroy(g cuda.Graph) error
-	GraphExecDestroy(e cuda.GraphExec) error
 }
 
 var _ engineDriver = (*cuda.Driver)(nil)
@@ -345,7 +331,7 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		if e.stream, err = drv.StreamCreate(cuda.StreamNonBlocking); err != nil {
 			return fmt.Errorf("step stream: %w", err)
 		}
-		if e.kern, err = sharedKernels.get(kernelKey{drv, e.cuctx}, func() (stepKernels, error) { return deps.loadKernels(drv) }); err != nil {
+		if e.kern, err = deps.loadKernels(drv); err != nil {
 			return fmt.Errorf("loading the kernels: %w", err)
 		}
 		if e.status, err = drv.MemHostAlloc(statusBytes, cuda.HostAllocDeviceMap|cuda.HostAllocPortable); err != nil {
@@ -1321,11 +1307,6 @@ func (u *UpProjection) validateDevice(s kernel.Shape, in DeviceInputs, out Devic
 	}
 	return errors.Join(errs...)
 }
-
-// ErrGraphPhase was matched by a StepGraph replayed at another slot phase
-// than it was captured at. Nothing returns it: the slot of a step is chosen
-// on the device, so a graph replays at any phase.
-var ErrGraphPhase = errors.New("tp: step graph replayed out of slot phase")
 
 // Capture records steps as one CUDA graph without running them (see
 // StepGraph for the lockstep rule). Any positive number of steps will do:

@@ -62,6 +62,19 @@ type op struct {
 // cannot overflow.
 const maxStride = 1 << 40
 
+// The status codes status.go restates, held to tprun.h's: a constant index
+// other than 0 into a one-element array does not compile.
+var _ = [...]struct{}{
+	[1]struct{}{}[statusOK-C.TPRUN_OK],
+	[1]struct{}{}[statusInval-C.TPRUN_EINVAL],
+	[1]struct{}{}[statusAborted-C.TPRUN_EABORTED],
+	[1]struct{}{}[statusTimeout-C.TPRUN_ETIMEOUT],
+	[1]struct{}{}[statusUnavailable-C.TPRUN_EUNAVAILABLE],
+	[1]struct{}{}[statusBusy-C.TPRUN_EBUSY],
+	[1]struct{}{}[statusClosed-C.TPRUN_ECLOSED],
+	[1]struct{}{}[statusInternal-C.TPRUN_EINTERNAL],
+}
+
 // fail records err as the calling thread's last error, prefixed with the
 // function's name, and returns its status.
 func fail(name string, err error) C.int {
@@ -363,7 +376,7 @@ func tprun_op_set_weight_device(h *C.tprun_op, w C.tprun__cptr) (st C.int) {
 	if err != nil {
 		return fail(name, err)
 	}
-	if err := devicePtrs(ptrArg{"weight", unsafe.Pointer(w)}); err != nil {
+	if err := alignedPtrs(16, ptrArg{"weight", unsafe.Pointer(w)}); err != nil {
 		return fail(name, err)
 	}
 	return ret(name, o.u.SetWeightDevice(context.Background(), tp.DevicePtr(uintptr(unsafe.Pointer(w)))))
@@ -374,15 +387,16 @@ type ptrArg struct {
 	p    unsafe.Pointer
 }
 
-// devicePtrs checks that every device pointer is set and 16-byte aligned.
-func devicePtrs(args ...ptrArg) error {
+// alignedPtrs checks that every pointer is set and align-byte aligned: 16
+// for device buffers, 2 (one bf16) for host ones.
+func alignedPtrs(align uintptr, args ...ptrArg) error {
 	var errs []error
 	for _, a := range args {
 		switch {
 		case a.p == nil:
 			errs = append(errs, argErr("%s is NULL", a.name))
-		case uintptr(a.p)%16 != 0:
-			errs = append(errs, argErr("%s = %p: must be 16-byte aligned", a.name, a.p))
+		case uintptr(a.p)%align != 0:
+			errs = append(errs, argErr("%s = %p: must be %d-byte aligned", a.name, a.p, align))
 		}
 	}
 	return errors.Join(errs...)
@@ -408,7 +422,7 @@ func tprun_op_step(h *C.tprun_op, m C.int, latent, shared C.tprun__cptr, stride 
 	if err != nil {
 		return fail(name, err)
 	}
-	if err := errors.Join(o.stepArgs(m, stride), devicePtrs(ptrArg{"latent", unsafe.Pointer(latent)},
+	if err := errors.Join(o.stepArgs(m, stride), alignedPtrs(16, ptrArg{"latent", unsafe.Pointer(latent)},
 		ptrArg{"shared", unsafe.Pointer(shared)}, ptrArg{"out", out})); err != nil {
 		return fail(name, err)
 	}
@@ -425,16 +439,8 @@ func tprun_op_step_host(h *C.tprun_op, m C.int, latent, shared *C.tprun__cu16, s
 	if err != nil {
 		return fail(name, err)
 	}
-	var errs []error
-	for _, a := range []ptrArg{{"latent", unsafe.Pointer(latent)}, {"shared", unsafe.Pointer(shared)}, {"out", unsafe.Pointer(out)}} {
-		switch {
-		case a.p == nil:
-			errs = append(errs, argErr("%s is NULL", a.name))
-		case uintptr(a.p)%2 != 0:
-			errs = append(errs, argErr("%s = %p: must be 2-byte aligned", a.name, a.p))
-		}
-	}
-	if err := errors.Join(append(errs, o.stepArgs(m, stride))...); err != nil {
+	if err := errors.Join(alignedPtrs(2, ptrArg{"latent", unsafe.Pointer(latent)}, ptrArg{"shared", unsafe.Pointer(shared)},
+		ptrArg{"out", unsafe.Pointer(out)}), o.stepArgs(m, stride)); err != nil {
 		return fail(name, err)
 	}
 	mm, s := int(m), int(stride)

@@ -50,7 +50,7 @@ func statusOf(err error) int {
 		return statusUnavailable
 	case errors.Is(err, errArgument), errors.Is(err, tp.ErrShape), errors.Is(err, tp.ErrConfig),
 		errors.Is(err, tp.ErrArgument), errors.Is(err, tp.ErrEnv), errors.Is(err, tp.ErrRefused),
-		errors.Is(err, tp.ErrTooLarge), errors.Is(err, tp.ErrGraphPhase), errors.Is(err, tp.ErrNoWeight):
+		errors.Is(err, tp.ErrTooLarge), errors.Is(err, tp.ErrNoWeight):
 		return statusInval
 	}
 	return statusInternal

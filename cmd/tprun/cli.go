@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
 )
 
 // usageError is a bad command line: the caller prints it on one line
@@ -100,7 +102,7 @@ func unknownFlag(fs *flag.FlagSet, name string) error {
 	}
 	best, bestD := "", 3
 	fs.VisitAll(func(f *flag.Flag) {
-		if hiddenFlag(f.Name) {
+		if job.Hidden(f.Name) {
 			return
 		}
 		d := editDistance(name, f.Name)
@@ -246,9 +248,6 @@ func metavar(f *flag.Flag) string {
 	}
 	return strings.ToUpper(f.Name)
 }
-
-// hiddenFlag reports the flags the help leaves out: for tests only.
-func hiddenFlag(name string) bool { return name == "inject-fault" }
 
 // helpPage is one command's help, in the layout every page shares.
 type helpPage struct {

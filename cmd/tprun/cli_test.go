@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -15,7 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tprun/tprun/cmd/tprun/internal/topo"
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
 )
 
 // runIn runs tprun's main in this process: for what ends before any rank
@@ -102,7 +101,7 @@ func TestHelpPages(t *testing.T) {
 				}
 				tc.fs.VisitAll(func(f *flag.Flag) {
 					listed := strings.Contains(out, "\n  --"+f.Name+" ") || strings.Contains(out, "\n  --"+f.Name+"\n")
-					if listed == hiddenFlag(f.Name) {
+					if listed == job.Hidden(f.Name) {
 						t.Errorf("--%s listed: %v", f.Name, listed)
 					}
 				})
@@ -118,25 +117,6 @@ func TestHelpPages(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// TestTopoFlagsMatch: `tprun topo` parses the flags topo.Main takes, no
-// more and no fewer.
-func TestTopoFlagsMatch(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if status := topo.Main(context.Background(), []string{"-h"}, &out, &errOut, nil, nil); status != topo.ExitOK {
-		t.Fatalf("topo.Main -h: status %d", status)
-	}
-	var theirs []string
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(errOut.String(), -1) {
-		theirs = append(theirs, m[1])
-	}
-	fs, _, _, _ := newTopoFlagSet()
-	var ours []string
-	fs.VisitAll(func(f *flag.Flag) { ours = append(ours, f.Name) })
-	if slices.Sort(theirs); !slices.Equal(ours, theirs) || len(ours) == 0 {
-		t.Errorf("tprun topo parses %q, topo.Main takes %q", ours, theirs)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/cmd/tprun/internal/job"
 )
 
 const cliDoc = "../../docs/cli.md"
@@ -126,7 +128,7 @@ func TestDocsCoverFlagsAndEnvironment(t *testing.T) {
 	benchFS, _, _, _, _ := newBenchFlagSet()
 	for _, fset := range []*flag.FlagSet{mainFS, topoFS, benchFS} {
 		fset.VisitAll(func(f *flag.Flag) {
-			if !hiddenFlag(f.Name) && !strings.Contains(doc, "`--"+f.Name) {
+			if !job.Hidden(f.Name) && !strings.Contains(doc, "`--"+f.Name) {
 				t.Errorf("%s: no `--%s (a flag of %s)", cliDoc, f.Name, fset.Name())
 			}
 		})

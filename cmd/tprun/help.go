@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"slices"
 
 	"github.com/tprun/tprun/cmd/tprun/internal/job"
 )
@@ -121,8 +122,8 @@ func benchHelp(fs *flag.FlagSet) *helpPage {
 		},
 		groups: []flagGroup{
 			{title: "Launcher flags", fs: fs, names: launcherFlagNames},
-			{title: "Shape and mailbox", fs: fs, names: []string{"hidden", "latent", "m", "mailbox", "slots", "seed", "deadline"}},
-			{title: "Benchmark flags", fs: fs, names: []string{"replays", "warmup", "rotate-mb", "graph", "json", "json-out", "table"}},
+			{title: "Shape and mailbox", fs: fs, names: job.BenchJobFlags},
+			{title: "Benchmark flags", fs: fs, names: append(slices.Clone(job.BenchFlags), "json")},
 		},
 		exits: jobExits,
 		more:  fmt.Sprintf("The JSON document's schema is %s; docs/cli.md describes its fields.", job.BenchSchema),

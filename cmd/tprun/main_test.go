@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -251,6 +252,7 @@ func TestSignalled(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.sig.String(), func(t *testing.T) {
+			skipIgnoredHangup(t, tc.sig)
 			const n = 3
 			tmp := shortTempDir(t)
 			cmd, sc, stderr := startTprun(t, tmp, "--tp", strconv.Itoa(n), "--", "sh", "-c", `echo "pid $$"; exec sleep 30`)
@@ -301,6 +303,9 @@ func TestStopTakesRanksChildren(t *testing.T) {
 		{"closed stdout", 141, "tprun: stdout closed (broken pipe), stopping all ranks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "SIGHUP" {
+				skipIgnoredHangup(t, syscall.SIGHUP)
+			}
 			const n = 2
 			tmp := shortTempDir(t)
 			cmd := exec.Command(tprunBin, "--tp", strconv.Itoa(n), "--", "sh", "-c",
@@ -626,6 +631,16 @@ func TestOwnFailuresWithoutHub(t *testing.T) {
 		if r.status != 139 || !strings.Contains(r.stderr, "killed by signal SIGSEGV") || strings.Contains(r.stderr, "hub had ended the job") {
 			t.Fatalf("run %d: status %d, stderr:\n%s", i, r.status, r.stderr)
 		}
+	}
+}
+
+// skipIgnoredHangup skips a test that sends tprun SIGHUP when the tests
+// themselves run under nohup: tprun inherits the ignored signal and, as
+// TestIgnoredHangup wants, keeps it ignored.
+func skipIgnoredHangup(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if sig == syscall.SIGHUP && signal.Ignored(syscall.SIGHUP) {
+		t.Skip("SIGHUP is ignored in this process (nohup), so tprun ignores it too")
 	}
 }
 

@@ -20,9 +20,7 @@ import (
 	"github.com/tprun/tprun/launcher"
 )
 
-// newTopoFlagSet defines `tprun topo`'s flags. topo.Main parses them again
-// (a test keeps the two sets alike); here they are parsed first so that
-// the help and the errors look like the rest of tprun's.
+// newTopoFlagSet defines `tprun topo`'s flags.
 func newTopoFlagSet() (fs *flag.FlagSet, devices *string, asJSON, strict *bool) {
 	fs = flag.NewFlagSet("tprun topo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -46,20 +44,11 @@ func runTopo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case len(p.args) > 0:
 		return usageFailure(stderr, "tprun topo", fmt.Sprintf("unexpected argument %q", p.args[0]))
 	}
-	if _, err := topo.ParseDevices(*devices); err != nil {
+	devs, err := topo.ParseDevices(*devices)
+	if err != nil {
 		return usageFailure(stderr, "tprun topo", err.Error())
 	}
-	var canon []string
-	if *devices != "" {
-		canon = append(canon, "--devices="+*devices)
-	}
-	if *asJSON {
-		canon = append(canon, "--json")
-	}
-	if *strict {
-		canon = append(canon, "--strict")
-	}
-	return topo.Main(ctx, canon, stdout, stderr, nvml.New(), os.LookupEnv)
+	return topo.Main(ctx, topo.Flags{Devices: devs, JSON: *asJSON, Strict: *strict}, stdout, stderr, nvml.New(), os.LookupEnv)
 }
 
 // preflight returns the launcher's topology hook (launcher.Config.Preflight)

@@ -18,11 +18,7 @@ import (
 func TestFakeFabric(t *testing.T) {
 	fabric := t.TempDir()
 	t.Setenv(cudatest.FabricDirEnv, fabric)
-	d, err := OpenLibrary(cudatest.Build(t, t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openFake(t)
 	rng := newRand(t)
 	prop := AllocationProp{Device: 1, HandleTypes: HandleTypeFabric}
 	gran := ok(d.MemGetAllocationGranularity(prop, GranularityMinimum))(t)

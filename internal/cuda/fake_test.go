@@ -6,33 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tprun/tprun/internal/cuda/cudatest"
 )
 
 // buildFake compiles testdata/fakecuda.c into a shared object and returns
 // its path. The fake is what lets the CPU tests drive every trampoline.
 func buildFake(t *testing.T, defines ...string) string {
 	t.Helper()
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("no C compiler (%s) to build the fake driver: %v", cc, err)
-	}
-	out := filepath.Join(t.TempDir(), "libfakecuda.so")
-	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", out}, defines...)
-	args = append(args, filepath.Join("testdata", "fakecuda.c"))
-	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("building fake driver: %v\n%s", err, msg)
-	}
-	return out
+	return cudatest.Build(t, t.TempDir(), defines...)
 }
 
 func openFake(t *testing.T, defines ...string) *Driver {

@@ -399,10 +399,6 @@ func (c *Client) localFDs(k opKind) error {
 	return nil
 }
 
-// Remote reports whether this client reaches its hub over TCP (a job
-// across nodes).
-func (c *Client) Remote() bool { return c.keep != nil }
-
 func (c *Client) checkRoot(k opKind, root int) error {
 	if root < 0 || root >= c.Size() {
 		return fmt.Errorf("hub: rank %d: %s: root %d out of range [0,%d)", c.Rank(), k, root, c.Size())

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // callKind makes collective k on c with valid arguments for rank r.
@@ -26,7 +28,7 @@ func callKind(ctx context.Context, c *Client, k opKind, r int) error {
 		_, err := c.Broadcast(ctx, 0, []byte("root's"))
 		return err
 	case opAllGatherFDs:
-		fd, err := memfd()
+		fd, err := unix.MemfdCreate("hub-test", unix.MFD_CLOEXEC)
 		if err != nil {
 			return err
 		}
@@ -35,7 +37,7 @@ func callKind(ctx context.Context, c *Client, k opKind, r int) error {
 		closeFDs(fds)
 		return err
 	case opBroadcastFDs:
-		fd, err := memfd()
+		fd, err := unix.MemfdCreate("hub-test", unix.MFD_CLOEXEC)
 		if err != nil {
 			return err
 		}
@@ -45,16 +47,6 @@ func callKind(ctx context.Context, c *Client, k opKind, r int) error {
 		return err
 	}
 	return fmt.Errorf("no such collective %v", k)
-}
-
-func memfd() (int, error) {
-	f, err := os.CreateTemp("", "hub-test-")
-	if err != nil {
-		return -1, err
-	}
-	defer f.Close()
-	_ = os.Remove(f.Name())
-	return dupFD(int(f.Fd()))
 }
 
 // TestCollectiveTimeout: ranks that are connected and alive but never

@@ -324,11 +324,8 @@ func decodePayload(t msgType, p []byte) (message, error) {
 
 // decodeFrame decodes the first frame in b and returns it with the number
 // of bytes it used. A b shorter than the frame is an error (truncated).
-func decodeFrame(b []byte) (message, int, error) { return decodeFrameLimit(b, MaxFrame) }
-
-// decodeFrameLimit is decodeFrame with a payload limit.
-func decodeFrameLimit(b []byte, limit int) (message, int, error) {
-	t, n, err := parseHeader(b, limit)
+func decodeFrame(b []byte) (message, int, error) {
+	t, n, err := parseHeader(b, MaxFrame)
 	if err != nil {
 		return nil, 0, err
 	}

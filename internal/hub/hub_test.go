@@ -97,13 +97,20 @@ func (h *testHub) hello(rank int) Hello {
 // cleanup.
 func dialAll(t *testing.T, h *testHub) []*Client {
 	t.Helper()
+	return dialEvery(t, h, func(ctx context.Context, r int) (*Client, error) { return Dial(ctx, h.Path(), h.hello(r)) })
+}
+
+// dialEvery joins every rank concurrently through dial; the clients are
+// closed at cleanup.
+func dialEvery(t *testing.T, h *testHub, dial func(ctx context.Context, r int) (*Client, error)) []*Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	clients := make([]*Client, h.n)
 	errs := make([]error, h.n)
 	var wg sync.WaitGroup
 	for r := range h.n {
-		wg.Go(func() { clients[r], errs[r] = Dial(ctx, h.Path(), h.hello(r)) })
+		wg.Go(func() { clients[r], errs[r] = dial(ctx, r) })
 	}
 	wg.Wait()
 	for r, c := range clients {
@@ -111,7 +118,7 @@ func dialAll(t *testing.T, h *testHub) []*Client {
 			t.Cleanup(func() { _ = c.Close() })
 		}
 		if errs[r] != nil {
-			t.Fatalf("rank %d: Dial: %v\nlog:\n%s", r, errs[r], h.log)
+			t.Fatalf("rank %d: joining: %v\nlog:\n%s", r, errs[r], h.log)
 		}
 	}
 	return clients

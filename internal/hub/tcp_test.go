@@ -45,31 +45,17 @@ func startTCPHub(t *testing.T, cfg ServerConfig, tweak func(*Server)) *testHub {
 
 func nodeOf(r int) string { return fmt.Sprintf("node-%c", 'a'+r/2) } // two ranks a node
 
+// dialTCP joins rank r over TCP from its node (two ranks a node).
+func (h *testHub) dialTCP(ctx context.Context, r int, live time.Duration) (*Client, error) {
+	hello := h.hello(r)
+	hello.Hostname = nodeOf(r)
+	return DialTCP(ctx, h.Path(), hello, TCPConfig{Secret: h.secret, Liveness: live})
+}
+
 // dialAllTCP joins every rank over TCP, two ranks per node.
 func dialAllTCP(t *testing.T, h *testHub, live time.Duration) []*Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	clients := make([]*Client, h.n)
-	errs := make([]error, h.n)
-	var wg sync.WaitGroup
-	for r := range h.n {
-		wg.Go(func() {
-			hello := h.hello(r)
-			hello.Hostname = nodeOf(r)
-			clients[r], errs[r] = DialTCP(ctx, h.Path(), hello, TCPConfig{Secret: h.secret, Liveness: live})
-		})
-	}
-	wg.Wait()
-	for r, c := range clients {
-		if c != nil {
-			t.Cleanup(func() { _ = c.Close() })
-		}
-		if errs[r] != nil {
-			t.Fatalf("rank %d: DialTCP: %v\nlog:\n%s", r, errs[r], h.log)
-		}
-	}
-	return clients
+	return dialEvery(t, h, func(ctx context.Context, r int) (*Client, error) { return h.dialTCP(ctx, r, live) })
 }
 
 // TestTCPCollectives: four ranks on two "nodes" join over the loopback,
@@ -85,8 +71,8 @@ func TestTCPCollectives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for r, c := range clients {
-		if !c.Remote() {
-			t.Errorf("rank %d: not remote", r)
+		if c.keep == nil {
+			t.Errorf("rank %d: no keepalive on a TCP client", r)
 		}
 		for q, p := range c.Peers() {
 			if p.Hostname != nodeOf(q) || p.Token != "" {
@@ -311,9 +297,7 @@ func TestTCPBadFrames(t *testing.T) {
 		h := startTCPHub(t, ServerConfig{WorldSize: 2}, nil)
 		errc := make(chan error, 1)
 		go func() {
-			hello := h.hello(1)
-			hello.Hostname = "node-b"
-			c, err := DialTCP(context.Background(), h.Path(), hello, TCPConfig{Secret: h.secret})
+			c, err := h.dialTCP(context.Background(), 1, 0)
 			if err == nil {
 				err = c.Barrier(context.Background())
 				_ = c.Close()
@@ -498,11 +482,7 @@ func TestTCPRendezvousTimeoutHosts(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		wg.Go(func() {
-			hello := h.hello(r)
-			hello.Hostname = nodeOf(r)
-			_, errs[r] = DialTCP(context.Background(), h.Path(), hello, TCPConfig{Secret: h.secret})
-		})
+		wg.Go(func() { _, errs[r] = h.dialTCP(context.Background(), r, 0) })
 	}
 	wg.Wait()
 	for r, err := range errs {

@@ -18,7 +18,7 @@ import threading
 from array import array
 
 import tprun
-from tprun import reference
+from tprun import _lib, reference
 
 failures = []
 
@@ -131,6 +131,12 @@ def check_arguments(sh):
 
 
 def check_errors(g, sh):
+    # The codes the package restates name themselves in the library
+    # (tprun_status_name follows tprun.h).
+    for name in ("OK", "EINVAL", "EABORTED", "ETIMEOUT", "EUNAVAILABLE", "EBUSY", "ECLOSED", "EINTERNAL"):
+        got = _lib.lib().tprun_status_name(getattr(_lib, name)).decode()
+        if got != "TPRUN_" + name:
+            fail(f"tprun._lib.{name} = {getattr(_lib, name)}: the library names it {got}")
     # A shape every rank gets wrong: the library's own check, on every rank.
     e = expect("hidden not a multiple of 8 per rank", tprun.InvalidArgumentError, ["hidden"],
                lambda: g.up_projection(g.size * 8 + 1, 8, 1))

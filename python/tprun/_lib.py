@@ -40,7 +40,9 @@ class TprunError(RuntimeError):
 
     @property
     def status_name(self):
-        return _STATUS_NAMES.get(self.status, "unknown status")
+        # The library names its codes (tprun_status_name); an error can
+        # exist only after the library loaded, but for a LibraryError.
+        return lib().tprun_status_name(self.status).decode()
 
 
 class InvalidArgumentError(TprunError, ValueError):
@@ -81,6 +83,8 @@ class LibraryError(TprunError, OSError):
     """libtprun.so cannot be found or loaded, or is of another interface
     version."""
 
+    status_name = "TPRUN_EINTERNAL"  # no library to ask
+
 
 _CLASSES = {
     EINVAL: InvalidArgumentError,
@@ -90,17 +94,6 @@ _CLASSES = {
     EBUSY: BusyError,
     ECLOSED: ClosedError,
     EINTERNAL: InternalError,
-}
-
-_STATUS_NAMES = {
-    OK: "TPRUN_OK",
-    EINVAL: "TPRUN_EINVAL",
-    EABORTED: "TPRUN_EABORTED",
-    ETIMEOUT: "TPRUN_ETIMEOUT",
-    EUNAVAILABLE: "TPRUN_EUNAVAILABLE",
-    EBUSY: "TPRUN_EBUSY",
-    ECLOSED: "TPRUN_ECLOSED",
-    EINTERNAL: "TPRUN_EINTERNAL",
 }
 
 _lock = threading.Lock()
@@ -186,7 +179,7 @@ def _load():
 def error(status):
     """The exception for a negative status just returned on this thread."""
     l = lib()
-    msg = (l.tprun_last_error() or b"").decode("utf-8", "replace") or _STATUS_NAMES.get(status, "unknown status")
+    msg = (l.tprun_last_error() or b"").decode("utf-8", "replace") or l.tprun_status_name(status).decode()
     n = l.tprun_last_error_ranks(None, 0)
     ranks = ()
     if n > 0:

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tprun/tprun/internal/cuda"
-	"github.com/tprun/tprun/tp"
+	"github.com/tprun/tprun/internal/devtest"
 )
 
 // TestRankUnderTprun builds tprun and this program and runs the program
@@ -47,7 +45,8 @@ func TestRankUnderTprun(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			args := append(append([]string{"--tp", strconv.Itoa(tc.ranks)}, sharedDevices(t, tc.ranks)...), tc.args...)
+			devices, _ := devtest.SharedDevices(t, tc.ranks)
+			args := append(append([]string{"--tp", strconv.Itoa(tc.ranks)}, devices...), tc.args...)
 			cmd := exec.CommandContext(ctx, tprun, args...)
 			// A GPU machine's auto choice must not reach a multicast object.
 			cmd.Env = append(os.Environ(), "TPRUN_MULTICAST=0")
@@ -62,34 +61,4 @@ func TestRankUnderTprun(t *testing.T) {
 			}
 		})
 	}
-}
-
-// sharedDevices is the --devices flag that runs n ranks on the GPUs CUDA
-// sees, repeated, where a GPU is usable (tp.CheckGPU) but there are fewer
-// than n (tprun's default, one GPU per rank, would fail its topology
-// check); else nothing.
-func sharedDevices(t *testing.T, n int) []string {
-	t.Helper()
-	if err := tp.CheckGPU(); err != nil {
-		return nil
-	}
-	drv, err := cuda.Open()
-	if err != nil {
-		t.Fatalf("tp.CheckGPU found a GPU, but: %v", err)
-	}
-	if err := drv.Init(); err != nil {
-		t.Fatalf("tp.CheckGPU found a GPU, but: %v", errors.Join(err, drv.Close()))
-	}
-	visible, err := drv.DeviceCount()
-	if err := errors.Join(err, drv.Close()); err != nil {
-		t.Fatal(err)
-	}
-	if visible < 1 || visible >= n {
-		return nil
-	}
-	ords := make([]string, n)
-	for i := range ords {
-		ords[i] = strconv.Itoa(i % visible)
-	}
-	return []string{"--devices", strings.Join(ords, ",")}
 }

@@ -19,8 +19,8 @@ import (
 // on a node without an IMEX channel.
 const FabricDirEnv = "FAKECUDA_FABRIC_DIR"
 
-// Source is the fake driver's C source.
-func Source() string {
+// source is the fake driver's C source.
+func source() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "testdata", "fakecuda.c")
 }
@@ -38,7 +38,7 @@ func Build(t testing.TB, dir string, defines ...string) string {
 	}
 	out := filepath.Join(dir, "libfakecuda.so")
 	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", out}, defines...)
-	args = append(args, Source())
+	args = append(args, source())
 	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("building the fake driver: %v\n%s", err, msg)
 	}

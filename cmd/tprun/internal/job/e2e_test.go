@@ -9,13 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tprun/tprun/internal/cuda"
-	"github.com/tprun/tprun/tp"
+	"github.com/tprun/tprun/internal/devtest"
 )
 
 // tprunBin is the real tprun binary, built once by TestMain: the end-to-end
@@ -95,43 +93,12 @@ func backendRowPattern(backend string, m, hidden, latent, shard, tp, iters int) 
 		m, hidden, latent, shard, tp, backend, iters))
 }
 
-// gpuRanks reports whether a GPU is usable here (tp.CheckGPU, as the
-// default job's auto choice decides) and, when CUDA sees fewer GPUs than
-// the n ranks, the --devices flag that runs them on the GPUs there are,
-// repeated (tprun's default, one GPU per rank, would fail its topology
-// check).
-func gpuRanks(t *testing.T, n int) (devices []string, gpu bool) {
-	t.Helper()
-	if err := tp.CheckGPU(); err != nil {
-		return nil, false
-	}
-	drv, err := cuda.Open()
-	if err != nil {
-		t.Fatalf("tp.CheckGPU found a GPU, but: %v", err)
-	}
-	if err := drv.Init(); err != nil {
-		t.Fatalf("tp.CheckGPU found a GPU, but: %v", errors.Join(err, drv.Close()))
-	}
-	visible, err := drv.DeviceCount()
-	if err := errors.Join(err, drv.Close()); err != nil {
-		t.Fatal(err)
-	}
-	if visible < 1 || visible >= n {
-		return nil, true
-	}
-	ords := make([]string, n)
-	for i := range ords {
-		ords[i] = strconv.Itoa(i % visible)
-	}
-	return []string{"--devices", strings.Join(ords, ",")}, true
-}
-
 // cpuPath is the flags that keep a test about the CPU path on it where a
 // GPU is usable (where none is, the defaults take it already, and the
 // test runs as a user without a GPU would).
 func cpuPath(t *testing.T) []string {
 	t.Helper()
-	if _, gpu := gpuRanks(t, 1); gpu {
+	if _, gpu := devtest.SharedDevices(t, 1); gpu {
 		return []string{"--backend", "cpu", "--mailbox", "host"}
 	}
 	return nil
@@ -156,7 +123,7 @@ func TestE2EDefaultJob(t *testing.T) {
 			backend, gpu := `cpu\s+host`, false
 			if tc.args == nil {
 				var devices []string
-				if devices, gpu = gpuRanks(t, tc.tp); gpu {
+				if devices, gpu = devtest.SharedDevices(t, tc.tp); gpu {
 					backend = `cuda\s+(unicast|multicast)`
 					args = append(args, devices...)
 				}

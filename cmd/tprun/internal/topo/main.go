@@ -3,7 +3,6 @@ package topo
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -14,7 +13,6 @@ import (
 const (
 	ExitOK       = 0 // the check passed; the verdict names the backend
 	ExitRefused  = 1 // the check refused the job, or NVML failed
-	ExitUsage    = 2 // bad flags
 	ExitNoDriver = 3 // no NVIDIA driver: nothing to check
 )
 
@@ -36,42 +34,23 @@ func noDriverReport(err error) *Report {
 	}
 }
 
-// Main is `tprun topo`; args are what follows "topo". It prints the report
-// on stdout (text, or JSON with --json), messages on stderr, and returns
-// the exit status. lookupEnv nil means os.LookupEnv.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer, lib nvml.Interface, lookupEnv func(string) (string, bool)) int {
-	fs := flag.NewFlagSet("tprun topo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	devices := fs.String("devices", "", "CUDA ordinals to check, e.g. 0,1 or 0-3 (default: every GPU CUDA sees)")
-	asJSON := fs.Bool("json", false, "print the report as a JSON document (schema "+Schema+")")
-	strict := fs.Bool("strict", false, "treat warnings as reasons to refuse")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: tprun topo [--devices LIST] [--json] [--strict]\n\n"+
-			"Checks the GPUs through NVML and says which mailbox backend --mailbox auto picks, and why.\n"+
-			"Exit status: 0 usable, 1 refused, 2 usage, 3 no NVIDIA driver.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tprun topo: unexpected argument %q\n", fs.Arg(0))
-		return ExitUsage
-	}
-	devs, err := ParseDevices(*devices)
-	if err != nil {
-		fmt.Fprintf(stderr, "tprun topo: %v\n", err)
-		return ExitUsage
-	}
+// Flags are `tprun topo`'s flags, parsed (cmd/tprun parses them, so that
+// their help and errors read as the rest of tprun's).
+type Flags struct {
+	Devices []int // CUDA ordinals to check; nil: every GPU CUDA sees
+	JSON    bool  // the report as a JSON document instead of text
+	Strict  bool  // warnings are reasons to refuse
+}
 
-	r, err := Preflight(ctx, lib, Options{Devices: devs, Strict: *strict, LookupEnv: lookupEnv})
+// Main is `tprun topo`. It prints the report on stdout (text, or JSON
+// with f.JSON), messages on stderr, and returns the exit status.
+// lookupEnv nil means os.LookupEnv.
+func Main(ctx context.Context, f Flags, stdout, stderr io.Writer, lib nvml.Interface, lookupEnv func(string) (string, bool)) int {
+	r, err := Preflight(ctx, lib, Options{Devices: f.Devices, Strict: f.Strict, LookupEnv: lookupEnv})
 	switch {
 	case errors.Is(err, ErrNoDriver):
 		fmt.Fprintf(stderr, "tprun topo: %v\n", err)
-		if *asJSON {
+		if f.JSON {
 			// Scripts get a document whatever happens: nothing checked,
 			// and why.
 			if werr := noDriverReport(err).WriteJSON(stdout); werr != nil {
@@ -84,7 +63,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, lib nvml
 		return ExitRefused
 	}
 	write := r.WriteText
-	if *asJSON {
+	if f.JSON {
 		write = r.WriteJSON
 	}
 	if werr := write(stdout); werr != nil {

@@ -16,7 +16,7 @@ func TestMain_(t *testing.T) {
 	tests := []struct {
 		desc       string
 		node       func(t *testing.T) *fakeNode
-		args       []string
+		flags      Flags
 		env        []string
 		status     int
 		stdout     []string // substrings
@@ -29,16 +29,16 @@ func TestMain_(t *testing.T) {
 			node:   func(t *testing.T) *fakeNode { return &fakeNode{initRet: nvml.ERROR_LIBRARY_NOT_FOUND} },
 			status: ExitNoDriver, stderr: "tprun topo: no NVIDIA driver found (libnvidia-ml.so.1 not loadable)\n", emptyStdio: true},
 		{desc: "no driver with --json: same line, status 3, and a document saying so",
-			node: func(t *testing.T) *fakeNode { return &fakeNode{initRet: nvml.ERROR_LIBRARY_NOT_FOUND} },
-			args: []string{"--json"}, status: ExitNoDriver, stderr: "tprun topo: no NVIDIA driver found (libnvidia-ml.so.1 not loadable)\n",
+			node:  func(t *testing.T) *fakeNode { return &fakeNode{initRet: nvml.ERROR_LIBRARY_NOT_FOUND} },
+			flags: Flags{JSON: true}, status: ExitNoDriver, stderr: "tprun topo: no NVIDIA driver found (libnvidia-ml.so.1 not loadable)\n",
 			wantJSON: true, stdout: []string{`"ok": false`, `"devices": []`, `"problems": [
       "no NVIDIA driver found (libnvidia-ml.so.1 not loadable)"`}},
 		{desc: "NVSwitch node, text",
 			node:   func(t *testing.T) *fakeNode { return hgxNode(t, 8) },
 			status: ExitOK, stdout: []string{"NV18", "Verdict: mailbox multicast"}, stderr: ""},
 		{desc: "NVSwitch node, --json --devices 1,3",
-			node: func(t *testing.T) *fakeNode { return hgxNode(t, 8) },
-			args: []string{"--json", "--devices", "1,3"}, status: ExitOK, wantJSON: true, stdout: []string{`"cuda_ordinal": 3`}},
+			node:  func(t *testing.T) *fakeNode { return hgxNode(t, 8) },
+			flags: Flags{JSON: true, Devices: []int{1, 3}}, status: ExitOK, wantJSON: true, stdout: []string{`"cuda_ordinal": 3`}},
 		{desc: "refused: status 1, report on stdout",
 			node:   func(t *testing.T) *fakeNode { return pcieNode(t, 4, false) },
 			status: ExitRefused, stdout: []string{"Verdict: refused", "GPU 0 ↔ GPU 2"}},
@@ -48,7 +48,7 @@ func TestMain_(t *testing.T) {
 				n.gpus[0].links[0].active = false
 				return n
 			},
-			args: []string{"--strict"}, status: ExitRefused, stdout: []string{"warning (strict)"}},
+			flags: Flags{Strict: true}, status: ExitRefused, stdout: []string{"warning (strict)"}},
 		{desc: "same without --strict: status 0",
 			node: func(t *testing.T) *fakeNode {
 				n := hgxNode(t, 2)
@@ -56,24 +56,12 @@ func TestMain_(t *testing.T) {
 				return n
 			},
 			status: ExitOK, stdout: []string{"Warnings:"}},
-		{desc: "bad --devices: usage",
-			node: func(t *testing.T) *fakeNode { return hgxNode(t, 2) },
-			args: []string{"--devices", "0,x"}, status: ExitUsage, stderrHas: `entry "x"`, emptyStdio: true},
-		{desc: "stray argument: usage",
-			node: func(t *testing.T) *fakeNode { return hgxNode(t, 2) },
-			args: []string{"now"}, status: ExitUsage, stderrHas: `unexpected argument "now"`, emptyStdio: true},
-		{desc: "unknown flag: usage",
-			node: func(t *testing.T) *fakeNode { return hgxNode(t, 2) },
-			args: []string{"--tp", "2"}, status: ExitUsage, stderrHas: "usage: tprun topo", emptyStdio: true},
-		{desc: "-h: usage text, status 0",
-			node: func(t *testing.T) *fakeNode { return hgxNode(t, 2) },
-			args: []string{"-h"}, status: ExitOK, stderrHas: "Exit status: 0 usable, 1 refused, 2 usage, 3 no NVIDIA driver", emptyStdio: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			lib, _ := tc.node(t).lib()
 			var out, errOut bytes.Buffer
-			status := Main(context.Background(), tc.args, &out, &errOut, lib, env(tc.env...))
+			status := Main(context.Background(), tc.flags, &out, &errOut, lib, env(tc.env...))
 			if status != tc.status {
 				t.Errorf("status %d, want %d; stderr %q", status, tc.status, errOut.String())
 			}
@@ -110,7 +98,7 @@ func TestRealNVML(t *testing.T) {
 	r, err := Preflight(context.Background(), lib, Options{LookupEnv: os.LookupEnv})
 	if errors.Is(err, ErrNoDriver) {
 		var out, errOut bytes.Buffer
-		status := Main(context.Background(), nil, &out, &errOut, nvml.New(), os.LookupEnv)
+		status := Main(context.Background(), Flags{}, &out, &errOut, nvml.New(), os.LookupEnv)
 		if status != ExitNoDriver || out.Len() != 0 || !strings.HasPrefix(errOut.String(), "tprun topo: no NVIDIA driver found (") ||
 			strings.Count(errOut.String(), "\n") != 1 {
 			t.Errorf("no driver: status %d stdout %q stderr %q", status, out.String(), errOut.String())
