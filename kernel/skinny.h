@@ -32,6 +32,11 @@
 // tprun_skinny_params.flags: the weight is in the packed layout below.
 // Every entry point reads that layout and traps without this bit.
 #define TPRUN_SKINNY_PACKED 1
+// tprun_skinny_params.flags bits 8-15: the row count M of a larger-M entry
+// point (tprun_bigm_mt<MT>_<family>, 1 <= M <= MT); 0 for the skinny ones,
+// whose M is their name's.
+#define TPRUN_SKINNY_ROWS_SHIFT 8
+#define TPRUN_SKINNY_ROWS(x) (((x) >> TPRUN_SKINNY_ROWS_SHIFT) & 0xff)
 
 // tprun_skinny_m<M>_<family> (M = 1..8; the families are the rows of
 // kernel/families.tsv, see kernel/skinny.cu): rank `rank` of the fused
@@ -69,6 +74,24 @@
 //       loads; helpers skip their own tile unless O is set, and with O
 //       every tile (helpers included) prefetches itself.
 // Prefetches are hints: the result never depends on them.
+// tprun_bigm_mt<MT>_<family> (MT = 16, 32, 64, 128; the families are the
+// rows of kernel/families.tsv with latent "smem", see kernel/bigm.cu): the
+// same op for M = TPRUN_SKINNY_ROWS(flags) rows, 1 <= M <= MT (the launch
+// picks the smallest MT >= M; it serves M 9..128), with this parameter
+// block, the packed weight and slot rotation (read only: word 0, never
+// advanced; the tprun_receive that follows ends the step). No fused
+// receive (recv_slot must be 0) and no L2 prefetch plan: l2_prefetch != 0
+// makes each CTA prefetch its own weight range into L2 (a hint).
+// Launch (kernel/config.go, BigmConfig):
+//   block    = (32*warps, 1, 1), warps 1..the family's warps
+//   p.tile_rows = warps * the family's tile_rows (output columns per CTA)
+//   cluster  = (cluster, 1, 1), cluster 1..8: the CTAs of a cluster split K
+//   grid     = (ceil(shard / p.tile_rows) * cluster, 1, 1)
+//   dynamic shared memory = max(2 * 65536, MT * (p.tile_rows + 4) * 4) + 16
+//              bytes (over 48 KiB: the function's max dynamic shared size
+//              attribute must allow it)
+//   PDL as above: weight loads and the L2 prefetch before
+//   griddepcontrol.wait, latent, shared and the counter after it.
 // Packed weight layout (flags & TPRUN_SKINNY_PACKED):
 // rows in groups of 16, k in chunks of 32 (G = ceil(shard/16) groups,
 // C = ceil(latent_dim/32) chunks); block (g, c) is 512 elements (1 KB) at
@@ -114,7 +137,7 @@ typedef struct tprun_skinny_params {
   unsigned long long recv_status;      // offset 200
   unsigned long long recv_timeout_ns;  // offset 208
   int recv_flags;                      // offset 216: TPRUN_RECEIVE_ABORTABLE, TPRUN_RECEIVE_SKIP (rank in bits 8-15) or 0
-  int flags;                           // offset 220: TPRUN_SKINNY_PACKED (other bits 0)
+  int flags;                           // offset 220: TPRUN_SKINNY_PACKED, and TPRUN_SKINNY_ROWS for the larger-M entry points (other bits 0)
   // Slot rotation (rot_counter != 0, see "Slot rotation" below): dst[d]
   // for the bits d of rot_dst_mask, and recv_slot, are the addresses of
   // slot 0; the kernel adds s * rot_stride to them. A launch with the fused
