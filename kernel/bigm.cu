@@ -10,9 +10,12 @@
 //   packed layout, as in skinny.cu: a lane's 16-byte load is one MMA's A
 //   fragment. The latent is B: 8 of its rows per MMA, so MT/8 MMAs per
 //   16 weight rows and 16 k.
-// - The latent is read from shared memory, not from L2 per warp. Every warp
-//   of a CTA owns its own TileRows weight rows (no K split inside the CTA),
-//   so each latent byte staged once serves 32*warps/16 row groups. A lane's
+// - The latent is read from shared memory, not from L2 per warp. The warps
+//   of a CTA are WR row warps (each its own TileRows weight rows) times WK
+//   K warps (each a stride of the CTA's chunks: chunk wk, wk+WK, ...), so
+//   each latent byte staged once serves WR*TileRows/16 row groups, and WK
+//   lets a small shard keep all four tensor cores of an SM busy with
+//   enough CTAs (p.tile_rows = WR*TileRows gives WR; WK = warps/WR). A lane's
 //   B fragment for one 32-k chunk and latent rows 8j..8j+7 is 16 bytes of
 //   row 8j+g at k offset 8*tig (the packed layout's k permutation, skinny.h),
 //   so with the [chunk][row][32 k] layout one ld.shared.v4 of a warp reads
@@ -29,13 +32,14 @@
 //   and with l2_prefetch set each CTA first asks for its whole weight range
 //   to be brought into L2 (cp.async.bulk.prefetch.L2, a hint), so the HBM
 //   stream does not depend on the ring's depth.
-// - The CTAs of a cluster (1..8) split K. Each CTA writes its partial sums
-//   (fp32) into its own shared memory (over the latent buffers, which are
-//   free then), the cluster synchronizes, and every CTA of the cluster
-//   finishes a share of the output vectors, adding the CTAs' partials in
-//   rank order through distributed shared memory, then `shared`, rounding
-//   and storing; a second cluster barrier keeps every CTA resident until
-//   its partials are read. Fixed order everywhere: bit-identical reruns.
+// - The CTAs of a cluster (1..8) split K too. Each K warp group writes its
+//   partial sums (fp32) into its own slab of its CTA's shared memory (over
+//   the latent buffers, which are free then), the cluster synchronizes,
+//   and every CTA of the cluster finishes a share of the output vectors,
+//   adding the partials in (cluster rank, K warp group) order through
+//   distributed shared memory, then `shared`, rounding and storing; a
+//   second cluster barrier keeps every CTA resident until its partials are
+//   read. Fixed order everywhere: bit-identical reruns.
 // - Registers: the accumulators are TR*(MT/8)*4 floats per lane (128 at
 //   MT 128, TileRows 32), the weight ring Depth*TR*8: hence Depth 2 and at
 //   most 8 warps (launch bound 256 threads, 255 registers a thread).
@@ -85,14 +89,14 @@ struct BigmSizes {
   static constexpr int kWinBytes = kKW * MT * 64;
 };
 
-// The dynamic shared memory of a launch with `warps` warps of TileRows rows
-// (kernel/config.go, BigmSharedBytes, computes the same): two latent
-// windows, or the partial sums [MT][32*warps... + 4] fp32 over them, and
-// 16 bytes for the slot word after that.
+// The dynamic shared memory of a launch with rows output columns per CTA
+// and WK K warp groups (kernel/config.go, BigmSharedBytes, computes the
+// same): two latent windows, or the partial sums [WK][MT][rows + 4] fp32
+// over them, and 16 bytes for the slot word after that.
 template <int MT>
-__device__ __forceinline__ uint32_t bigm_parts_offset(int rows) {
+__device__ __forceinline__ uint32_t bigm_parts_offset(int rows, int wk) {
   const uint32_t lat = 2u * BigmSizes<MT>::kWinBytes;
-  const uint32_t parts = (uint32_t)MT * (uint32_t)(rows + 4) * 4u;
+  const uint32_t parts = (uint32_t)wk * (uint32_t)MT * (uint32_t)(rows + 4) * 4u;
   return lat > parts ? lat : parts;
 }
 
@@ -135,9 +139,15 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
   const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
   const int nwarps = (int)(blockDim.x >> 5);
   const int g = lane >> 2, tig = lane & 3;
-  const int rows = 16 * TR * nwarps;  // output columns of the CTA
+  const int rows = p.tile_rows;  // output columns of the CTA: WR row warps of 16*TR
+  const int WR = rows / (16 * TR);
   const int M = TPRUN_SKINNY_ROWS(p.flags);
-  if (p.tile_rows != rows) __trap();                     // launched with another geometry
+  // The geometry: whole row warps, every warp in one K group, and the K
+  // groups' steps a whole number of weight ring turns per latent window.
+  if (rows < 16 * TR || rows % (16 * TR) != 0 || nwarps % WR != 0) __trap();
+  const int WK = nwarps / WR;
+  if (KW % (WK * DEPTH) != 0) __trap();
+  const int wr = warp % WR, wk = warp / WR;
   if ((p.flags & TPRUN_SKINNY_PACKED) == 0) __trap();    // reads the packed layout only
   if (M < 1 || M > MT) __trap();                         // the row count is this code's
   if (p.recv_slot != 0) __trap();                        // no fused receive here
@@ -150,12 +160,15 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
   const int cs = (int)(((long long)crank * nchunks) / csize);
   const int ce = (int)(((long long)(crank + 1) * nchunks) / csize);
   const int nj = ce - cs;  // this CTA's chunks
+  // This warp's chunks: cs + wk + WK*s for s < ns.
+  const int ns = nj > wk ? (nj - wk + WK - 1) / WK : 0;
+  const int SPW = KW / WK;  // this warp's steps per latent window
 
   // This warp's row groups and its lane's A fragments (packed layout,
   // skinny.h): block (group, chunk) at (group*nchunks + chunk)*512, half h
   // of lane l at (h*32 + l)*8. Padding rows and k are zeros; only whole
   // missing groups need a guard.
-  const int grp0 = n0 / 16 + TR * warp;
+  const int grp0 = n0 / 16 + TR * wr;
   const uint16_t* wp[TR][2];
   bool rowok[TR];
 #pragma unroll
@@ -164,7 +177,7 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       wp[r][h] = reinterpret_cast<const uint16_t*>(p.weight) +
-                 ((size_t)(rowok[r] ? grp0 + r : 0) * (size_t)nchunks + cs) * WS + h * 256 + lane * 8;
+                 ((size_t)(rowok[r] ? grp0 + r : 0) * (size_t)nchunks + cs + wk) * WS + h * 256 + lane * 8;
   }
 
   // L2 prefetch (l2_prefetch != 0): thread t < the CTA's row groups asks
@@ -183,7 +196,7 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
 #pragma unroll
     for (int r = 0; r < TR; ++r)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + WS * u, u < nj && rowok[r]);
+      for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + (size_t)WS * WK * u, u < ns && rowok[r]);
 
   // The next kernel may launch; this one waits for the previous grid
   // before it reads the latent, `shared` or the slot counter.
@@ -207,23 +220,25 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
 #pragma unroll
     for (int j = 0; j < NJ; ++j) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
   const int jn = (M + 7) >> 3;  // B operands that hold rows < M
-  // This lane's B fragment of chunk c, operand j, in a window at wb:
-  // wb + ((c*MT + 8j + g)*32 + 8*tig)*2 bytes.
-  const uint32_t lane_off = (uint32_t)((g * 32 + 8 * tig) * 2);
+  // This lane's B fragment of window chunk c, operand j, in a window at
+  // wb: wb + ((c*MT + 8j + g)*32 + 8*tig)*2 bytes; the warp's step t of a
+  // window is its chunk wk + WK*t.
+  const uint32_t lane_off = (uint32_t)(((wk * MT + g) * 32 + 8 * tig) * 2);
 
   for (int w = 0; w < nwin; ++w) {
     cp_async_wait<1>();  // window w has landed (the newest group is w + 1's)
     __syncthreads();     // ... for every thread's copies
     const uint32_t wb = sbase + (uint32_t)((w & 1) * WB) + lane_off;
-    for (int cc0 = 0; cc0 < KW && w * KW + cc0 < nj; cc0 += DEPTH) {
+    for (int t0 = 0; t0 < SPW && w * SPW + t0 < ns; t0 += DEPTH) {
 #pragma unroll
       for (int u = 0; u < DEPTH; ++u) {
-        const int i = w * KW + cc0 + u;  // the CTA's chunk: ring slot i % DEPTH == u
-        if (i < nj) {
+        const int t = t0 + u;
+        const int i = w * SPW + t;  // the warp's step: ring slot i % DEPTH == u (SPW % DEPTH == 0)
+        if (i < ns) {
 #pragma unroll
           for (int j = 0; j < NJ; ++j) {
             if (j < jn) {
-              const uint4 b = lds128(wb + (uint32_t)(((cc0 + u) * MT + 8 * j) * 64));
+              const uint4 b = lds128(wb + (uint32_t)((t * WK * MT + 8 * j) * 64));
 #pragma unroll
               for (int r = 0; r < TR; ++r) {
                 // k 0..3 of the lane's 8 feed MMA 0 (A half 0), k 4..7 MMA 1.
@@ -232,11 +247,12 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
               }
             }
           }
-          const bool ok = i + DEPTH < nj;
+          const bool ok = i + DEPTH < ns;
 #pragma unroll
           for (int r = 0; r < TR; ++r)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) wa[u][r][h] = ld_weight(wp[r][h] + WS * (i + DEPTH), ok && rowok[r]);
+            for (int h = 0; h < 2; ++h)
+              wa[u][r][h] = ld_weight(wp[r][h] + (size_t)WS * WK * (i + DEPTH), ok && rowok[r]);
         }
       }
     }
@@ -247,14 +263,16 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
   cp_async_wait<0>();
   __syncthreads();  // no copy or read of a latent window is left: the partials may overwrite them
 
-  // The partial sums [m][n] (pitch rows + 4 floats: the fragment stores
-  // below hit 32 distinct banks) over the latent buffers. acc[r][j]: c0, c1
-  // at weight row 16r + g, latent rows 8j + 2tig, 8j + 2tig + 1; c2, c3 at
-  // weight row 16r + g + 8.
+  // The partial sums [wk][m][n] (pitch rows + 4 floats: the fragment
+  // stores below hit 32 distinct banks) over the latent buffers.
+  // acc[r][j]: c0, c1 at weight row 16r + g, latent rows 8j + 2tig,
+  // 8j + 2tig + 1; c2, c3 at weight row 16r + g + 8.
   const int P = rows + 4;
+  const int SLAB = MT * P;  // floats per K group
   float* parts = reinterpret_cast<float*>(smem);
   {
-    const int nb = 16 * TR * warp + g;
+    float* mine = parts + wk * SLAB;
+    const int nb = 16 * TR * wr + g;
 #pragma unroll
     for (int r = 0; r < TR; ++r)
 #pragma unroll
@@ -262,14 +280,14 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
         if (j < jn) {
           const int m0 = 8 * j + 2 * tig;
           const int n = nb + 16 * r;
-          parts[m0 * P + n] = acc[r][j][0];
-          parts[(m0 + 1) * P + n] = acc[r][j][1];
-          parts[m0 * P + n + 8] = acc[r][j][2];
-          parts[(m0 + 1) * P + n + 8] = acc[r][j][3];
+          mine[m0 * P + n] = acc[r][j][0];
+          mine[(m0 + 1) * P + n] = acc[r][j][1];
+          mine[m0 * P + n + 8] = acc[r][j][2];
+          mine[(m0 + 1) * P + n + 8] = acc[r][j][3];
         }
       }
   }
-  uint32_t* slot_word = reinterpret_cast<uint32_t*>(smem + bigm_parts_offset<MT>(rows));
+  uint32_t* slot_word = reinterpret_cast<uint32_t*>(smem + bigm_parts_offset<MT>(rows, WK));
   if (ROT && threadIdx.x == 0) *slot_word = slot;
   if (csize > 1)
     cluster_sync_all();
@@ -278,7 +296,7 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
 
   // The epilogue: vector v (latent row v / (rows/8), columns 8*(v % (rows/8))
   // of the tile) is finished by CTA v % csize of the cluster, which adds the
-  // CTAs' partials in rank order.
+  // partials in order: cluster rank, then K group.
   const unsigned long long rot = ROT ? (unsigned long long)*slot_word * p.rot_stride : 0ull;
   const int vpr = rows / 8;
   const int nvec = M * vpr;
@@ -289,13 +307,20 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
     const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) + (size_t)em * (size_t)p.shared_stride + n0 + ec, true);
     const int off = em * P + ec;
     float s[8];
-    if (csize > 1) {
-      const uint32_t a = smem_u32(parts + off);
-      for (int q = 0; q < csize; ++q) {
-        const uint32_t aq = mapa_u32(a, (uint32_t)q);
-        const float4 x = ld_cluster_f4(aq);
-        const float4 y = ld_cluster_f4(aq + 16);
-        if (q == 0) {
+    const uint32_t a = smem_u32(parts + off);
+    for (int q = 0; q < csize; ++q) {
+      const uint32_t aq = csize > 1 ? mapa_u32(a, (uint32_t)q) : a;
+      for (int k = 0; k < WK; ++k) {
+        const uint32_t ak = aq + (uint32_t)(k * SLAB * 4);
+        float4 x, y;
+        if (csize > 1) {
+          x = ld_cluster_f4(ak);
+          y = ld_cluster_f4(ak + 16);
+        } else {
+          x = *reinterpret_cast<const float4*>(parts + off + k * SLAB);
+          y = *reinterpret_cast<const float4*>(parts + off + k * SLAB + 4);
+        }
+        if (q == 0 && k == 0) {
           s[0] = x.x; s[1] = x.y; s[2] = x.z; s[3] = x.w;
           s[4] = y.x; s[5] = y.y; s[6] = y.z; s[7] = y.w;
         } else {
@@ -303,11 +328,6 @@ __device__ __forceinline__ void bigm(const tprun_skinny_params& p, unsigned char
           s[4] += y.x; s[5] += y.y; s[6] += y.z; s[7] += y.w;
         }
       }
-    } else {
-      const float4 x = *reinterpret_cast<const float4*>(parts + off);
-      const float4 y = *reinterpret_cast<const float4*>(parts + off + 4);
-      s[0] = x.x; s[1] = x.y; s[2] = x.z; s[3] = x.w;
-      s[4] = y.x; s[5] = y.y; s[6] = y.z; s[7] = y.w;
     }
     store_vector<ROT>(p, s, shv, n0, em, ec, rot);
   }

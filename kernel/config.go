@@ -23,7 +23,41 @@ const (
 	// without raising CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES. No
 	// skinny launch needs more (SkinnySharedBytes).
 	DefaultSharedLimit = 48 << 10
+	// MaxSharedOptIn is the most dynamic shared memory one CTA may have on
+	// sm_90 (227 KiB) once the function's max dynamic shared size
+	// attribute allows it: Load sets that attribute for the larger-M entry
+	// points, whose launches need more than DefaultSharedLimit
+	// (BigmSharedBytes).
+	MaxSharedOptIn = 227 << 10
 )
+
+// BigmCodes are the code sizes MT of the larger-M entry points
+// (tprun_bigm_mt<MT>_<family>, bigm.cu): a launch for M rows takes the
+// smallest MT >= M (BigmCode).
+var BigmCodes = [...]int{16, 32, 64, 128}
+
+// BigmCode is the code size of the larger-M entry point that serves m
+// rows: the smallest of BigmCodes at least m (m clamped to 1..MaxM).
+func BigmCode(m int) int {
+	for _, c := range BigmCodes {
+		if m <= c {
+			return c
+		}
+	}
+	return BigmCodes[len(BigmCodes)-1]
+}
+
+// bigmWindowBytes is one latent window of the larger-M kernel: 1024/MT
+// chunks of 32 k of MT rows (bigm.cu, BigmSizes), 64 KiB at every MT.
+const bigmWindowBytes = 64 << 10
+
+// BigmSharedBytes is the dynamic shared memory of a larger-M launch of
+// code size mt with rows output columns per CTA (skinny.h): two latent
+// windows, or the fp32 partial sums [mt][rows+4] over them, whichever is
+// larger, and 16 bytes for the slot word.
+func BigmSharedBytes(mt, rows int) int {
+	return max(2*bigmWindowBytes, mt*(rows+4)*4) + 16
+}
 
 // LaunchConfig is everything a launcher needs besides the parameter block:
 // cuModuleGetFunction(Function), then cuLaunchKernelEx with grid (GridX,1,1),
@@ -32,14 +66,20 @@ const (
 // attribute, the cluster scheduling policy and shared memory carveout
 // attributes when set, and SkinnyParams.TileRows = TileRows.
 type LaunchConfig struct {
-	Function    string // "tprun_skinny_m<M>_<Family>"
-	Family      string // a family of families.tsv: the entry point's compile-time options
-	TileRows    int    // the family's output columns per CTA: 16 or 32
-	Warps       int    // warps per CTA
-	Cluster     int    // CTAs per cluster; they split K
-	GridX       int    // ceil(shard/TileRows) * Cluster
-	BlockX      int    // 32 * Warps
-	SharedBytes int    // dynamic shared memory per CTA
+	Function string // "tprun_skinny_m<M>_<Family>", or "tprun_bigm_mt<CodeM>_<Family>" for M above MaxSkinnyM
+	Family   string // a family of families.tsv: the entry point's compile-time options
+	// TileRows is the output columns per CTA: the family's (16 or 32), or
+	// for a larger-M family Warps times the family's columns per warp.
+	TileRows int
+	// CodeM is the larger-M entry point's code size (BigmCode(M)), 0 for
+	// a skinny one. Such a launch carries M in the parameter block's flags
+	// (SkinnyRowsShift) and has no fused receive.
+	CodeM       int
+	Warps       int // warps per CTA
+	Cluster     int // CTAs per cluster; they split K
+	GridX       int // ceil(shard/TileRows) * Cluster
+	BlockX      int // 32 * Warps
+	SharedBytes int // dynamic shared memory per CTA; above DefaultSharedLimit only for CodeM > 0
 	// L2Prefetch is SkinnyParams.L2Prefetch, the plan of L2 prefetches the
 	// kernel issues before its weight loads, or in the LSU form right after
 	// them (skinny.h; 0: none). A hint measured per shape: it never changes
@@ -91,9 +131,10 @@ var familiesTSV string
 // template (skinny.cu, Family) that the Go side needs.
 type family struct {
 	name     string
-	tileRows int  // output columns per CTA
+	tileRows int  // output columns per CTA (smem: per warp)
 	depth    int  // weight chunks in flight per warp
 	lines    bool // the latent by whole lines: adds in its own order
+	smem     bool // the larger-M tile (bigm.cu): entry points per code size MT
 	wide     bool // the M = 8 code at every M
 	one      bool // one instance of the tile code for every cluster size
 	l2only   bool // latent and shared loads cached in L2 only
@@ -135,8 +176,10 @@ func parseFamilies(text string) ([]family, error) {
 		case "ring":
 		case "lines":
 			fam.lines = true
+		case "smem":
+			fam.smem = true
 		default:
-			return nil, bad("latent %q is not ring or lines", f[3])
+			return nil, bad("latent %q is not ring, lines or smem", f[3])
 		}
 		for i, p := range []*bool{&fam.wide, &fam.one, &fam.l2only} {
 			switch f[4+i] {
@@ -156,6 +199,14 @@ func parseFamilies(text string) ([]family, error) {
 			return nil, bad("warps %d is not 1..32", fam.maxWarps)
 		case fam.lines && (fam.wide || fam.one || fam.l2only):
 			return nil, bad("the line-wise tile takes none of wide, one, l2only")
+		case fam.smem && (fam.wide || fam.one || fam.l2only):
+			return nil, bad("the larger-M tile takes none of wide, one, l2only")
+		case fam.smem && (fam.depth > 8 || 8%fam.depth != 0):
+			return nil, bad("depth %d of the larger-M tile does not divide its smallest latent window (8 chunks)", fam.depth)
+		case fam.smem && fam.maxWarps > 8:
+			return nil, bad("warps %d: the larger-M tile takes at most 8 (its accumulators need up to 255 registers a thread)", fam.maxWarps)
+		case fam.smem && BigmSharedBytes(BigmCodes[len(BigmCodes)-1], fam.tileRows*fam.maxWarps) > MaxSharedOptIn:
+			return nil, bad("%d warps of %d rows need more than %d bytes of shared memory at MT %d", fam.maxWarps, fam.tileRows, MaxSharedOptIn, BigmCodes[len(BigmCodes)-1])
 		}
 		out = append(out, fam)
 	}
@@ -196,6 +247,20 @@ func NewLaunchConfig(m, shard int, familyName string, warps, cluster int) (Launc
 }
 
 func makeConfig(m, shard int, f family, warps, cluster int) LaunchConfig {
+	if f.smem {
+		mt, rows := BigmCode(m), f.tileRows*warps
+		return LaunchConfig{
+			Function:    fmt.Sprintf("tprun_bigm_mt%d_%s", mt, f.name),
+			Family:      f.name,
+			TileRows:    rows,
+			CodeM:       mt,
+			Warps:       warps,
+			Cluster:     cluster,
+			GridX:       (shard + rows - 1) / rows * cluster,
+			BlockX:      32 * warps,
+			SharedBytes: BigmSharedBytes(mt, rows),
+		}
+	}
 	return LaunchConfig{
 		Function:    fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name),
 		Family:      f.name,
@@ -212,13 +277,17 @@ func makeConfig(m, shard int, f family, warps, cluster int) LaunchConfig {
 // shard×latent weight: an existing family, warps and cluster in range, and
 // grid, block and shared memory that agree with them.
 func (c LaunchConfig) Validate(m, shard, latent int) error {
-	if m < 1 || m > MaxSkinnyM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
+	if m < 1 || m > MaxM || shard < ShardAlign || shard%ShardAlign != 0 || latent < LatentAlign || latent%LatentAlign != 0 {
 		return fmt.Errorf("%w: launch config for M=%d shard=%d latent=%d", ErrShape, m, shard, latent)
 	}
 	f, ok := findFamily(c.Family)
 	switch {
 	case !ok:
 		return fmt.Errorf("kernel: no entry point family %q (families.tsv)", c.Family)
+	case !f.smem && m > MaxSkinnyM:
+		return fmt.Errorf("kernel: family %s is a skinny one (M up to %d), not for M=%d", f.name, MaxSkinnyM, m)
+	case f.smem && m <= MaxSkinnyM:
+		return fmt.Errorf("kernel: family %s is for M above %d, not M=%d (the skinny kernels serve it)", f.name, MaxSkinnyM, m)
 	case c.Warps < 1 || c.Warps > f.maxWarps:
 		return fmt.Errorf("kernel: %d warps, family %s takes 1..%d", c.Warps, f.name, f.maxWarps)
 	case c.Cluster < 1 || c.Cluster > MaxCluster:
@@ -240,8 +309,12 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	if c != want {
 		return fmt.Errorf("kernel: launch config %+v inconsistent, want %+v", c, want)
 	}
-	if c.SharedBytes > DefaultSharedLimit {
-		return fmt.Errorf("kernel: %d bytes of shared memory, more than %d", c.SharedBytes, DefaultSharedLimit)
+	limit := DefaultSharedLimit
+	if f.smem {
+		limit = MaxSharedOptIn
+	}
+	if c.SharedBytes > limit {
+		return fmt.Errorf("kernel: %d bytes of shared memory, more than %d", c.SharedBytes, limit)
 	}
 	return nil
 }

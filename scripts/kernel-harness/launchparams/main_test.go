@@ -57,7 +57,7 @@ func writeTables(dir string) error {
 	maxWarps := map[string]int{}
 	for _, line := range strings.Split(string(spec), "\n") {
 		f := strings.Split(line, "\t")
-		if len(f) != 8 || strings.HasPrefix(line, "#") || f[0] == "family" {
+		if len(f) != 8 || strings.HasPrefix(line, "#") || f[0] == "family" || f[3] == "smem" { // skinny families only
 			continue
 		}
 		fams = append(fams, f[0])
