@@ -52,12 +52,17 @@ func BigmCode(m int) int {
 const bigmWindowBytes = 64 << 10
 
 // BigmSharedBytes is the dynamic shared memory of a larger-M launch of
-// code size mt with rows output columns per CTA (skinny.h): two latent
-// windows, or the fp32 partial sums [mt][rows+4] over them, whichever is
-// larger, and 16 bytes for the slot word.
-func BigmSharedBytes(mt, rows int) int {
-	return max(2*bigmWindowBytes, mt*(rows+4)*4) + 16
+// code size mt with rows output columns per CTA and ksplit warp groups
+// splitting K inside it (skinny.h): two latent windows, or the fp32
+// partial sums [ksplit][mt][rows+4] over them, whichever is larger, and 16
+// bytes for the slot word.
+func BigmSharedBytes(mt, rows, ksplit int) int {
+	return max(2*bigmWindowBytes, ksplit*mt*(rows+4)*4) + 16
 }
+
+// bigmWindowChunks is the latent window of code size mt in 32-k chunks
+// (bigm.cu, BigmSizes::kKW).
+func bigmWindowChunks(mt int) int { return bigmWindowBytes / (mt * 64) }
 
 // LaunchConfig is everything a launcher needs besides the parameter block:
 // cuModuleGetFunction(Function), then cuLaunchKernelEx with grid (GridX,1,1),
@@ -74,7 +79,11 @@ type LaunchConfig struct {
 	// CodeM is the larger-M entry point's code size (BigmCode(M)), 0 for
 	// a skinny one. Such a launch carries M in the parameter block's flags
 	// (SkinnyRowsShift) and has no fused receive.
-	CodeM       int
+	CodeM int
+	// KSplit is, for a larger-M launch, how many warp groups split K inside
+	// a CTA (Warps/KSplit warps own TileRows columns together); 0 for a
+	// skinny one, whose warps all split K.
+	KSplit      int
 	Warps       int // warps per CTA
 	Cluster     int // CTAs per cluster; they split K
 	GridX       int // ceil(shard/TileRows) * Cluster
@@ -205,8 +214,8 @@ func parseFamilies(text string) ([]family, error) {
 			return nil, bad("depth %d of the larger-M tile does not divide its smallest latent window (8 chunks)", fam.depth)
 		case fam.smem && fam.maxWarps > 8:
 			return nil, bad("warps %d: the larger-M tile takes at most 8 (its accumulators need up to 255 registers a thread)", fam.maxWarps)
-		case fam.smem && BigmSharedBytes(BigmCodes[len(BigmCodes)-1], fam.tileRows*fam.maxWarps) > MaxSharedOptIn:
-			return nil, bad("%d warps of %d rows need more than %d bytes of shared memory at MT %d", fam.maxWarps, fam.tileRows, MaxSharedOptIn, BigmCodes[len(BigmCodes)-1])
+		case fam.smem && bigmMaxShared(fam) > MaxSharedOptIn:
+			return nil, bad("%d warps of %d rows need more than %d bytes of shared memory", fam.maxWarps, fam.tileRows, MaxSharedOptIn)
 		}
 		out = append(out, fam)
 	}
@@ -246,20 +255,53 @@ func NewLaunchConfig(m, shard int, familyName string, warps, cluster int) (Launc
 	return makeConfig(m, shard, f, warps, cluster), nil
 }
 
+// bigmMaxShared is the most dynamic shared memory any launch of a
+// larger-M family needs (every code size, warps and K split): what Load
+// allows its functions.
+func bigmMaxShared(f family) int {
+	n := 0
+	for _, mt := range BigmCodes {
+		for w := 1; w <= f.maxWarps; w++ {
+			for ks := 1; ks <= w; ks++ {
+				if w%ks == 0 && bigmSplitOK(mt, f, ks) {
+					n = max(n, BigmSharedBytes(mt, f.tileRows*w/ks, ks))
+				}
+			}
+		}
+	}
+	return n
+}
+
+// bigmSplitOK says whether ksplit warp groups can split K in the code of
+// size mt (bigm.cu traps otherwise): each group's steps in a latent window
+// are whole turns of its weight ring.
+func bigmSplitOK(mt int, f family, ksplit int) bool {
+	return ksplit >= 1 && bigmWindowChunks(mt)%(ksplit*f.depth) == 0
+}
+
+// makeBigmConfig is the launch config of a larger-M family for m rows:
+// warps per CTA, ksplit of them splitting K (so warps/ksplit own the
+// CTA's columns), cluster CTAs per cluster.
+func makeBigmConfig(m, shard int, f family, warps, ksplit, cluster int) LaunchConfig {
+	mt := BigmCode(m)
+	rows := f.tileRows * warps / max(ksplit, 1)
+	return LaunchConfig{
+		Function:    fmt.Sprintf("tprun_bigm_mt%d_%s", mt, f.name),
+		Family:      f.name,
+		TileRows:    rows,
+		CodeM:       mt,
+		KSplit:      ksplit,
+		Warps:       warps,
+		Cluster:     cluster,
+		GridX:       (shard + rows - 1) / max(rows, 1) * cluster,
+		BlockX:      32 * warps,
+		SharedBytes: BigmSharedBytes(mt, rows, ksplit),
+	}
+}
+
 func makeConfig(m, shard int, f family, warps, cluster int) LaunchConfig {
 	if f.smem {
-		mt, rows := BigmCode(m), f.tileRows*warps
-		return LaunchConfig{
-			Function:    fmt.Sprintf("tprun_bigm_mt%d_%s", mt, f.name),
-			Family:      f.name,
-			TileRows:    rows,
-			CodeM:       mt,
-			Warps:       warps,
-			Cluster:     cluster,
-			GridX:       (shard + rows - 1) / rows * cluster,
-			BlockX:      32 * warps,
-			SharedBytes: BigmSharedBytes(mt, rows),
-		}
+		return makeBigmConfig(m, shard, f, warps, 1, cluster)
 	}
 	return LaunchConfig{
 		Function:    fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name),
@@ -303,6 +345,13 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 		return fmt.Errorf("kernel: shared memory carveout %d%% outside 0..%d (0: the driver's choice)", c.Carveout, MaxCarveout)
 	}
 	want := makeConfig(m, shard, f, c.Warps, c.Cluster)
+	if f.smem {
+		if c.KSplit < 1 || c.Warps%c.KSplit != 0 || !bigmSplitOK(BigmCode(m), f, c.KSplit) {
+			return fmt.Errorf("kernel: K split %d: it must divide the %d warps, and %d times depth %d must divide the %d-chunk latent window of code size %d",
+				c.KSplit, c.Warps, c.KSplit, f.depth, bigmWindowChunks(BigmCode(m)), BigmCode(m))
+		}
+		want = makeBigmConfig(m, shard, f, c.Warps, c.KSplit, c.Cluster)
+	}
 	want.L2Prefetch = c.L2Prefetch
 	want.ClusterPolicy = c.ClusterPolicy
 	want.Carveout = c.Carveout
@@ -503,6 +552,8 @@ func parseTable(name, text string) ([]tableEntry, error) {
 		switch {
 		case !ok:
 			return nil, bad("no family %q (families.tsv)", f[3])
+		case fam.smem:
+			return nil, bad("family %s is a larger-M one (bigm_table.tsv), not a skinny one", fam.name)
 		case e.m < 1 || e.m > MaxSkinnyM, e.latent < LatentAlign || e.latent%LatentAlign != 0, e.shard < ShardAlign || e.shard%ShardAlign != 0:
 			return nil, bad("shape latent %d shard %d m %d is not one the kernel takes", e.latent, e.shard, e.m)
 		case e.warps < 1 || e.warps > fam.maxWarps:
@@ -530,24 +581,144 @@ func parseTable(name, text string) ([]tableEntry, error) {
 // test fails then): a geometry that runs every shape.
 var fallbackConfig = tableEntry{f: family{name: "t32p", tileRows: 32, depth: 4, maxWarps: 16}, warps: 4, cluster: 1}
 
-// ConfigFor picks the launch config of the skinny kernel for m latent rows
-// (1..MaxSkinnyM) and a shard×latent weight slice in the packed layout. Shapes
+// ConfigFor picks the launch config for m latent rows (1..MaxM) and a
+// shard×latent weight slice in the packed layout: for m above MaxSkinnyM
+// BigmConfigFor's, else the skinny kernel's, as follows. Shapes
 // measured by the sweep (config_table.tsv) get their measured best; any
 // other shape gets the family, warps, cluster, L2 prefetch plan and cluster
 // scheduling policy of the measured shape nearest in log(shard) +
 // log(latent) (the two hints were measured for that shape, not this one)
 // and the driver's carveout (Carveout 0: a carveout is measured per shape).
 // The result always satisfies Validate for a shape that Shape.Validate
-// accepts with M up to MaxSkinnyM; m is clamped to 1..MaxSkinnyM so that no input panics.
+// accepts; m is clamped to 1..MaxM so that no input panics.
 func ConfigFor(m, shard, latent int) LaunchConfig {
 	m, shard, latent = clampShape(m, shard, latent)
+	if m > MaxSkinnyM {
+		return BigmConfigFor(m, shard, latent)
+	}
 	return configFrom(nearestEntry(m, shard, latent), m, shard)
 }
 
-// clampShape is the shape the config lookups use: m in 1..MaxSkinnyM, shard and
+// clampShape is the shape the config lookups use: m in 1..MaxM, shard and
 // latent at least one alignment unit, so that no input panics.
 func clampShape(m, shard, latent int) (int, int, int) {
-	return min(max(m, 1), MaxSkinnyM), max(shard, ShardAlign), max(latent, LatentAlign)
+	return min(max(m, 1), MaxM), max(shard, ShardAlign), max(latent, LatentAlign)
+}
+
+//go:embed bigm_table.tsv
+var bigmTableTSV string
+
+// BigmTableEnv names a table file in bigm_table.tsv's format that
+// BigmConfigFor uses instead of the embedded one (kernel development).
+const BigmTableEnv = "TPRUN_KERNELS_BIGM_TABLE"
+
+// BigmTableHeader is the header row of bigm_table.tsv: the shape (latent,
+// shard, the code size mt), the launch (family, warps, ksplit, cluster,
+// l2_prefetch) and the median time a sweep measured ("-": none).
+const BigmTableHeader = "latent\tshard\tmt\tfamily\twarps\tksplit\tcluster\tl2_prefetch\tmedian_us"
+
+// bigmEntry is one row of the larger-M table.
+type bigmEntry struct {
+	latent, shard, mt int
+	f                 family
+	warps, ksplit     int
+	cluster, prefetch int
+}
+
+// bigmMeasured parses the larger-M table once; the result is never
+// modified.
+var bigmMeasured = sync.OnceValues(func() ([]bigmEntry, error) {
+	text, name := bigmTableTSV, "bigm_table.tsv"
+	if path := os.Getenv(BigmTableEnv); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("kernel: %s: %w", BigmTableEnv, err)
+		}
+		text, name = string(b), path
+	}
+	return parseBigmTable(name, text)
+})
+
+// parseBigmTable parses a table in bigm_table.tsv's format.
+func parseBigmTable(name, text string) ([]bigmEntry, error) {
+	rows, err := tsvRows(name, text, BigmTableHeader)
+	if err != nil {
+		return nil, err
+	}
+	var out []bigmEntry
+	for _, r := range rows {
+		f, bad := r.fields, r.errf
+		var n [8]int
+		for _, j := range []int{0, 1, 2, 4, 5, 6, 7} {
+			if n[j], err = strconv.Atoi(f[j]); err != nil {
+				return nil, bad("field %d: %v", j+1, err)
+			}
+		}
+		if f[8] != "-" {
+			if _, err := strconv.ParseFloat(f[8], 64); err != nil {
+				return nil, bad("median_us %q: not a number or -", f[8])
+			}
+		}
+		fam, ok := findFamily(f[3])
+		e := bigmEntry{latent: n[0], shard: n[1], mt: n[2], f: fam, warps: n[4], ksplit: n[5], cluster: n[6], prefetch: n[7]}
+		switch {
+		case !ok:
+			return nil, bad("no family %q (families.tsv)", f[3])
+		case !fam.smem:
+			return nil, bad("family %s is a skinny one, not a larger-M (smem) one", fam.name)
+		case !slices.Contains(BigmCodes[:], e.mt):
+			return nil, bad("mt %d is not one of the code sizes %v", e.mt, BigmCodes)
+		case e.latent < LatentAlign || e.latent%LatentAlign != 0, e.shard < ShardAlign || e.shard%ShardAlign != 0:
+			return nil, bad("shape latent %d shard %d is not one the kernel takes", e.latent, e.shard)
+		case e.warps < 1 || e.warps > fam.maxWarps:
+			return nil, bad("%d warps, family %s takes 1..%d", e.warps, fam.name, fam.maxWarps)
+		case e.ksplit < 1 || e.warps%e.ksplit != 0 || !bigmSplitOK(e.mt, fam, e.ksplit):
+			return nil, bad("ksplit %d does not divide %d warps, or times depth %d not the %d-chunk window of mt %d", e.ksplit, e.warps, fam.depth, bigmWindowChunks(e.mt), e.mt)
+		case e.cluster < 1 || e.cluster > MaxCluster:
+			return nil, bad("cluster %d is not 1..%d", e.cluster, MaxCluster)
+		case e.prefetch != 0 && e.prefetch != bigmPrefetch:
+			return nil, bad("l2_prefetch %d is not 0 or %d", e.prefetch, bigmPrefetch)
+		case BigmSharedBytes(e.mt, fam.tileRows*e.warps/e.ksplit, e.ksplit) > MaxSharedOptIn:
+			return nil, bad("needs %d bytes of shared memory, more than %d", BigmSharedBytes(e.mt, fam.tileRows*e.warps/e.ksplit, e.ksplit), MaxSharedOptIn)
+		}
+		if slices.ContainsFunc(out, func(o bigmEntry) bool { return o.latent == e.latent && o.shard == e.shard && o.mt == e.mt }) {
+			return nil, bad("latent %d shard %d mt %d twice", e.latent, e.shard, e.mt)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// bigmPrefetch is the larger-M kernel's L2 prefetch flag: each CTA
+// prefetches its own weight range (skinny.h; TPRUN_PF_OWN's bit).
+const bigmPrefetch = 1 << 24
+
+// bigmFallback is used only if the embedded table failed to parse (a test
+// fails then): a geometry that runs every shape.
+var bigmFallback = bigmEntry{f: family{name: "tc", tileRows: 32, depth: 2, smem: true, maxWarps: 8}, warps: 4, ksplit: 1, cluster: 1}
+
+// BigmConfigFor is the launch config of the larger-M kernel for m rows
+// (clamped to MaxSkinnyM+1..MaxM) of a shard×latent weight slice: the
+// table's entry for code size BigmCode(m) at the shape nearest in
+// log(shard) + log(latent). It always satisfies Validate for a shape that
+// Shape.Validate accepts.
+func BigmConfigFor(m, shard, latent int) LaunchConfig {
+	m = min(max(m, MaxSkinnyM+1), MaxM)
+	shard, latent = max(shard, ShardAlign), max(latent, LatentAlign)
+	mt := BigmCode(m)
+	best := bigmFallback
+	if entries, err := bigmMeasured(); err == nil {
+		d := math.Inf(1)
+		for _, e := range entries {
+			x := math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
+			if e.mt == mt && x < d {
+				d, best = x, e
+			}
+		}
+	}
+	c := makeBigmConfig(m, shard, best.f, best.warps, best.ksplit, best.cluster)
+	c.L2Prefetch = best.prefetch
+	return c
 }
 
 // nearestEntry is the table entry for m at the measured shape nearest to

@@ -193,6 +193,13 @@ func TestParseConfigTableRejects(t *testing.T) {
 	}
 	plan := 32 | 8<<16 | 1<<24
 	for _, f := range fams {
+		if f.smem {
+			text := table(fmt.Sprintf("3584\t3584\t5\t%s\t4\t4\t%d\t2\t65\t7.4", f.name, plan))
+			if _, err := parseTable("config_table.tsv", text); err == nil {
+				t.Errorf("a skinny table row naming the larger-M family %s parsed", f.name)
+			}
+			continue
+		}
 		text := table(fmt.Sprintf("3584\t3584\t5\t%s\t4\t4\t%d\t2\t65\t7.4", f.name, plan))
 		e, err := parseTable("step_table.tsv", text)
 		if err != nil || len(e) != 1 || e[0].f != f || e[0].warps != 4 || e[0].cluster != 4 || e[0].prefetch != plan ||
@@ -230,6 +237,13 @@ func TestFamilies(t *testing.T) {
 		t.Fatalf("families.tsv: %d families, %v", len(fams), err)
 	}
 	used := map[string]bool{}
+	big, err := bigmMeasured()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range big {
+		used[e.f.name] = true
+	}
 	for _, tbl := range []func() ([]tableEntry, error){measured, stepMeasured} {
 		entries, err := tbl()
 		if err != nil {

@@ -20,11 +20,11 @@ var (
 
 // FatbinSources are the files whose hash FatbinStamp records, in hashing
 // order, relative to the repository root (see SourcesHash).
-var FatbinSources = [...]string{"kernel/skinny.h", "kernel/skinny_prims.cuh", "kernel/skinny.cu", "kernel/receive.cu", "kernel/families.tsv", "scripts/build-kernels"}
+var FatbinSources = [...]string{"kernel/skinny.h", "kernel/skinny_prims.cuh", "kernel/skinny.cu", "kernel/receive.cu", "kernel/bigm.cu", "kernel/families.tsv", "scripts/build-kernels"}
 
 // Fatbin returns a copy of the embedded fatbin, ready for cuModuleLoadData.
-// Its functions: tprun_receive and tprun_skinny_m<M>_<family>, see
-// LaunchConfig.Function.
+// Its functions: tprun_receive, tprun_skinny_m<M>_<family> and
+// tprun_bigm_mt<MT>_<family>, see LaunchConfig.Function.
 func Fatbin() []byte { return []byte(fatbin) }
 
 // FatbinEnv names a fatbin file that Load uses instead of the embedded one.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tprun/tprun/internal/cuda"
@@ -21,6 +22,9 @@ type KernelDriver interface {
 	ModuleLoadData(image []byte) (cuda.Module, error)
 	ModuleUnload(m cuda.Module) error
 	ModuleGetFunction(m cuda.Module, name string) (cuda.Function, error)
+	// FuncSetAttribute raises the larger-M entry points' max dynamic
+	// shared memory (cuda.FuncAttrMaxDynamicSharedSizeBytes) at Load.
+	FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error
 	LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error
 }
 
@@ -47,8 +51,10 @@ const rotSuffix = "_rot"
 // LaunchConfig.Function and ReceiveConfig.Function to name its entry point.
 const RotationSuffix = rotSuffix
 
-// skinnyFunctions lists every skinny entry point: M 1..MaxSkinnyM of every
-// family of families.tsv, each plain and with rotSuffix.
+// skinnyFunctions lists every entry point that takes tprun_skinny_params:
+// M 1..MaxSkinnyM of every skinny family of families.tsv, then every code
+// size of every larger-M family (BigmCodes), each plain and with
+// rotSuffix.
 func skinnyFunctions() ([]string, error) {
 	fams, err := families()
 	if err != nil {
@@ -57,11 +63,41 @@ func skinnyFunctions() ([]string, error) {
 	var names []string
 	for m := 1; m <= MaxSkinnyM; m++ {
 		for _, f := range fams {
+			if f.smem {
+				continue
+			}
 			name := fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name)
 			names = append(names, name, name+rotSuffix)
 		}
 	}
+	for _, f := range fams {
+		if !f.smem {
+			continue
+		}
+		for _, mt := range BigmCodes {
+			name := fmt.Sprintf("tprun_bigm_mt%d_%s", mt, f.name)
+			names = append(names, name, name+rotSuffix)
+		}
+	}
 	return names, nil
+}
+
+// bigmSharedFor is, for a larger-M entry point's name, the dynamic shared
+// memory Load allows it (bigmMaxShared of its family); 0 for any other.
+func bigmSharedFor(name string) int {
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(name, rotSuffix), "tprun_bigm_mt")
+	if !ok {
+		return 0
+	}
+	_, fam, ok := strings.Cut(rest, "_")
+	if !ok {
+		return 0
+	}
+	f, ok := findFamily(fam)
+	if !ok || !f.smem {
+		return 0
+	}
+	return bigmMaxShared(f)
 }
 
 var (
@@ -115,6 +151,9 @@ func Load(drv KernelDriver) (*Kernels, error) {
 	if _, err := stepMeasured(); err != nil {
 		return nil, fmt.Errorf("kernel: load kernels: the step table: %w", err)
 	}
+	if _, err := bigmMeasured(); err != nil {
+		return nil, fmt.Errorf("kernel: load kernels: the larger-M table: %w", err)
+	}
 	mod, err := drv.ModuleLoadData(image)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: load kernels (%d-byte fatbin): %w", len(image), err)
@@ -130,6 +169,11 @@ func Load(drv KernelDriver) (*Kernels, error) {
 		f, err := drv.ModuleGetFunction(mod, name)
 		if err != nil {
 			return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", name, err))
+		}
+		if n := bigmSharedFor(name); n > DefaultSharedLimit {
+			if err := drv.FuncSetAttribute(f, cuda.FuncAttrMaxDynamicSharedSizeBytes, n); err != nil {
+				return fail(fmt.Errorf("kernel: load kernels: entry point %s: allowing %d bytes of dynamic shared memory: %w", name, n, err))
+			}
 		}
 		k.skinny[name] = f
 	}
@@ -259,6 +303,10 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", a.Shape, a.Rank, err)
 	}
 	s := a.Shape
+	if s.M > MaxSkinnyM && a.Receive != nil {
+		err := &ArgError{Field: "Receive", Value: "set", Rule: fmt.Sprintf("the kernel for M above %d has no fused receive: launch LaunchReceive after it", MaxSkinnyM)}
+		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
+	}
 	configFor := ConfigFor
 	if a.Receive != nil {
 		configFor = StepConfigFor
@@ -277,6 +325,9 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 	}
 	p.TileRows = int32(c.TileRows)
 	p.L2Prefetch = int32(c.L2Prefetch)
+	if c.CodeM > 0 {
+		p.Flags |= int32(s.M) << SkinnyRowsShift
+	}
 	grid := c.GridX
 	if a.Receive != nil {
 		grid += ReceiveCTAs(s.M, a.Receive.polledColumns(), c.BlockX, c.Cluster)
@@ -306,10 +357,6 @@ func skinnyParams(a SkinnyArgs) (SkinnyParams, error) {
 	s := a.Shape
 	if err := s.Validate(); err != nil {
 		return SkinnyParams{}, err
-	}
-	if s.M > MaxSkinnyM {
-		return SkinnyParams{}, &ArgError{Field: "Shape.M", Value: fmt.Sprint(s.M),
-			Rule: fmt.Sprintf("must be in 1..%d (the GPU skinny kernels' limit, MaxSkinnyM; larger M runs on the CPU kernel only)", MaxSkinnyM)}
 	}
 	var errs []error
 	bad := func(field, value, rule string) {
@@ -523,12 +570,12 @@ func receiveParams(a ReceiveArgs) (ReceiveParams, error) {
 	bad := func(field string, value any, rule string) {
 		errs = append(errs, &ArgError{Field: field, Value: fmt.Sprint(value), Rule: rule})
 	}
-	if a.M < 1 || a.M > MaxSkinnyM {
-		bad("M", a.M, fmt.Sprintf("must be in 1..%d (the GPU kernels' limit, MaxSkinnyM)", MaxSkinnyM))
+	if a.M < 1 || a.M > MaxM {
+		bad("M", a.M, fmt.Sprintf("must be in 1..%d", MaxM))
 	}
-	hiddenOK := a.Hidden > 0 && a.Hidden%8 == 0 && a.Hidden <= math.MaxInt32/MaxSkinnyM
+	hiddenOK := a.Hidden > 0 && a.Hidden%8 == 0 && a.Hidden <= math.MaxInt32/MaxM
 	if !hiddenOK {
-		bad("Hidden", a.Hidden, fmt.Sprintf("must be a positive multiple of 8, at most %d", math.MaxInt32/MaxSkinnyM))
+		bad("Hidden", a.Hidden, fmt.Sprintf("must be a positive multiple of 8, at most %d", math.MaxInt32/MaxM))
 	}
 	if a.Shard <= 0 || a.Shard%8 != 0 {
 		bad("Shard", a.Shard, "must be a positive multiple of 8")
@@ -618,6 +665,11 @@ type SkinnyParams struct {
 // SkinnyPacked is the tprun_skinny_params.flags bit of a packed weight
 // (TPRUN_SKINNY_PACKED); every launch sets it.
 const SkinnyPacked = 1
+
+// SkinnyRowsShift is where a larger-M launch puts its row count M in
+// tprun_skinny_params.flags (TPRUN_SKINNY_ROWS: bits 8-15; 0 in a skinny
+// launch, whose M is its entry point's).
+const SkinnyRowsShift = 8
 
 // ReceiveParams mirrors tprun_receive_params (kernel/skinny.h).
 type ReceiveParams struct {

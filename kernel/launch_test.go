@@ -278,7 +278,6 @@ func TestSkinnyParamsReject(t *testing.T) {
 		target error
 		inMsg  []string
 	}{
-		{"M above the skinny kernels", func(a *SkinnyArgs) { a.Shape.M = MaxSkinnyM + 1 }, ErrArgs, []string{"Shape.M = 9", "1..8", "MaxSkinnyM"}},
 		{"M above the op", func(a *SkinnyArgs) { a.Shape.M = MaxM + 1 }, ErrShape, []string{"M = 129", "1..128"}},
 		{"hidden not divisible by tp", func(a *SkinnyArgs) { a.Shape.Hidden = 7164 }, ErrShape, []string{"hidden_dim % tp"}},
 		{"rank out of range", func(a *SkinnyArgs) { a.Rank = 8 }, ErrArgs, []string{"Rank = 8", "0..7"}},
@@ -374,7 +373,7 @@ func TestReceiveParamsReject(t *testing.T) {
 		inMsg string
 	}{
 		{"zero rows", func(a *ReceiveArgs) { a.M = 0 }, "M = 0"},
-		{"too many rows", func(a *ReceiveArgs) { a.M = 9 }, "M = 9"},
+		{"too many rows", func(a *ReceiveArgs) { a.M = MaxM + 1 }, "M = 129"},
 		{"hidden unaligned", func(a *ReceiveArgs) { a.Hidden = 7164 }, "Hidden = 7164"},
 		{"shard unaligned", func(a *ReceiveArgs) { a.Shard = 892 }, "Shard = 892"},
 		{"shard not dividing hidden", func(a *ReceiveArgs) { a.Shard = 1000 }, "must divide Hidden"},
@@ -432,7 +431,8 @@ type fakeDriver struct {
 	funcs    map[string]cuda.Function
 	unloaded []cuda.Module
 	launches []fakeLaunch
-	fail     error // returned by LaunchKernelEx when set
+	fail     error                 // returned by LaunchKernelEx when set
+	shared   map[cuda.Function]int // max dynamic shared memory set by FuncSetAttribute
 }
 
 type fakeLaunch struct {
@@ -481,9 +481,23 @@ func (d *fakeDriver) ModuleGetFunction(m cuda.Module, name string) (cuda.Functio
 	return 0, cuda.ErrNotFound
 }
 
+func (d *fakeDriver) FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error {
+	if attr != cuda.FuncAttrMaxDynamicSharedSizeBytes || v < 0 || v > MaxSharedOptIn {
+		return cuda.ErrInvalidValue
+	}
+	if d.shared == nil {
+		d.shared = map[cuda.Function]int{}
+	}
+	d.shared[f] = v
+	return nil
+}
+
 func (d *fakeDriver) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
 	if d.fail != nil {
 		return d.fail
+	}
+	if int(cfg.SharedMem) > max(DefaultSharedLimit, d.shared[f]) {
+		return fmt.Errorf("fake: %d bytes of dynamic shared memory, the function allows %d: %w", cfg.SharedMem, max(DefaultSharedLimit, d.shared[f]), cuda.ErrInvalidValue)
 	}
 	var cp [][]byte
 	for _, p := range params {
@@ -667,6 +681,7 @@ type emuDevice struct {
 	bug string
 	// afterKernel: the last work queued was a kernel (what PDL overlaps).
 	afterKernel bool
+	shared      map[cuda.Function]int // max dynamic shared memory set by FuncSetAttribute
 }
 
 var _ device = (*emuDevice)(nil)
@@ -855,10 +870,24 @@ func (d *emuDevice) GraphLaunch(x cuda.GraphExec, _ cuda.Stream) error {
 func (d *emuDevice) GraphExecDestroy(x cuda.GraphExec) error { delete(d.execs, x); return nil }
 func (d *emuDevice) GraphDestroy(g cuda.Graph) error         { delete(d.graphs, g); return nil }
 
+func (d *emuDevice) FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error {
+	if _, ok := d.funcs[f]; !ok || attr != cuda.FuncAttrMaxDynamicSharedSizeBytes || v < 0 || v > MaxSharedOptIn {
+		return cuda.ErrInvalidValue
+	}
+	if d.shared == nil {
+		d.shared = map[cuda.Function]int{}
+	}
+	d.shared[f] = v
+	return nil
+}
+
 func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
 	name, ok := d.funcs[f]
 	if !ok {
 		return fmt.Errorf("emu: launch of unknown function %#x: %w", uintptr(f), cuda.ErrInvalidHandle)
+	}
+	if int(cfg.SharedMem) > max(DefaultSharedLimit, d.shared[f]) {
+		return fmt.Errorf("emu: %s with %d bytes of dynamic shared memory, the function allows %d: %w", name, cfg.SharedMem, max(DefaultSharedLimit, d.shared[f]), cuda.ErrInvalidValue)
 	}
 	if len(params) != 1 {
 		return fmt.Errorf("emu: %s takes one parameter block, got %d", name, len(params))
@@ -889,14 +918,17 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 		d.afterKernel = true
 		return d.enqueue(func() error { return d.runReceive(p) })
 	}
-	m, ok := skinnyM(name)
-	if !ok {
-		return fmt.Errorf("emu: %s is not a skinny entry point", name)
-	}
 	if len(p) != SkinnyParamsSize {
 		return fmt.Errorf("emu: %s with %d parameter bytes", name, len(p))
 	}
 	le := binary.LittleEndian
+	if mt, ok := bigmMT(name); ok {
+		return d.launchBigm(cfg, name, mt, p)
+	}
+	m, ok := skinnyM(name)
+	if !ok {
+		return fmt.Errorf("emu: %s is not a skinny entry point", name)
+	}
 	K, shard, tile := int(le.Uint32(p[152:])), int(le.Uint32(p[156:])), int(le.Uint32(p[176:]))
 	warps, cluster := int(cfg.Block[0])/32, int(cfg.ClusterDim[0])
 	if pf := int(le.Uint32(p[180:])); pf != 0 {
@@ -953,6 +985,51 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 		}
 		return d.runReceive(recv)
 	})
+}
+
+// launchBigm checks a launch of the larger-M entry point name (code size
+// mt) against skinny.h's rules and BigmConfigFor's pick, and queues it: the
+// same computation as the skinny kernel's, for the M in its flags.
+func (d *emuDevice) launchBigm(cfg cuda.LaunchConfig, name string, mt int, p []byte) error {
+	le := binary.LittleEndian
+	K, shard, tile := int(le.Uint32(p[152:])), int(le.Uint32(p[156:])), int(le.Uint32(p[176:]))
+	flags := le.Uint32(p[220:])
+	m := int(flags>>SkinnyRowsShift) & 0xff
+	if flags&^(0xff<<SkinnyRowsShift) != SkinnyPacked || m <= MaxSkinnyM || m > mt {
+		return fmt.Errorf("emu: %s with flags %#x (M %d)", name, flags, m)
+	}
+	if le.Uint64(p[184:]) != 0 {
+		return fmt.Errorf("emu: %s with a fused receive (the kernel traps)", name)
+	}
+	c := ConfigFor(m, shard, K)
+	warps, cluster := int(cfg.Block[0])/32, int(cfg.ClusterDim[0])
+	switch {
+	case c.Function != name || c.TileRows != tile || c.Warps != warps || c.Cluster != cluster || c.CodeM != mt ||
+		c.GridX != int(cfg.Grid[0]) || c.SharedBytes != int(cfg.SharedMem) || c.L2Prefetch != int(le.Uint32(p[180:])):
+		return fmt.Errorf("emu: %s launch %+v with tile_rows %d, but ConfigFor(%d, %d, %d) = %+v", name, cfg, tile, m, shard, K, c)
+	case tile%32 != 0, warps < 1 || warps > 8, warps%(tile/32) != 0, cluster < 1 || cluster > MaxCluster,
+		int(cfg.Grid[0]) != (shard+tile-1)/tile*cluster:
+		return fmt.Errorf("emu: %s launch %+v breaks skinny.h's launch rules (tile_rows %d, shard %d, latent %d)", name, cfg, tile, shard, K)
+	}
+	if cluster > 1 {
+		d.launches["cluster>1"]++
+	}
+	d.launches[fmt.Sprintf("M=%d", m)]++
+	d.launches["bigm"]++
+	early := cfg.ProgrammaticSerialization && d.afterKernel && d.bug == "PDL reads latent early"
+	d.afterKernel = true
+	return d.enqueue(func() error { return d.runSkinny(m, p, early) })
+}
+
+// bigmMT is the code size of a larger-M entry point's name (without the
+// rotation suffix).
+func bigmMT(name string) (int, bool) {
+	if !strings.HasPrefix(name, "tprun_bigm_mt") || strings.HasSuffix(name, rotSuffix) || !slices.Contains(mustSkinnyFunctions(), name) {
+		return 0, false
+	}
+	rest, _, _ := strings.Cut(strings.TrimPrefix(name, "tprun_bigm_mt"), "_")
+	mt, err := strconv.Atoi(rest)
+	return mt, err == nil
 }
 
 // runSkinny is the skinny kernel on the CPU, reading its parameters the

@@ -112,6 +112,8 @@ func (d *recorder) ModuleGetFunction(_ cuda.Module, name string) (cuda.Function,
 	d.names[f] = name
 	return f, nil
 }
+func (d *recorder) FuncSetAttribute(cuda.Function, cuda.FuncAttribute, int) error { return nil }
+
 func (d *recorder) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
 	d.launches = append(d.launches, recorded{cfg, d.names[f], slices.Concat(params...)})
 	return nil
