@@ -367,6 +367,28 @@ func TestGPUSkinnyMatrix(t *testing.T) {
 	runSkinnyMatrix(e, testRand(t), fullMatrix)
 }
 
+// largeMatrix is the GPU check of the kernel for M above MaxSkinnyM
+// (bigm.cu): powers of two, odd counts and the limit, across every code
+// size, at the shard classes of the launch table, a shard that is no
+// multiple of 32 rows per warp (960, tp 7) and a latent that is no
+// multiple of 32 (720).
+var largeMatrix = matrixSpec{
+	ms:      []int{9, 16, 31, 32, 64, 100, MaxM},
+	shards:  []int{448, 896, 960, 3584, 7168},
+	latents: []int{720, 3584},
+}
+
+// TestGPULargeMMatrix is runSkinnyMatrix over largeMatrix: the float64
+// tolerance, the slice and nothing else written, three destinations and
+// reruns (one with PDL) bit-identical, no negative zero.
+func TestGPULargeMMatrix(t *testing.T) {
+	e := openGPU(t)
+	for _, s := range []Shape{{M: 9, Hidden: 7168, Latent: 3584, TP: 1}, {M: 128, Hidden: 448, Latent: 720, TP: 1}} {
+		t.Logf("M %d shard %d latent %d: config %s", s.M, s.Shard(), s.Latent, configString(s))
+	}
+	runSkinnyMatrix(e, testRand(t), largeMatrix)
+}
+
 // runSkinnyMatrix runs every (M, shard, latent) of spec with a rank other
 // than 0, three destinations and poisoned outputs, with the row-major and
 // the packed weight (runM), and checks: within the float64 tolerance, the
@@ -783,6 +805,12 @@ func TestGPUStepInGraph(t *testing.T) {
 			runStepInGraph(e.sub(t), rng, Shape{M: 3, Hidden: 7168, Latent: 3584, TP: 8}, 3, mode)
 		})
 	}
+	// M above MaxSkinnyM: the kernel for it, then the receive kernel.
+	for _, m := range []int{16, 100} {
+		t.Run(fmt.Sprintf("tp 8 M %d %v", m, receiveKernel), func(t *testing.T) {
+			runStepInGraph(e.sub(t), rng, Shape{M: m, Hidden: 7168, Latent: 3584, TP: 8}, 3, receiveKernel)
+		})
+	}
 	// tp 2, shard 3584: the fused rank runs the step table's config
 	// (StepConfigFor).
 	for _, m := range []int{1, 5, 8} {
@@ -922,7 +950,11 @@ func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepRecei
 
 func TestGPUPDLChain(t *testing.T) {
 	e := openGPU(t)
-	runPDLChain(e, testRand(t), Shape{M: 8, Hidden: 7168, Latent: 3584, TP: 1}, 896, 20)
+	rng := testRand(t)
+	runPDLChain(e, rng, Shape{M: 8, Hidden: 7168, Latent: 3584, TP: 1}, 896, 20)
+	t.Run("M 128", func(t *testing.T) {
+		runPDLChain(e.sub(t), rng, Shape{M: MaxM, Hidden: 7168, Latent: 3584, TP: 1}, 896, 20)
+	})
 }
 
 // runPDLChain launches two skinny kernels back to back with programmatic
@@ -1082,6 +1114,25 @@ func runSmall(t *testing.T, e *env, rng *rand.Rand, timeout time.Duration) {
 			runRotation(e.sub(t), rng, Shape{M: 2, Hidden: 3 * 40, Latent: 520, TP: 3}, 2, 3, mode, timeout)
 		}
 	})
+	// The kernel for M above MaxSkinnyM (bigm.cu): every code size, a shard
+	// below one warp's 32 rows and ones that leave a CTA's last warps
+	// without rows, latents below one 32-k chunk and with a short last
+	// chunk; then whole steps with its receive kernel (it has no fused
+	// one), captured and with rotation, and a PDL chain.
+	t.Run("larger M", func(t *testing.T) {
+		runSkinnyMatrix(e.sub(t), rng, matrixSpec{ms: []int{9, 17, 40, 100, MaxM}, shards: []int{8, 40, 136}, latents: []int{8, 520, 3600}})
+	})
+	t.Run("larger M step in a graph", func(t *testing.T) {
+		runStepInGraph(e.sub(t), rng, Shape{M: 12, Hidden: 3 * 72, Latent: 520, TP: 3}, 2, receiveKernel)
+	})
+	t.Run("larger M PDL chain", func(t *testing.T) {
+		runPDLChain(e.sub(t), rng, Shape{M: 33, Hidden: 136, Latent: 520, TP: 1}, 40, 3)
+	})
+	t.Run("larger M slot rotation", func(t *testing.T) {
+		for _, mode := range []stepReceive{receiveKernel, receiveKernelSkip} {
+			runRotation(e.sub(t), rng, Shape{M: 20, Hidden: 3 * 40, Latent: 520, TP: 3}, 2, 3, mode, timeout)
+		}
+	})
 }
 
 // TestGPUSlotRotation plays whole steps of several ranks on one GPU with
@@ -1101,6 +1152,16 @@ func TestGPUSlotRotation(t *testing.T) {
 		t.Run("tp 2 M 8 "+mode.String(), func(t *testing.T) {
 			runRotation(e.sub(t), rng, Shape{M: 8, Hidden: 7168, Latent: 3584, TP: 2}, 2, 20, mode, 5*time.Second)
 		})
+	}
+	// The kernel for M above MaxSkinnyM reads the counter and the receive
+	// kernel after it advances it; tp 4 at shard 1792 and tp 8 at 896
+	// launch in clusters.
+	for _, s := range []Shape{{M: 64, Hidden: 7168, Latent: 3584, TP: 4}, {M: MaxM, Hidden: 7168, Latent: 3584, TP: 8}} {
+		for _, mode := range []stepReceive{receiveKernel, receiveKernelSkip} {
+			t.Run(fmt.Sprintf("tp %d M %d %v", s.TP, s.M, mode), func(t *testing.T) {
+				runRotation(e.sub(t), rng, s, 3, 20, mode, 5*time.Second)
+			})
+		}
 	}
 }
 

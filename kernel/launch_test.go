@@ -1206,6 +1206,11 @@ func TestHarnessOnEmulator(t *testing.T) {
 		// A measured shape whose config prefetches into L2 (1792, M 2).
 		runSkinnyMatrix(e.sub(t), rng, matrixSpec{ms: []int{2}, shards: []int{1792}, latents: []int{3584}})
 	})
+	t.Run("larger M matrix", func(t *testing.T) {
+		// Every code size at the table's small shards (clusters of 8 CTAs
+		// and K split inside the CTA) and the odd 960 with latent 720.
+		runSkinnyMatrix(e.sub(t), rng, matrixSpec{ms: []int{9, 32, 33, 128}, shards: []int{448, 960}, latents: []int{720}})
+	})
 	t.Run("receive", func(t *testing.T) { runReceiveFull(e.sub(t), rng, 5, 7168, 896) })
 	runReceiveTimeouts(t, e, rng, 20*time.Millisecond)
 	for _, mode := range []stepReceive{receiveKernel, receiveFused, receiveFusedSkip} {
@@ -1228,7 +1233,7 @@ func TestHarnessOnEmulator(t *testing.T) {
 	// ("cluster>1" is not required: the emulator's small shapes may take no
 	// cluster; the launch attribute is pinned by the fake-driver launch
 	// tests and every cluster size by the GPU harness.)
-	for _, name := range []string{"M=1", "M=8", receiveName, "pdl", "l2 prefetch", "fused receive", "rotation"} {
+	for _, name := range []string{"M=1", "M=8", "M=9", "M=128", "bigm", receiveName, "pdl", "l2 prefetch", "fused receive", "rotation"} {
 		if d.launches[name] == 0 {
 			t.Errorf("no launches of %s: %v", name, d.launches)
 		}
@@ -1274,6 +1279,14 @@ func (r *recorder) run(body func()) {
 func TestHarnessCatchesBugs(t *testing.T) {
 	small := matrixSpec{ms: []int{1, 3}, shards: []int{40, 448}, latents: []int{520}}
 	matrix := func(e *env, rng *rand.Rand) { runSkinnyMatrix(e, rng, small) }
+	// The kernel for M above MaxSkinnyM alone (so only its launches can
+	// carry the bug).
+	large := func(e *env, rng *rand.Rand) {
+		runSkinnyMatrix(e, rng, matrixSpec{ms: []int{9, 100}, shards: []int{40, 448}, latents: []int{520}})
+	}
+	largeRotation := func(e *env, rng *rand.Rand) {
+		runRotation(e, rng, Shape{M: 20, Hidden: 3 * 40, Latent: 64, TP: 3}, 2, 3, receiveKernel, 20*time.Millisecond)
+	}
 	timeout := func(e *env, rng *rand.Rand) {
 		runReceiveTimeout(e, rng, receiveTimeoutCases[0], 2, 72, 20*time.Millisecond)
 	}
@@ -1292,6 +1305,17 @@ func TestHarnessCatchesBugs(t *testing.T) {
 		{"wrong value", matrix},
 		{"not deterministic", matrix},
 		{"ignores destinations after the first", matrix},
+		{"writes past the slice", large},
+		{"skips an element", large},
+		{"stores negative zero", large},
+		{"wrong value", large},
+		{"not deterministic", large},
+		{"ignores destinations after the first", large},
+		{"skinny uses slot 0", largeRotation},
+		{"receive never advances the slot", largeRotation},
+		{"PDL reads latent early", func(e *env, rng *rand.Rand) {
+			runPDLChain(e, rng, Shape{M: 17, Hidden: 64, Latent: 64, TP: 1}, 16, 2)
+		}},
 		{"stores negative zero", runNegativeZero},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) { runReceiveFull(e, rng, 2, 216, 72) }},
 		{"receive does not re-arm", func(e *env, rng *rand.Rand) {
@@ -1367,6 +1391,8 @@ func TestReceiveAndPrefetchConstantsMatchHeader(t *testing.T) {
 		"TPRUN_PF_OWN":             "(((x) >> 24) & 1)",
 		"TPRUN_PF_LSU":             "(((x) >> 25) & 1)",
 		"TPRUN_SKINNY_PACKED":      fmt.Sprint(SkinnyPacked),
+		"TPRUN_SKINNY_ROWS_SHIFT":  fmt.Sprint(SkinnyRowsShift),
+		"TPRUN_SKINNY_ROWS":        "(((x) >> TPRUN_SKINNY_ROWS_SHIFT) & 0xff)",
 	} {
 		if defs[name] != want {
 			t.Errorf("skinny.h: %s is %q, the Go side assumes %q", name, defs[name], want)
