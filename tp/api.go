@@ -27,10 +27,8 @@ func BF16ToFloat32(b BF16) float32 { return b.Float32() }
 // The shape rules of the op (Shape.Validate checks them all):
 //
 //   - M, the rows of a step, is in 1..MaxM, and at most the maxM the op
-//     was made with; on a GPU backend ("unicast", "multicast") maxM is at
-//     most MaxGPUM in this build (the GPU kernels' limit), and a larger
-//     maxM is refused when the op is made (ErrShape, naming maxM), so a
-//     larger M runs on the host backend only;
+//     was made with (every backend: the GPU path runs the skinny kernels
+//     up to M = 8 and a tensor-core kernel above that);
 //   - hidden_dim is divisible by the group size (tp, at most MaxTP), and
 //     shard_dim = hidden_dim / tp is a multiple of ShardAlign;
 //   - latent_dim is a multiple of LatentAlign, at most MaxLatent.
@@ -39,7 +37,7 @@ func BF16ToFloat32(b BF16) float32 { return b.Float32() }
 // ErrShape); nothing is sent then, and the group can go on.
 const (
 	MaxM        = kernel.MaxM
-	MaxGPUM     = kernel.MaxSkinnyM
+	MaxGPUM     = kernel.MaxM // the GPU path's largest M: every M of the op
 	MaxTP       = kernel.MaxTP
 	ShardAlign  = kernel.ShardAlign
 	LatentAlign = kernel.LatentAlign

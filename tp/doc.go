@@ -52,10 +52,9 @@
 //
 //   - M, the rows of a step, is in 1..MaxM (128) and at most the maxM the
 //     op was made with; every rank passes the same M for the same step.
-//     The host backend computes every M; the GPU backends take maxM up to
-//     MaxGPUM (8, the GPU kernels' limit in this build), and a larger maxM
-//     on them is refused by NewUpProjection on every rank before the
-//     mailbox is set up (ErrShape, naming maxM), so no step half-works;
+//     Every backend computes every M: on the GPU, M up to 8 runs the
+//     skinny kernels and a larger M a tensor-core kernel followed by the
+//     receive kernel (MaxGPUM = MaxM);
 //   - the group has 1..MaxTP (16) ranks and hidden_dim is divisible by it;
 //     shard_dim = hidden_dim / size is a multiple of ShardAlign (8);
 //   - latent_dim is a multiple of LatentAlign (8), at most MaxLatent;

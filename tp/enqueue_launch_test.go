@@ -87,6 +87,14 @@ func (d *launchDrv) ModuleGetFunction(_ cuda.Module, name string) (cuda.Function
 	d.names[f] = name
 	return f, nil
 }
+func (d *launchDrv) FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.names[f] == "" || attr != cuda.FuncAttrMaxDynamicSharedSizeBytes || v > kernel.MaxSharedOptIn {
+		return fmt.Errorf("FuncSetAttribute(%#x, %d, %d)", uintptr(f), attr, v)
+	}
+	return nil
+}
 func (d *launchDrv) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
 	d.mu.Lock()
 	name := d.names[f]
@@ -425,4 +433,107 @@ func TestCaptureStreamFake(t *testing.T) {
 	}
 	checkBlocks(t, steps, got, hidden)
 	checkNoLeaks(t, gpu)
+}
+
+// TestLargeMLaunches: at tp 1, a step of M above kernel.MaxSkinnyM, queued
+// with Enqueue or held in Capture's graph, is the larger-M kernel's launch
+// (the config kernel.ConfigFor picks: entry point with slot rotation, grid,
+// block, cluster, shared memory; M in the flags; no fused receive) and
+// then the receive kernel's with the same counter, which ends the step;
+// Enqueue queues what Capture's graph holds.
+func TestLargeMLaunches(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 13))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const hidden, latent = 896, 3584
+	gpu := newFakeGPU()
+	up, d, err := newLaunchUp(ctx, gpu, hidden, latent, kernel.MaxM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := up.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	w := make([]kernel.BF16, hidden*latent)
+	kernel.FillRandom(kernel.NewRand(rng.Uint64()), w, 1/float32(latent))
+	if err := up.SetWeight(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	e := up.eng.(*cudaEngine)
+	for _, m := range []int{9, 16, 33, 64, 100, kernel.MaxM} {
+		lat := make([]kernel.BF16, m*latent)
+		sh := make([]kernel.BF16, m*hidden)
+		in := DeviceInputs{M: m, Latent: devBuf(t, gpu, lat), Shared: devBuf(t, gpu, sh), SharedStride: hidden}
+		out := poisoned(t, gpu, m*hidden)
+		d.logging(true)
+		g, err := up.Capture(ctx, []DeviceStep{{In: in, Out: out}, {In: in, Out: out}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		captured := d.logging(false)
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+		stream, err := d.StreamCreate(cuda.StreamNonBlocking)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.StreamBeginCapture(stream, cuda.CaptureModeGlobal); err != nil {
+			t.Fatal(err)
+		}
+		d.logging(true)
+		for range 2 {
+			if err := up.Enqueue(in, out, Stream(stream)); err != nil {
+				t.Fatalf("M %d: Enqueue: %v", m, err)
+			}
+		}
+		enqueued := d.logging(false)
+		if _, err := d.StreamEndCapture(stream); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.StreamDestroy(stream); err != nil {
+			t.Fatal(err)
+		}
+		c := kernel.ConfigFor(m, hidden, latent)
+		if len(captured) != 4 || len(enqueued) != 4 {
+			t.Fatalf("M %d: Capture queued %s, Enqueue %s: want a larger-M launch and a receive per step", m, describe(captured), describe(enqueued))
+		}
+		for i, q := range captured {
+			wantFn := c.Function + kernel.RotationSuffix
+			if i%2 == 1 {
+				wantFn = "tprun_receive" + kernel.RotationSuffix
+			}
+			if q.call != "launch" || q.fn != wantFn {
+				t.Fatalf("M %d: launch %d of the graph is %s, want %s", m, i, q.config(), wantFn)
+			}
+			if got := enqueued[i].config(); got != q.config() && (i > 0 || got != strings.Replace(q.config(), "pdl false", "pdl true", 1)) {
+				t.Errorf("M %d, launch %d: Enqueue launched\n\t%s\nCapture's graph\n\t%s", m, i, got, q.config())
+			}
+			if i%2 == 1 {
+				// tprun_receive_params: m at 32, the counter at 48.
+				if rm := binary.LittleEndian.Uint32(q.params[32:]); int(rm) != m || q.param(48) != uint64(e.counter) {
+					t.Errorf("M %d: receive with m %d counter %#x, want %d, %#x", m, rm, q.param(48), m, uint64(e.counter))
+				}
+				continue
+			}
+			cfg := q.cfg
+			flags := binary.LittleEndian.Uint32(q.params[220:])
+			tile := binary.LittleEndian.Uint32(q.params[176:])
+			switch {
+			case cfg.Grid[0] != uint32(c.GridX) || cfg.Block[0] != uint32(c.BlockX) || cfg.ClusterDim[0] != uint32(c.Cluster) || int(cfg.SharedMem) != c.SharedBytes:
+				t.Errorf("M %d: launch %s, config %+v", m, q.config(), c)
+			case flags != uint32(kernel.SkinnyPacked|m<<kernel.SkinnyRowsShift) || int(tile) != c.TileRows:
+				t.Errorf("M %d: flags %#x tile_rows %d, want M in the flags and tile_rows %d", m, flags, tile, c.TileRows)
+			case q.param(184) != 0 || q.param(224) != uint64(e.counter) || q.param(8) != uint64(e.weight):
+				t.Errorf("M %d: recv_slot %#x counter %#x weight %#x: want no fused receive, the op's counter and weight", m, q.param(184), q.param(224), q.param(8))
+			}
+		}
+		if m == kernel.MaxM || m == 9 {
+			t.Logf("M %d: %s", m, captured[0].config())
+		}
+	}
 }

@@ -283,15 +283,6 @@ var _ upEngine = (*cudaEngine)(nil)
 // everything made so far is released (and drv closed when own).
 func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cfg upConfig, drv engineDriver, closeDrv func() error,
 	ordinal int, kind mailbox.Kind, deps engineDeps) (_ *cudaEngine, err error) {
-	// Every rank has the same maxM (agreeShape) and the same kind, so every
-	// rank refuses here, before the mailbox is set up.
-	if s.M > kernel.MaxSkinnyM {
-		err := gpuMaxMError(s.M, kind)
-		if closeDrv != nil {
-			err = errors.Join(err, closeDrv())
-		}
-		return nil, err
-	}
 	e := &cudaEngine{drv: drv, closeDrv: closeDrv, rank: ex.Rank(), ordinal: ordinal, shape: s,
 		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice,
 		preferPacked: kernel.PreferPacked(s.Shard(), s.Latent)}
@@ -659,7 +650,9 @@ func (e *cudaEngine) begin() (end func(), err error) {
 
 // launch queues a step (skinny into every destination, then the receive
 // of the local slot: in the skinny kernel's receive CTAs when fused, else a
-// receive kernel) on stream. The addresses are slot 0's: the kernels add
+// receive kernel) on stream. A step of M above kernel.MaxSkinnyM runs the
+// larger-M kernel, which has no fused receive: its receive is always the
+// receive kernel, which advances the slot rotation. The addresses are slot 0's: the kernels add
 // the slot the counter names (kernel.SlotRotation). A zero in.Weight is
 // the op's own weight. Call with e.mu held and the context bound.
 func (e *cudaEngine) launch(stream cuda.Stream, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, pdl bool) error {
@@ -684,13 +677,14 @@ func (e *cudaEngine) launch(stream cuda.Stream, s kernel.Shape, in DeviceInputs,
 		recv.skip, recv.skipRank = true, e.rank
 	}
 	sk.rotation, recv.rotation = rot, rot
-	if e.fused {
+	fused := e.fused && s.M <= kernel.MaxSkinnyM
+	if fused {
 		sk.receive = &recv
 	}
 	if err := e.kern.launchSkinny(stream, sk, pdl); err != nil {
 		return fmt.Errorf("launching the skinny kernel: %w", err)
 	}
-	if e.fused {
+	if fused {
 		return nil
 	}
 	if err := e.kern.launchReceive(stream, recv); err != nil {
@@ -1615,9 +1609,3 @@ func (g *StepGraph) destroy() error {
 	return errors.Join(errs...)
 }
 
-// gpuMaxMError refuses a maxM past the GPU kernels' limit on a GPU backend.
-func gpuMaxMError(maxM int, kind mailbox.Kind) error {
-	return &kernel.ShapeError{Field: "maxM", Value: maxM,
-		Rule: fmt.Sprintf("must be at most %d on the GPU path (%s mailbox) in this build: the GPU kernels take M up to %d; M up to %d runs on the host backend",
-			kernel.MaxSkinnyM, kind, kernel.MaxSkinnyM, kernel.MaxM)}
-}

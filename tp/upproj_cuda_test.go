@@ -538,6 +538,7 @@ func (d *fakeDrv) GraphExecDestroy(e cuda.GraphExec) error {
 type fakeKernels struct {
 	d       *fakeDrv
 	fused   atomic.Int64 // skinny launches that did a fused receive
+	large   atomic.Int64 // launches of M above kernel.MaxSkinnyM
 	skipped atomic.Int64 // receives that skipped this rank's slice
 	mu      sync.Mutex
 	streams []cuda.Stream // the stream of every skinny launch, in order
@@ -583,6 +584,13 @@ func (k *fakeKernels) launchSkinny(s cuda.Stream, a skinnyLaunch, _ bool) error 
 	if !a.weightPacked {
 		// As kernel.LaunchSkinny: the kernels read only the packed layout.
 		return &kernel.ArgError{Field: "WeightPacked", Value: "false", Rule: "the kernels read only the packed layout (PackWeight)"}
+	}
+	if a.receive != nil && a.shape.M > kernel.MaxSkinnyM {
+		// As kernel.LaunchSkinny: the larger-M kernel has no fused receive.
+		return &kernel.ArgError{Field: "Receive", Value: "set", Rule: "the kernel for M above 8 has no fused receive"}
+	}
+	if a.shape.M > kernel.MaxSkinnyM {
+		k.large.Add(1)
 	}
 	k.mu.Lock()
 	k.streams = append(k.streams, s)
@@ -857,6 +865,10 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 		{desc: "three ranks, two slots, device operands", tp: 3, hidden: 144, latent: 64, maxM: 4, slots: 2, ms: []int{4, 2, 4, 1, 3, 4}, device: true},
 		{desc: "four ranks, device operands", tp: 4, hidden: 512, latent: 128, maxM: 8, ms: []int{1, 2, 4, 8, 8, 8, 1}, device: true},
 		{desc: "three ranks, device operands, latent not a multiple of 32", tp: 3, hidden: 144, latent: 40, maxM: 4, ms: []int{4, 1, 3}, device: true},
+		// M above kernel.MaxSkinnyM: the larger-M kernel, then the receive
+		// kernel (no fused receive), between steps of M up to it.
+		{desc: "three ranks, M up to 100, device operands", tp: 3, hidden: 144, latent: 40, maxM: 100, slots: 2, ms: []int{100, 9, 3, 64, 100, 8}, device: true},
+		{desc: "two ranks, M up to 128, host operands", tp: 2, hidden: 64, latent: 72, maxM: kernel.MaxM, ms: []int{kernel.MaxM, 1, 31, kernel.MaxM}},
 	}
 	for i, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -963,10 +975,15 @@ func checkBlocks(t *testing.T, steps []upStepData, got [][][]kernel.BF16, hidden
 // graphCase runs a captured graph of steps on every rank and returns each
 // rank's blocks of the last replay. fn may step or replay around it.
 func TestCUDAEngineFakeGraph(t *testing.T) {
-	const tp, hidden, latent, maxM, slots = 2, 128, 32, 4, 3
+	t.Run("skinny", func(t *testing.T) { runFakeGraph(t, 2, 128, 32, 4, 3, []int{1, 4, 2, 3, 4, 1}) })
+	// M above kernel.MaxSkinnyM in the same graph as M up to it: the
+	// larger-M kernel and its receive kernel, the others fused.
+	t.Run("larger M", func(t *testing.T) { runFakeGraph(t, 3, 144, 40, 100, 2, []int{100, 9, 4, 64, 1}) })
+}
+
+func runFakeGraph(t *testing.T, tp, hidden, latent, maxM, slots int, ms []int) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	ms := []int{1, 4, 2, 3, 4, 1}
 	steps := newUpSteps(t, seed, hidden, latent, ms)
 	shard := hidden / tp
 	gpu := newFakeGPU()

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tprun/tprun/internal/exchangetest"
+	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/mailbox"
 )
 
@@ -78,32 +78,55 @@ func (r jobRank) abortJob(reason string) error {
 	return nil
 }
 
-// TestCUDAEngineRefusesMPastGPUKernels: a maxM past the GPU kernels' limit
-// is refused by the CUDA engine on every rank before anything is
-// allocated, naming maxM and the limit; the host backend takes it.
-func TestCUDAEngineRefusesMPastGPUKernels(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// TestCUDAEngineLargeM: the CUDA engine takes a maxM up to MaxGPUM (=
+// MaxM), and with the fused receive (the default) a step of M above
+// kernel.MaxSkinnyM launches the larger-M kernel without it, followed by
+// the receive kernel, while steps of M up to it keep the fused receive;
+// every block is the reference's.
+func TestCUDAEngineLargeM(t *testing.T) {
+	if MaxGPUM != MaxM {
+		t.Fatalf("MaxGPUM %d, MaxM %d: the GPU path takes every M", MaxGPUM, MaxM)
+	}
+	const hidden, latent = 64, 40
+	ms := []int{MaxM, 9, 8, 100, 1, 64}
+	steps := newUpSteps(t, uint64(time.Now().UnixNano()), hidden, latent, ms)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	gpu := newFakeGPU()
-	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
-		up, err := newFakeUpKind(ctx, ex, gpu, 64, 40, MaxGPUM+1, 0, time.Second, mailbox.KindUnicast, realEngineDeps())
-		if err == nil {
-			return errors.Join(errors.New("maxM 9 on the GPU path: no error"), up.Close())
+	got := make([][][]kernel.BF16, 2)
+	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) (err error) {
+		up, err := newFakeUp(ctx, ex, gpu, hidden, latent, MaxM, 0, 5*time.Second)
+		if err != nil {
+			return err
 		}
-		if !errors.Is(err, ErrShape) {
-			return fmt.Errorf("error %v does not match ErrShape", err)
-		}
-		for _, w := range []string{"maxM = 9", "at most 8 on the GPU path", "host backend"} {
-			if !strings.Contains(err.Error(), w) {
-				return fmt.Errorf("error %q does not mention %q", err, w)
+		defer func() { err = errors.Join(err, up.Close()) }()
+		for i, d := range steps {
+			out := make([]kernel.BF16, d.m*hidden)
+			in := UpInputs{M: d.m, Latent: d.latent, Weight: d.weight[r*32*latent : (r+1)*32*latent], Shared: d.shared[r*32:], SharedStride: hidden}
+			if err := up.Step(ctx, in, out); err != nil {
+				return fmt.Errorf("step %d (M %d): %w", i, d.m, err)
 			}
+			if err := keepBlock(i, d.m, hidden, out, &got[r]); err != nil {
+				return err
+			}
+		}
+		k := up.eng.(*cudaEngine).kern.(*fakeKernels)
+		small := 0
+		for _, m := range ms {
+			if m <= kernel.MaxSkinnyM {
+				small++
+			}
+		}
+		if f, l := k.fused.Load(), k.large.Load(); f != int64(small) || l != int64(len(ms)-small) {
+			return fmt.Errorf("rank %d: %d fused receives and %d larger-M launches, want %d and %d", r, f, l, small, len(ms)-small)
 		}
 		return nil
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+	checkBlocks(t, steps, got, hidden)
 	if l := gpu.leaks(); l != "" {
-		t.Errorf("left after the refusal: %s", l)
+		t.Errorf("left alive: %s", l)
 	}
 }
