@@ -652,8 +652,9 @@ func (k *fakeKernels) launchReceive(s cuda.Stream, a receiveLaunch) error {
 		if err != nil {
 			return err
 		}
-		a.slot += slotOffset(counter, a.rotation)
-		err = k.receive(a)
+		r := a // a graph runs this at every replay: a stays slot 0's
+		r.slot += slotOffset(counter, a.rotation)
+		err = k.receive(r)
 		advance(counter, a.rotation)
 		return err
 	})
@@ -867,7 +868,7 @@ func TestCUDAEngineFakeSteps(t *testing.T) {
 		{desc: "three ranks, device operands, latent not a multiple of 32", tp: 3, hidden: 144, latent: 40, maxM: 4, ms: []int{4, 1, 3}, device: true},
 		// M above kernel.MaxSkinnyM: the larger-M kernel, then the receive
 		// kernel (no fused receive), between steps of M up to it.
-		{desc: "three ranks, M up to 100, device operands", tp: 3, hidden: 144, latent: 40, maxM: 100, slots: 2, ms: []int{100, 9, 3, 64, 100, 8}, device: true},
+		{desc: "three ranks, M up to 100, device operands", tp: 3, hidden: 144, latent: 40, maxM: 100, slots: 2, ms: []int{100, 100, 9, 3, 64, 100, 8}, device: true},
 		{desc: "two ranks, M up to 128, host operands", tp: 2, hidden: 64, latent: 72, maxM: kernel.MaxM, ms: []int{kernel.MaxM, 1, 31, kernel.MaxM}},
 	}
 	for i, tc := range tests {
