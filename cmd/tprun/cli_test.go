@@ -211,7 +211,6 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"bench", "--iters", "5"}, "tprun bench", "--iters is the default job's; tprun bench times --replays"},
 		{[]string{"bench", "--replays", "0"}, "tprun bench", `--replays "0": must be at least 1`},
 		{[]string{"bench", "--m", "129"}, "tprun bench", `--m "129": M 129 is outside 1..128`},
-		{[]string{"bench", "--m", "1,9"}, "tprun bench", `--m "1,9": M 9: the step benchmark runs the GPU path, which takes M up to 8 in this build`},
 		{[]string{"bench", "--mailbox", "host"}, "tprun bench", `--mailbox "host": the step benchmark runs the CUDA engine on a GPU mailbox`},
 		{[]string{"bench", "--tp", "3"}, "tprun bench", `--hidden "7168": must be divisible by --tp 3`},
 		{[]string{"bench", "--", "x"}, "tprun bench", `unexpected argument "x"`},

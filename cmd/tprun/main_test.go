@@ -113,7 +113,6 @@ func TestBadInput(t *testing.T) {
 		{"negative grace", append([]string{"--grace", "-1s"}, touch...), "--grace"},
 		{"bad job flag value", []string{"--backend", "tpu"}, `--backend "tpu": want one of auto, cpu, cuda`},
 		{"M out of range", []string{"--m", "1,129"}, "M 129 is outside 1..128"},
-		{"M past the GPU kernels on cuda", []string{"--backend", "cuda", "--m", "1,16"}, "M 16: the GPU path takes M up to 8 in this build"},
 		{"one slot", []string{"--slots", "1"}, "must be at least 2"},
 		{"mailbox over its size limit", []string{"--tp", "2", "--slots", "100000"}, `--slots "100000": `},
 		{"tp not dividing hidden", []string{"--tp", "3"}, "must be divisible by --tp 3"},

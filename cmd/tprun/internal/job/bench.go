@@ -428,15 +428,10 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 }
 
 // CheckBenchMailbox refuses, as a *FlagError, a mailbox the benchmark
-// cannot time: it runs the CUDA engine, so the host mailbox is out, and so
-// is an M past the GPU kernels' limit.
+// cannot time: it runs the CUDA engine, so the host mailbox is out.
 func CheckBenchMailbox(c *Config) error {
 	if c.Mailbox == "host" || c.Backend == "cpu" {
 		return &FlagError{Flag: "mailbox", Value: c.Mailbox, Rule: "the step benchmark runs the CUDA engine on a GPU mailbox: auto, unicast or multicast"}
-	}
-	if c.maxM() > maxGPUM {
-		return &FlagError{Flag: "m", Value: mList(c.M).String(),
-			Rule: fmt.Sprintf("M %d: the step benchmark runs the GPU path, which takes M up to %d in this build", c.maxM(), maxGPUM)}
 	}
 	return nil
 }

@@ -3,12 +3,14 @@ package job
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -223,4 +225,69 @@ func TestE2EDefaultShape(t *testing.T) {
 	if r.took > 60*time.Second {
 		t.Errorf("tprun --tp 4 took %v, the issue allows 60s", r.took)
 	}
+}
+
+// TestE2ELargeM: the default job at M above 8 (the GPU's tensor-core path,
+// then the receive kernel), `tprun --tp 4 --m 16,64,128` on the GPUs there
+// are at the default shape; on a machine without a GPU the CPU path at a
+// smaller shape. Every row has 0 wrong values and identical blocks.
+func TestE2ELargeM(t *testing.T) {
+	tp, hidden, latent, iters := 4, 7168, 3584, 200
+	args := []string{"--tp", "4", "--m", "16,64,128"}
+	backend := `cuda\s+(unicast|multicast)`
+	devices, gpu := devtest.SharedDevices(t, tp)
+	if gpu {
+		args = append(args, devices...)
+	} else {
+		if testing.Short() {
+			t.Skip("M up to 128 on the CPU path takes several seconds")
+		}
+		hidden, latent, iters, backend = 512, 256, 5, `cpu\s+host`
+		args = append(args, "--backend", "cpu", "--mailbox", "host")
+	}
+	args = append(args, "--hidden", fmt.Sprint(hidden), "--latent", fmt.Sprint(latent), "--iters", fmt.Sprint(iters))
+	r := tprun(t, 120*time.Second, args...)
+	if r.status != 0 {
+		t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.stdout, r.stderr)
+	}
+	for _, m := range []int{16, 64, 128} {
+		if re := backendRowPattern(backend, m, hidden, latent, hidden/tp, tp, iters); !re.MatchString(r.stdout) {
+			t.Errorf("no table row for M=%d with 0 wrong and identical blocks (%v) in:\n%s", m, re, r.stdout)
+		}
+	}
+}
+
+// TestE2EBenchLargeM: `tprun bench --tp 1 --m 16,32,64,128` times the
+// tensor-core path on a GPU: a row per M, every block within tolerance.
+// The benchmark runs only on a GPU.
+func TestE2EBenchLargeM(t *testing.T) {
+	devices, gpu := devtest.SharedDevices(t, 1)
+	if !gpu {
+		t.Skip("tprun bench runs only on a GPU")
+	}
+	out := filepath.Join(t.TempDir(), "bench.json")
+	args := append([]string{"bench", "--tp", "1", "--m", "16,32,64,128", "--replays", "20", "--json-out", out}, devices...)
+	r := tprun(t, 300*time.Second, args...)
+	if r.status != 0 {
+		t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", r.status, r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep BenchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var ms []int
+	for _, row := range rep.Rows {
+		ms = append(ms, row.M)
+		if row.Wrong != 0 || !row.Identical || row.MedianUS <= 0 {
+			t.Errorf("M %d: %+v", row.M, row)
+		}
+	}
+	if !slices.Equal(ms, []int{16, 32, 64, 128}) || !rep.OK {
+		t.Errorf("rows for M %v, ok %v, want 16, 32, 64, 128 and ok:\n%s", ms, rep.OK, r.stdout)
+	}
+	t.Logf("\n%s", r.stdout)
 }

@@ -9,15 +9,14 @@ import (
 	"time"
 )
 
-// maxM is the largest M of the op (kernel.MaxM), maxGPUM the largest M of
-// the GPU kernels in this build (kernel.MaxSkinnyM), and maxTP the most
-// ranks the default job runs (kernel.MaxTP, the mailbox destinations);
+// maxM is the largest M of the op (kernel.MaxM), on every backend, and
+// maxTP the most ranks the default job runs (kernel.MaxTP, the mailbox
+// destinations);
 // repeated here so that flag parsing does not pull the kernel into the
 // launcher's CLI.
 const (
-	maxM    = 128
-	maxGPUM = 8
-	maxTP   = 16
+	maxM  = 128
+	maxTP = 16
 )
 
 // ErrFlag marks an invalid job flag value; tprun exits with status 2.
@@ -44,7 +43,7 @@ type Fault struct{ Rank, Step int }
 type Config struct {
 	Backend  string        // auto | cpu | cuda
 	Mailbox  string        // auto | multicast | unicast | host
-	M        []int         // the M values to run, each in 1..128 (1..8 on a GPU)
+	M        []int         // the M values to run, each in 1..128
 	Iters    int           // timed steps per M
 	Hidden   int           // hidden_dim
 	Latent   int           // latent_dim
@@ -82,7 +81,7 @@ func RegisterFlags(fs *flag.FlagSet) *Config {
 		"compute backend: auto, cpu or cuda (auto: cuda when a GPU is usable, else cpu)")
 	fs.Var(&enumValue{p: &c.Mailbox, allowed: []string{"auto", "multicast", "unicast", "host"}}, "mailbox",
 		"mailbox backend: auto, multicast, unicast or host")
-	fs.Var((*mList)(&c.M), "m", "comma list of M values (rows per step), each 1..128 (1..8 on a GPU)")
+	fs.Var((*mList)(&c.M), "m", "comma list of M values (rows per step), each 1..128")
 	fs.Var(&intValue{p: &c.Iters, min: 1, max: MaxIters}, "iters", "timed steps per M, at most 1000000000")
 	fs.Var(&intValue{p: &c.Hidden, min: 1}, "hidden", "hidden dimension (split across ranks)")
 	fs.Var(&intValue{p: &c.Latent, min: 1}, "latent", "latent dimension")
@@ -100,8 +99,6 @@ func (c *Config) Validate(worldSize int) error {
 		return &FlagError{Flag: "mailbox", Value: c.Mailbox, Rule: "needs --backend cuda or auto (--backend cpu runs only the host mailbox)"}
 	case c.Backend == "cuda" && c.Mailbox == "host":
 		return &FlagError{Flag: "mailbox", Value: c.Mailbox, Rule: "the host mailbox runs on the CPU; use --backend cpu or auto"}
-	case (c.Backend == "cuda" || c.Mailbox == "multicast" || c.Mailbox == "unicast") && c.maxM() > maxGPUM:
-		return c.gpuMError()
 	case worldSize > maxTP:
 		return &FlagError{Flag: "tp", Value: strconv.Itoa(worldSize),
 			Rule: fmt.Sprintf("the default job runs at most %d ranks (its mailbox's destinations); -- CMD jobs may have more", maxTP)}
@@ -242,13 +239,6 @@ func (v *durationValue) Set(s string) error {
 	}
 	*v.p = d
 	return nil
-}
-
-// gpuMError refuses an M past the GPU kernels' limit on the GPU path.
-func (c *Config) gpuMError() *FlagError {
-	return &FlagError{Flag: "m", Value: mList(c.M).String(),
-		Rule: fmt.Sprintf("M %d: the GPU path takes M up to %d in this build; M up to %d runs on the CPU backend (--backend cpu)",
-			c.maxM(), maxGPUM, maxM)}
 }
 
 // mList is a comma list of distinct M values in 1..maxM, in the given order.

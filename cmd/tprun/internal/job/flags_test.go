@@ -126,9 +126,9 @@ func TestValidate(t *testing.T) {
 		{"M 128 on auto", []string{"--m", "1,9,128"}, 2, ""},
 		{"M 128 on the CPU", []string{"--backend", "cpu", "--m", "128,100", "--hidden", "1536"}, 3, ""},
 		{"M 8 on cuda", []string{"--backend", "cuda", "--m", "8"}, 2, ""},
-		{"M 9 on cuda", []string{"--backend", "cuda", "--m", "1,9"}, 2, "m"},
-		{"M 16 on unicast", []string{"--mailbox", "unicast", "--m", "16"}, 2, "m"},
-		{"M 128 on multicast", []string{"--mailbox", "multicast", "--m", "128"}, 2, "m"},
+		{"M 9 on cuda", []string{"--backend", "cuda", "--m", "1,9"}, 2, ""},
+		{"M 16 on unicast", []string{"--mailbox", "unicast", "--m", "16"}, 2, ""},
+		{"M 128 on multicast", []string{"--mailbox", "multicast", "--m", "128"}, 2, ""},
 		{"fault rank outside the job", []string{"--inject-fault", "4:10"}, 4, "inject-fault"},
 	}
 	for _, tc := range tests {
@@ -165,9 +165,8 @@ func TestHidden(t *testing.T) {
 
 // TestLimitsMatchKernel: the flag checks' copies of the kernel's limits.
 func TestLimitsMatchKernel(t *testing.T) {
-	if maxM != kernel.MaxM || maxGPUM != kernel.MaxSkinnyM || maxTP != kernel.MaxTP {
-		t.Errorf("maxM %d maxGPUM %d maxTP %d, kernel.MaxM %d kernel.MaxSkinnyM %d kernel.MaxTP %d",
-			maxM, maxGPUM, maxTP, kernel.MaxM, kernel.MaxSkinnyM, kernel.MaxTP)
+	if maxM != kernel.MaxM || maxTP != kernel.MaxTP {
+		t.Errorf("maxM %d maxTP %d, kernel.MaxM %d kernel.MaxTP %d", maxM, maxTP, kernel.MaxM, kernel.MaxTP)
 	}
 	c := Default()
 	var fe *FlagError
