@@ -21,9 +21,7 @@
  *
  *   hidden   a multiple of N, with shard = hidden / N a multiple of 8
  *   latent   a multiple of 8, at most 1048576
- *   max_m    1..128 (1..8 with a CUDA device in this build: the GPU
- *            kernels' limit; a larger one is refused, TPRUN_EINVAL);
- *            every step's m is 1..max_m
+ *   max_m    1..128; every step's m is 1..max_m
  *   N        1..16
  *
  * DATA
