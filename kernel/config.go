@@ -612,6 +612,9 @@ var bigmTableTSV string
 // BigmConfigFor uses instead of the embedded one (kernel development).
 const BigmTableEnv = "TPRUN_KERNELS_BIGM_TABLE"
 
+// BigmTableOverride is the path in BigmTableEnv, or "".
+func BigmTableOverride() string { return os.Getenv(BigmTableEnv) }
+
 // BigmTableHeader is the header row of bigm_table.tsv: the shape (latent,
 // shard, the code size mt), the launch (family, warps, ksplit, cluster,
 // l2_prefetch) and the median time a sweep measured ("-": none).
@@ -629,7 +632,7 @@ type bigmEntry struct {
 // modified.
 var bigmMeasured = sync.OnceValues(func() ([]bigmEntry, error) {
 	text, name := bigmTableTSV, "bigm_table.tsv"
-	if path := os.Getenv(BigmTableEnv); path != "" {
+	if path := BigmTableOverride(); path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("kernel: %s: %w", BigmTableEnv, err)

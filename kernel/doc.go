@@ -13,11 +13,12 @@
 // mailbox sentinel.
 //
 // The CUDA sources (skinny.h: the parameter blocks; skinny_prims.cuh: the
-// primitives; skinny.cu: the tile template; receive.cu), the spec of the
-// entry point families (families.tsv, from which scripts/build-kernels
-// writes the instance list), the embedded compiled kernels (fatbin.go),
-// their launch tables (config.go: config_table.tsv, and step_table.tsv for
-// launches that carry the fused receive) and the Go launch of them
+// primitives; skinny.cu: the tile template for M up to 8; bigm.cu: the
+// tensor-core tile for M 9..128; receive.cu), the spec of the entry point
+// families (families.tsv, from which scripts/build-kernels writes the
+// instance list), the embedded compiled kernels (fatbin.go), their launch
+// tables (config.go: config_table.tsv, step_table.tsv for launches that
+// carry the fused receive, bigm_table.tsv for M above 8) and the Go launch of them
 // (launch.go, through internal/cuda and so cgo) live in this package too. Among them is the GPU half of the Lamport receive (receive.cu,
 // LaunchReceive, DecodeReceiveStatus): it polls a slot it is given for the
 // sentinel word, copies it out and re-arms it; where the slot lives and

@@ -11,9 +11,9 @@ const (
 	// the CPU kernel and the host backend take any M in 1..MaxM.
 	MaxM = 128
 	// MaxSkinnyM is the largest row count of the GPU skinny kernels (one
-	// entry point per M, M rows held in registers). LaunchSkinny and
-	// LaunchReceive refuse a larger M; the GPU path of the op takes M up to
-	// this in this build.
+	// entry point per M, M rows held in registers); LaunchSkinny runs a
+	// larger M on the larger-M kernel (bigm.cu, BigmConfigFor), which has
+	// no fused receive.
 	MaxSkinnyM = 8
 	// MaxTP is the largest number of ranks (mailbox destinations).
 	MaxTP = 16
@@ -67,8 +67,7 @@ func (s Shape) String() string {
 	return fmt.Sprintf("M=%d hidden=%d latent=%d tp=%d", s.M, s.Hidden, s.Latent, s.TP)
 }
 
-// Validate checks the shape against the rules of the op (the GPU skinny
-// kernels take M only up to MaxSkinnyM: LaunchSkinny checks that) and
+// Validate checks the shape against the rules of the op and
 // returns every violated rule, each as a *ShapeError wrapping ErrShape
 // (joined with errors.Join when there are several), or nil.
 func (s Shape) Validate() error {

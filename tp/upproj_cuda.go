@@ -1608,4 +1608,3 @@ func (g *StepGraph) destroy() error {
 	errs = append(errs, g.e.drv.GraphExecDestroy(g.exec))
 	return errors.Join(errs...)
 }
-

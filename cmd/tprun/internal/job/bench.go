@@ -349,6 +349,9 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 	if f := kernel.StepTableOverride(); f != "" {
 		out.printf("# step launch table from %s=%s, not the embedded one\n", kernel.StepTableEnv, f)
 	}
+	if f := kernel.BigmTableOverride(); f != "" {
+		out.printf("# launch table for M above 8 from %s=%s, not the embedded one\n", kernel.BigmTableEnv, f)
+	}
 	out.printf("# one CUDA graph = %d steps (skinny kernel + stores to every rank + receive, PDL-chained), %d warm-up and %d timed replays per M\n",
 		rig.k, bc.Warmup, bc.Replays)
 	switch bc.Graph {
@@ -440,7 +443,7 @@ func CheckBenchMailbox(c *Config) error {
 // the benchmark runs.
 func benchOverrides() map[string]string {
 	o := map[string]string{}
-	for _, k := range []string{kernel.FatbinEnv, kernel.ConfigTableEnv, kernel.StepTableEnv, tp.ReceiveModeEnv} {
+	for _, k := range []string{kernel.FatbinEnv, kernel.ConfigTableEnv, kernel.StepTableEnv, kernel.BigmTableEnv, tp.ReceiveModeEnv} {
 		if v := os.Getenv(k); v != "" {
 			o[k] = v
 		}

@@ -255,6 +255,9 @@ func (p *printer) header(pl *plan) {
 	if f := kernel.StepTableOverride(); f != "" && pl.backend == "cuda" {
 		p.printf("# step launch table from %s=%s, not the embedded one\n", kernel.StepTableEnv, f)
 	}
+	if f := kernel.BigmTableOverride(); f != "" && pl.backend == "cuda" {
+		p.printf("# launch table for M above 8 from %s=%s, not the embedded one\n", kernel.BigmTableEnv, f)
+	}
 	p.printf("# every received block is checked against a float64 reference of the whole block, per element:\n#   %s\n",
 		kernel.ToleranceFormula)
 	p.printf("# and all ranks must receive bit-identical blocks (per-step SHA-256, all-gathered)\n")
