@@ -2054,6 +2054,10 @@ func TestGPUUpProjectionMatchesReference(t *testing.T) {
 		{desc: "one rank, latent not a multiple of the K tile", tp: 1, hidden: 1024, latent: 3600, maxM: 4, ms: []int{1, 4, 3, 2}},
 		{desc: "three ranks, small", tp: 3, hidden: 144, latent: 64, maxM: 4, ms: []int{4, 2, 4, 1, 3, 4}, device: true},
 		{desc: "four ranks, shard 896, latent 512", tp: 4, hidden: 3584, latent: 512, maxM: 8, ms: []int{1, 8, 2, 5}},
+		// M above 8: the tensor-core kernel and the receive kernel, between
+		// fused steps of M up to 8, in one op.
+		{desc: "reference shape, two ranks, M up to 128, device operands", tp: 2, hidden: 7168, latent: 3584, maxM: kernel.MaxM, ms: []int{kernel.MaxM, 9, 1, 64, 8, 100, kernel.MaxM}, device: true},
+		{desc: "three ranks, small, M up to 40 (partial row groups, k tail)", tp: 3, hidden: 168, latent: 72, maxM: 40, ms: []int{40, 9, 3, 33}},
 	}
 	for i, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
