@@ -183,7 +183,7 @@ def _build_hints(go, output):
                               universal_newlines=True).stdout.strip()
     except OSError:
         have = ""
-    if want and have and _version_tuple(have[2:]) < _version_tuple(want):
+    if want and re.fullmatch(r"go\d+(\.\d+)*\S*", have) and _version_tuple(have) < _version_tuple(want):
         hints.append(f"this go command is {have}: {_need_go()}")
     if "cgo" in output or "C compiler" in output:
         hints.append("libtprun.so is built with cgo, which needs a C compiler (gcc or clang; CC names another)")
@@ -355,9 +355,9 @@ def _write_wheel(wheel_directory, version, lib):
     date = time.gmtime(max(epoch, 315532800))[:6]
     os.makedirs(wheel_directory, exist_ok=True)
     final = os.path.join(wheel_directory, name)
-    fd, partial = tempfile.mkstemp(prefix=".tprun-", suffix=".whl.part", dir=wheel_directory)
+    partial = f"{final}.{os.getpid()}.part"
     try:
-        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
+        with open(partial, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
             for arc, data, mode in entries:
                 info = zipfile.ZipInfo(arc, date)
                 info.external_attr = (0o100000 | mode) << 16
@@ -365,6 +365,7 @@ def _write_wheel(wheel_directory, version, lib):
                 z.writestr(info, data)
         os.replace(partial, final)
     except BaseException:
-        os.unlink(partial)
+        if os.path.exists(partial):
+            os.unlink(partial)
         raise
     return name
