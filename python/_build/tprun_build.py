@@ -92,7 +92,8 @@ def build_sdist(sdist_directory, config_settings=None):
 def _library(tmp, settings):
     """The path of the libtprun.so to pack: TPRUN_PREBUILT_LIB's, or one
     built into tmp."""
-    prebuilt = os.environ.get(PREBUILT_ENV)
+    # PREBUILT_ENV, spelled out where it is read: docs/cli.md must name it.
+    prebuilt = os.environ.get("TPRUN_PREBUILT_LIB")
     if prebuilt:
         if not os.path.isfile(prebuilt):
             raise BuildError(f"{PREBUILT_ENV}={prebuilt}: no such file; it names a libtprun.so built from the "
