@@ -109,7 +109,7 @@ def _library(tmp, settings):
     if res.returncode != 0 and "-buildvcs=false" in res.stdout:
         # git is missing or refuses this clone (one owned by another user):
         # build without the revision, which only the version misses.
-        print(f"tprun: building without version control information ({_last_line(res.stdout)}); "
+        print(f"tprun: building without version control information ({res.stdout.strip().splitlines()[0]}); "
               "the wheel's version is 0+devel", file=sys.stderr)
         args.insert(2, "-buildvcs=false")
         res = _run(args, env)
