@@ -158,7 +158,8 @@ def _load():
     path = library_path()
     where = "TPRUN_LIB=" + path if os.environ.get("TPRUN_LIB") else path
     if not os.path.exists(path):
-        raise LibraryError(f"libtprun.so not found at {where}; build it from the tprun repository with: {BUILD_COMMAND}"
+        raise LibraryError(f"libtprun.so not found at {where}; install the package from the tprun repository with"
+                           f" `pip install ./python` (it builds the library with Go), or build it there with: {BUILD_COMMAND}"
                            " (or set TPRUN_LIB to its path)")
     try:
         l = ctypes.CDLL(path)
