@@ -26,7 +26,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hidden", type=int, default=64, help="hidden size, split across the ranks")
     p.add_argument("--latent", type=int, default=32, help="latent size")
-    p.add_argument("--max-m", type=int, default=4, help="the most rows a step takes (1..128; 1..8 on a GPU)")
+    p.add_argument("--max-m", type=int, default=4, help="the most rows a step takes (1..128)")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--check", action="store_true", help="check every block against the reference and across ranks")

@@ -52,7 +52,7 @@ def parse_args():
     # too, with prefix matching, and takes --m for its own --max-restarts,
     # --master-addr, ... (ambiguous). --m stays for a run without torchrun.
     p.add_argument("--rows", "--m", dest="rows", default="1,2,3,4,5,6,7,8", metavar="LIST",
-                   help="comma list of M values (rows per step, 1..128; 1..8 on a GPU)")
+                   help="comma list of M values (rows per step, 1..128)")
     p.add_argument("--seed", type=int, default=1, help="seed of the inputs (the same on every rank)")
     p.add_argument("--backend", default="auto", help="mailbox backend: auto, unicast or host")
     p.add_argument("--deadline", type=float, default=None, help="seconds a step waits for the peers (default 10)")

@@ -194,7 +194,7 @@ def main():
     check_thread_errors(a)
     step(a, a.max_m, "array")  # the op still works after all that
 
-    # M past the GPU kernels: the host backend takes max_m up to 128.
+    # M past the skinny kernels: the host backend takes max_m up to 128 too.
     c = Shape(g, rng, 8 * g.size, 24, 128)
     for i, m in enumerate((128, 9, 100, 31)):
         step(c, m, kinds[i % 3])

@@ -31,7 +31,7 @@ import (
 func main() {
 	hidden := flag.Int("hidden", 1024, "hidden dimension, split across the ranks")
 	latent := flag.Int("latent", 512, "latent dimension")
-	maxM := flag.Int("m", 4, "rows per step, 1..128 (1..8 on a GPU)")
+	maxM := flag.Int("m", 4, "rows per step, 1..128")
 	steps := flag.Int("steps", 20, "steps to run")
 	backend := flag.String("backend", "auto", "mailbox backend: auto, unicast, multicast or host")
 	seed := flag.Uint64("seed", 1, "seed of the inputs, the same on every rank")
