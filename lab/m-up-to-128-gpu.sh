@@ -86,7 +86,7 @@ for st in "${stages[@]}"; do
 		grep -hE -- "--- FAIL" "$logs/gpu-test-$st"/*.log 2>/dev/null | head -20 | tee -a "$OUT/summary.txt"
 		;;
 	run)
-		TPRUN_KERNELS_FATBIN=$PWD/$fat timeout 500 bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000 \
+		TPRUN_KERNELS_FATBIN=$PWD/$fat timeout 400 bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000 \
 			>"$logs/run.log" 2>&1
 		rc=$?
 		((rc == 0)) || status=1
@@ -94,7 +94,7 @@ for st in "${stages[@]}"; do
 		grep -E "^\S*\s*(16|64|128)\s" "$logs/run.log" | tee -a "$OUT/summary.txt"
 		;;
 	bench)
-		TPRUN_KERNELS_FATBIN=$PWD/$fat timeout 500 bin/tprun bench --tp 1 --m 16,32,64,128 \
+		TPRUN_KERNELS_FATBIN=$PWD/$fat timeout 300 bin/tprun bench --tp 1 --m 16,32,64,128 \
 			--json-out "$logs/bench.json" >"$logs/bench.log" 2>&1
 		rc=$?
 		((rc == 0)) || status=1
