@@ -82,14 +82,18 @@
 // advanced; the tprun_receive that follows ends the step). No fused
 // receive (recv_slot must be 0) and no L2 prefetch plan: l2_prefetch != 0
 // makes each CTA prefetch its own weight range into L2 (a hint).
-// Launch (kernel/config.go, BigmConfig):
-//   block    = (32*warps, 1, 1), warps 1..the family's warps
-//   p.tile_rows = warps * the family's tile_rows (output columns per CTA)
+// Launch (kernel/config.go, BigmConfigFor):
+//   block    = (32*warps, 1, 1), warps 1..the family's warps, in ksplit
+//              groups that split K inside the CTA (ksplit divides warps,
+//              and ksplit * the family's depth divides 1024/MT, the
+//              chunks of a latent window; the kernel traps otherwise)
+//   p.tile_rows = warps / ksplit * the family's tile_rows (output columns
+//              per CTA; the kernel derives ksplit from it and the block)
 //   cluster  = (cluster, 1, 1), cluster 1..8: the CTAs of a cluster split K
 //   grid     = (ceil(shard / p.tile_rows) * cluster, 1, 1)
-//   dynamic shared memory = max(2 * 65536, MT * (p.tile_rows + 4) * 4) + 16
-//              bytes (over 48 KiB: the function's max dynamic shared size
-//              attribute must allow it)
+//   dynamic shared memory = max(2 * 65536, ksplit * MT * (p.tile_rows + 4)
+//              * 4) + 16 bytes (over 48 KiB: the function's max dynamic
+//              shared size attribute must allow it)
 //   PDL as above: weight loads and the L2 prefetch before
 //   griddepcontrol.wait, latent, shared and the counter after it.
 // Packed weight layout (flags & TPRUN_SKINNY_PACKED):
