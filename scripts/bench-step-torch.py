@@ -14,8 +14,15 @@ measured the same way.
 The NCCL environment (NCCL_NVLS_ENABLE and the rest) is used as the machine
 sets it: this script never sets or unsets any NCCL variable.
 
-Rank 0 writes one JSON object per M to --out:
-    {"m": 1, "torch_us": ..., "torch_p90_us": ..., "allgather_us": ..., "allgather_p90_us": ..., "copies": K}
+With --tp 1 there is nothing to gather: one process, no torch.distributed,
+the graph holds mm + add alone (the baseline of tprun bench --tp 1). --hidden
+takes a comma list: each hidden in turn, in one process. M is any positive
+row count (mm has no limit; tprun's is 128).
+
+Rank 0 writes one JSON object per hidden and M to --out:
+    {"hidden": 7168, "shard": 3584, "m": 1, "torch_us": ..., "torch_p90_us": ...,
+     "allgather_us": ..., "allgather_p90_us": ..., "copies": K}
+(allgather_us and allgather_p90_us null at --tp 1).
 """
 
 import argparse
@@ -30,7 +37,7 @@ import tempfile
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tp", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--hidden", default="7168", help="comma list of hidden sizes, each a multiple of --tp")
     p.add_argument("--latent", type=int, default=3584)
     p.add_argument("--m", default="1,2,3,4,5,6,7,8", help="comma list of M values")
     p.add_argument("--replays", type=int, default=200)
@@ -38,9 +45,18 @@ def parse_args():
     p.add_argument("--rotate-mb", type=int, default=512)
     p.add_argument("--out", required=True, help="JSON lines file rank 0 writes")
     a = p.parse_args()
-    a.m = [int(x) for x in a.m.split(",")]
-    if a.hidden % a.tp:
-        p.error(f"--hidden {a.hidden} is not divisible by --tp {a.tp}")
+    try:
+        a.m = [int(x) for x in a.m.split(",")]
+        a.hidden = [int(x) for x in a.hidden.split(",")]
+    except ValueError as e:
+        p.error(f"--m and --hidden take comma lists of integers: {e}")
+    if a.tp < 1:
+        p.error(f"--tp {a.tp} must be at least 1")
+    if any(m < 1 for m in a.m):
+        p.error(f"--m {a.m}: every M must be at least 1")
+    for h in a.hidden:
+        if h < 1 or h % a.tp:
+            p.error(f"--hidden {h} is not a positive multiple of --tp {a.tp}")
     return a
 
 
@@ -79,8 +95,20 @@ def worker(rank, args, init_file):
 
 
 def run(torch, dist, rank, args, dev):
+    """Every hidden in turn; rank 0 writes the results. dist is None at tp 1."""
+    results = []
+    for hidden in args.hidden:
+        results += run_hidden(torch, dist, rank, args, dev, hidden)
+        torch.cuda.empty_cache()
+    if rank == 0:
+        with open(args.out, "w") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+
+
+def run_hidden(torch, dist, rank, args, dev, hidden):
     bf16 = torch.bfloat16
-    shard, latent = args.hidden // args.tp, args.latent
+    shard, latent = hidden // args.tp, args.latent
     shard_bytes = shard * latent * 2
     copies = max(1, -(-(args.rotate_mb << 20) // shard_bytes))
     gen = torch.Generator(device=dev)
@@ -90,6 +118,9 @@ def run(torch, dist, rank, args, dev):
     for m in args.m:
         lat = torch.randn(m, latent, device=dev, dtype=bf16, generator=gen)
         shared = torch.randn(m, shard, device=dev, dtype=bf16, generator=gen)
+        if dist is None:
+            results.append(run_alone(torch, args, lat, shared, weights, shard, hidden, m))
+            continue
         gathered = torch.empty(args.tp * m, shard, device=dev, dtype=bf16)
         alone_in = torch.randn(m, shard, device=dev, dtype=bf16, generator=gen)
 
@@ -122,17 +153,35 @@ def run(torch, dist, rank, args, dev):
                              statistics.median(t_alone), percentile(t_alone, 0.9)], device=dev, dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slowest rank
         med, p90, ag, ag90 = mine.tolist()
-        results.append({"m": m, "torch_us": round(med, 3), "torch_p90_us": round(p90, 3),
+        results.append({"hidden": hidden, "shard": shard, "m": m, "torch_us": round(med, 3), "torch_p90_us": round(p90, 3),
                         "allgather_us": round(ag, 3), "allgather_p90_us": round(ag90, 3), "copies": copies})
         if rank == 0:
-            print(f"torch: M={m}: mm+add+all_gather {med:.2f} us (p90 {p90:.2f}), all_gather alone {ag:.2f} us (p90 {ag90:.2f}); "
+            print(f"torch: hidden {hidden}, M={m}: mm+add+all_gather {med:.2f} us (p90 {p90:.2f}), all_gather alone {ag:.2f} us (p90 {ag90:.2f}); "
                   f"{copies} weight copies per graph", flush=True)
         del full, alone
         torch.cuda.synchronize()
-    if rank == 0:
-        with open(args.out, "w") as f:
-            for r in results:
-                f.write(json.dumps(r) + "\n")
+    return results
+
+
+def run_alone(torch, args, lat, shared, weights, shard, hidden, m):
+    """tp 1: mm + add per weight copy in one graph, nothing to gather."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for w in weights[:3]:
+            torch.mm(lat, w.t()) + shared
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [torch.mm(lat, w.t()) + shared for w in weights]
+    t = time_graph(torch, graph, args.replays, args.warmup, len(weights))
+    med, p90 = statistics.median(t), percentile(t, 0.9)
+    print(f"torch: hidden {hidden}, M={m}: mm+add {med:.2f} us (p90 {p90:.2f}); {len(weights)} weight copies per graph", flush=True)
+    del graph, outs
+    torch.cuda.synchronize()
+    return {"hidden": hidden, "shard": shard, "m": m, "torch_us": round(med, 3), "torch_p90_us": round(p90, 3),
+            "allgather_us": None, "allgather_p90_us": None, "copies": len(weights)}
 
 
 def main():
@@ -142,6 +191,11 @@ def main():
 
     if torch.cuda.device_count() < args.tp:
         sys.exit(f"bench-step-torch: --tp {args.tp} needs {args.tp} GPUs, {torch.cuda.device_count()} visible")
+    if args.tp == 1:
+        print(f"torch {torch.__version__}, CUDA {torch.version.cuda}; tp 1: mm + add alone, no torch.distributed", flush=True)
+        torch.cuda.set_device(0)
+        run(torch, None, 0, args, torch.device("cuda", 0))
+        return
     nccl = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}; "
           f"NCCL environment as set: {nccl or 'none'}", flush=True)
