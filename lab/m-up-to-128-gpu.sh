@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The GPU check of lab/m-up-to-128.patch on one H200 (lab/README.md says how
+# to prepare it). Runs from the repository root of a main checkout on the GPU
+# machine, with the test binaries built from the patched tree on a machine
+# with Go and carried as .dev/bigm/bin.
+#
+#   bash lab/m-up-to-128-gpu.sh [STAGE ...]
+#
+# Stages, in this order when none is named (all):
+#   apply   apply the patch to this copy (again where a fresh copy undid it)
+#           and put .dev/bigm/bin in bin/
+#   build   scripts/build-kernels (CUDA 13: sm_90, sm_100, PTX) into
+#           build/bigm/kernels.fatbin, skipped when its stamp matches the
+#           sources; the fatbin, stamp and ptxas report go to $OUT
+#   kernel  scripts/gpu-test kernel (memcheck of TestGPUSmall included)
+#   tp      scripts/gpu-test tp
+#   job     scripts/gpu-test cmd/tprun/internal/job
+#   run     tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000
+#   bench   tprun bench --tp 1 --m 16,32,64,128
+# Every stage after build loads build/bigm/kernels.fatbin through
+# TPRUN_KERNELS_FATBIN: the test binaries embed the fatbin of main, which
+# lacks the larger-M entry points. So two kernel tests fail by design until
+# that fatbin is committed: TestFatbinStampMatchesSources and
+# TestFatbinIsAFatbin (they check the embedded one). The logs go to
+# $OUT/bigm-logs.tgz, one line per stage to $OUT/summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/lab-out}
+mkdir -p "$OUT" build/bigm build/bigm-logs
+logs=$PWD/build/bigm-logs
+fat=build/bigm/kernels.fatbin
+export TPRUN_MULTICAST=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+stages=("$@")
+((${#stages[@]})) || stages=(apply build kernel tp job run bench)
+status=0
+note() {
+	echo "$*" | tee -a "$OUT/summary.txt"
+}
+finish() {
+	tar czf "$OUT/bigm-logs.tgz" -C build bigm-logs
+	exit $status
+}
+trap finish EXIT
+
+for st in "${stages[@]}"; do
+	start=$SECONDS
+	case $st in
+	apply)
+		if git apply --reverse --check lab/m-up-to-128.patch 2>/dev/null; then
+			note "apply: already applied"
+		else
+			# Files the patch creates, left by an earlier call on this copy.
+			awk '/^--- \/dev\/null/ { getline; sub(/^\+\+\+ b\//, ""); print }' lab/m-up-to-128.patch | xargs -r rm -f
+			if git apply lab/m-up-to-128.patch 2>"$logs/apply.log" || patch -p1 <lab/m-up-to-128.patch >>"$logs/apply.log" 2>&1; then
+				note "apply: ok"
+			else
+				note "apply: FAILED (log apply.log)"
+				status=1
+				exit
+			fi
+		fi
+		rm -rf bin && cp -r .dev/bigm/bin bin || { note "apply: no .dev/bigm/bin to carry"; status=1; exit; }
+		;;
+	build)
+		if [[ -f $fat.stamp && $(cat "$fat.stamp") == "$(scripts/build-kernels --hash)" ]]; then
+			note "build: $fat is current"
+		elif OUTFILE=$fat scripts/build-kernels >"$logs/build.log" 2>&1; then
+			note "build: ok in $((SECONDS - start))s, $(wc -c <"$fat") bytes"
+		else
+			note "build: FAILED (log build.log)"
+			status=1
+			exit
+		fi
+		cp "$fat" "$fat.stamp" "$fat.ptxas.txt" "$OUT/"
+		grep -A3 "tprun_bigm_" "$fat.ptxas.txt" | grep -E "Compiling|Used|spill" >"$logs/ptxas-bigm.txt"
+		;;
+	kernel | tp | job)
+		pkg=$st
+		[[ $st == job ]] && pkg=cmd/tprun/internal/job
+		TPRUN_KERNELS_FATBIN=$PWD/$fat OUT=$logs/gpu-test-$st GPU_TEST_TIMEOUT=${GPU_TEST_TIMEOUT:-6m} \
+			scripts/gpu-test "$pkg" >"$logs/gpu-test-$st.txt" 2>&1
+		rc=$?
+		((rc == 0)) || status=1
+		note "$st: exit $rc in $((SECONDS - start))s"
+		grep -E "^(PASS|FAIL) " "$logs/gpu-test-$st.txt" | tee -a "$OUT/summary.txt"
+		grep -hE -- "--- FAIL" "$logs/gpu-test-$st"/*.log 2>/dev/null | head -20 | tee -a "$OUT/summary.txt"
+		;;
+	run)
+		TPRUN_KERNELS_FATBIN=$PWD/$fat timeout 400 bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000 \
+			>"$logs/run.log" 2>&1
+		rc=$?
+		((rc == 0)) || status=1
+		note "run: exit $rc in $((SECONDS - start))s"
+		grep -E "^\S*\s*(16|64|128)\s" "$logs/run.log" | tee -a "$OUT/summary.txt"
+		;;
+	bench)
+		TPRUN_KERNELS_FATBIN=$PWD/$fat timeout 300 bin/tprun bench --tp 1 --m 16,32,64,128 \
+			--json-out "$logs/bench.json" >"$logs/bench.log" 2>&1
+		rc=$?
+		((rc == 0)) || status=1
+		note "bench: exit $rc in $((SECONDS - start))s"
+		tail -8 "$logs/bench.log" | tee -a "$OUT/summary.txt"
+		;;
+	*)
+		note "unknown stage $st"
+		status=2
+		exit
+		;;
+	esac
+done
