@@ -338,8 +338,14 @@ func createOp(name string, h *C.tprun_group, hidden, latent, maxM, device C.int,
 	if err != nil {
 		return fail(name, err)
 	}
+	reason := u.BackendReason()
+	if device == C.TPRUN_DEVICE_HOST && backend != "host" {
+		// The caller named the host device, not the host backend: say so
+		// rather than the "host asked for" of tp.WithBackend.
+		reason = "the op's device is TPRUN_DEVICE_HOST (host memory)"
+	}
 	o := &op{g: g, u: u, hidden: int(hidden), latent: int(latent), maxM: int(maxM), shard: u.Shape().Shard(),
-		backend: C.CString(u.Backend()), reason: C.CString(u.BackendReason())}
+		backend: C.CString(u.Backend()), reason: C.CString(reason)}
 	id, err := handles.addOp(g, o)
 	if err != nil {
 		return fail(name, errors.Join(err, o.release()))

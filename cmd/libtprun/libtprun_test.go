@@ -238,6 +238,56 @@ func TestPythonTorchCPU(t *testing.T) {
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: PASS$`)
 }
 
+// TestPythonLibraryMissing: what `import tprun` says when it finds no
+// library, from a copy of the package with none beside it: the way to get
+// one, or, when TPRUN_LIB names no file, the variable to fix.
+func TestPythonLibraryMissing(t *testing.T) {
+	py, _ := python(t)
+	pkg := filepath.Join(t.TempDir(), "tprun")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(repoRoot(t), "python", "tprun")
+	files, err := filepath.Glob(filepath.Join(src, "*.py"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Python files in %s: %v", src, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(pkg, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noFile := filepath.Join(t.TempDir(), "libtprun.so")
+	for _, c := range []struct {
+		desc string
+		env  []string
+		want []string
+	}{
+		{"nothing beside the package", nil, []string{"LibraryError: libtprun.so not found at " + filepath.Join(pkg, "libtprun.so"),
+			"pip install ./python", "go build -buildmode=c-shared"}},
+		{"TPRUN_LIB names no file", []string{"TPRUN_LIB=" + noFile}, []string{"LibraryError: libtprun.so not found at TPRUN_LIB=" + noFile,
+			"point TPRUN_LIB at a built libtprun.so, or unset it", pkg}},
+	} {
+		t.Run(c.desc, func(t *testing.T) {
+			cmd := exec.Command(py, "-B", "-c", "import tprun; tprun.version()")
+			cmd.Env = append(append(cleanEnv(), "PYTHONPATH="+filepath.Dir(pkg)), c.env...)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("import tprun loaded a library:\n%s", out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("the error does not say %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]

@@ -93,7 +93,7 @@ func runBenchCommand(args []string, stdout, stderr io.Writer, worker []string) i
 		report = filepath.Join(dir, "report.json")
 		cfg.Command = append(cfg.Command, "--json-out="+report)
 	}
-	cfg.Preflight = gpuCheck(bc.Job.Mailbox, "tprun bench")
+	cfg.Preflight = gpuCheck(bc.Job.Mailbox, "tprun bench", "")
 	status := runJob(cfg, stderr)
 	if !*asJSON {
 		return status

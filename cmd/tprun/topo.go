@@ -58,7 +58,8 @@ func runTopo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // and passes --strict in its Config argument.
 func preflight(jc *job.Config) func(ctx context.Context, cfg launcher.Config) (notice string, err error) {
 	if jc == nil {
-		return gpuCheck("", "")
+		// A command's ranks decide for themselves what to do without a GPU.
+		return gpuCheck("", "", "the ranks start without a GPU")
 	}
 	if jc.Backend == "cpu" || jc.Mailbox == "host" {
 		return nil
@@ -70,13 +71,14 @@ func preflight(jc *job.Config) func(ctx context.Context, cfg launcher.Config) (n
 	case jc.Mailbox == "unicast" || jc.Mailbox == "multicast":
 		needGPU = "--mailbox " + jc.Mailbox
 	}
-	return gpuCheck(jc.Mailbox, needGPU)
+	return gpuCheck(jc.Mailbox, needGPU, "continuing on the CPU")
 }
 
 // gpuCheck is the topology hook for a job on the GPUs: mailbox is the
 // --mailbox asked for ("" for a command's job), needGPU what asks for a
-// GPU ("" when the job may run without one).
-func gpuCheck(mailbox, needGPU string) func(ctx context.Context, cfg launcher.Config) (notice string, err error) {
+// GPU ("" when the job may run without one), withoutGPU what the notice
+// says the job does when there is no driver.
+func gpuCheck(mailbox, needGPU, withoutGPU string) func(ctx context.Context, cfg launcher.Config) (notice string, err error) {
 	return func(ctx context.Context, cfg launcher.Config) (string, error) {
 		var devs []int
 		for _, d := range cfg.Devices {
@@ -93,6 +95,6 @@ func gpuCheck(mailbox, needGPU string) func(ctx context.Context, cfg launcher.Co
 			LookupEnv: topo.EnvLookup(cfg.Env),
 			Mailbox:   mailbox,
 		}
-		return topo.PreflightNotice(ctx, nvml.New(), opts, needGPU)
+		return topo.PreflightNotice(ctx, nvml.New(), opts, needGPU, withoutGPU)
 	}
 }

@@ -3,10 +3,15 @@
 Every rank holds its rows of an up-projection weight; each step multiplies
 the same activation block by them, adds this rank's columns of a residual,
 and every rank gets the whole block. This one runs the host backend (the
-CPU, shared memory), so it needs no GPU:
+CPU, shared memory), so it needs no GPU. From the repository:
+
+    pip install ./python                  # builds libtprun.so with Go, into the package
+    go build -o tprun ./cmd/tprun         # the launcher
+    ./tprun --tp 2 -- python3 examples/python/host_rank.py --check
+
+or, without pip, build the library into the source tree:
 
     go build -buildmode=c-shared -o python/tprun/libtprun.so ./cmd/libtprun
-    go build -o tprun ./cmd/tprun
     PYTHONPATH=python ./tprun --tp 2 -- python3 examples/python/host_rank.py --check
 
 (or `torchrun --nproc-per-node 2 examples/python/host_rank.py`). With

@@ -7,17 +7,23 @@ columns of a residual, and every rank gets the whole [M, hidden] block,
 queued on the current CUDA stream like any PyTorch op. Build once, from the
 repository:
 
-    go build -buildmode=c-shared -o python/tprun/libtprun.so ./cmd/libtprun
-    go build -o tprun ./cmd/tprun
-    export PYTHONPATH=$PWD/python
+    pip install ./python                  # builds libtprun.so with Go, into the package
+    go build -o tprun ./cmd/tprun         # the launcher
 
-then run one rank per GPU, or several ranks on one GPU:
+(without pip: `go build -buildmode=c-shared -o python/tprun/libtprun.so
+./cmd/libtprun` and `export PYTHONPATH=$PWD/python`), then run one rank per
+GPU, or several ranks on one GPU:
 
     ./tprun --tp 4 -- python3 examples/python/torch_rank.py --check
     ./tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --graph 10000
     torchrun --nproc-per-node 4 examples/python/torch_rank.py --check
     TPRUN_DEVICES=0,0,0,0 torchrun --nproc-per-node 4 examples/python/torch_rank.py --graph 10000 --rows 1,8
     ./tprun --tp 1 -- python3 examples/python/torch_rank.py --bench [--hidden 896]
+
+Without a GPU, --cpu runs --check (and --compile) on CPU tensors and the
+host backend:
+
+    ./tprun --tp 2 -- python3 examples/python/torch_rank.py --cpu --hidden 1024 --latent 512
 
 What it runs (any combination; none given means --check):
   --check    every M of --rows, --iters steps each with fresh inputs: the block

@@ -142,6 +142,8 @@ def check_errors(g, sh):
                lambda: g.up_projection(g.size * 8 + 1, 8, 1))
     if e is not None and not (isinstance(e, ValueError) and e.status_name == "TPRUN_EINVAL" and e.rank is None):
         fail(f"invalid shape: {type(e).__mro__}, status {e.status_name}, rank {e.rank}")
+    if e is not None and f"{type(e).__module__}.{type(e).__qualname__}" != "tprun.InvalidArgumentError":
+        fail(f"invalid shape: raised as {type(e).__module__}.{type(e).__qualname__}, want tprun.InvalidArgumentError")
     # A backend that does not exist, named by the library (every rank).
     expect("backend 'carrier pigeon'", tprun.InvalidArgumentError, ["carrier pigeon"],
            lambda: g.up_projection(sh.hidden, sh.latent, 1, device=0, backend="carrier pigeon"))
@@ -181,8 +183,13 @@ def main():
     rng = random.Random(seed)
     a = Shape(g, rng, 24 * g.size, 40, 8)
     b = Shape(g, rng, 8 * g.size, 16, 3, deadline=30)
-    if a.op.backend != "host" or not a.op.backend_reason or a.op.device is not None:
-        fail(f"backend {a.op.backend!r} ({a.op.backend_reason!r}), device {a.op.device}: want the host backend")
+    if a.op.backend != "host" or "host memory" not in a.op.backend_reason or a.op.device is not None:
+        fail(f"backend {a.op.backend!r} ({a.op.backend_reason!r}), device {a.op.device}: want the host backend,"
+             " for host memory")
+    explicit = g.up_projection(8 * g.size, 8, 1, backend="host")
+    if explicit.backend_reason != "host asked for":
+        fail(f"backend='host': reason {explicit.backend_reason!r}, want 'host asked for'")
+    explicit.close()
     kinds = ["array", "bytes", "memoryview"]
     for rnd in range(2):
         for m in range(1, a.max_m + 1):

@@ -39,6 +39,14 @@ from ._lib import (
     TprunError,
 )
 
+# The errors are defined in _lib, beside the status codes, but belong to the
+# package: tracebacks and reprs name them tprun.PeerError, not
+# tprun._lib.PeerError.
+for _cls in (TprunError, InvalidArgumentError, PeerError, PeerTimeoutError, BackendUnavailableError, BusyError,
+             ClosedError, InternalError, LibraryError):
+    _cls.__module__ = __name__
+del _cls
+
 __all__ = [
     "join",
     "join_torch",
@@ -135,7 +143,8 @@ class Group:
         for name, v in (("hidden", hidden), ("latent", latent), ("max_m", max_m)):
             if not isinstance(v, int) or isinstance(v, bool):
                 raise ValueError(f"{name}: want an int, got {type(v).__name__}")
-        if device is None:
+        implied = device is None
+        if implied:
             device = _weight_device(weight)
         dev = _device_code(device)
         if deadline is not None and not (isinstance(deadline, (int, float)) and deadline > 0):
@@ -149,6 +158,9 @@ class Group:
         _lib.check(l.tprun_op_create_ex(self._handle(), hidden, latent, max_m, dev, float(deadline or 0),
                                         (backend or "").encode(), ctypes.byref(h)))
         op = UpProjection(self, h.value, hidden, latent, max_m, dev)
+        if implied and dev == _lib.DEVICE_HOST and backend in (None, "", "auto"):
+            op.backend_reason = ("no device given and the weight is in host memory (a CPU tensor or a buffer)"
+                                 if weight is not None else "no device and no weight given: host memory")
         if weight is not None:
             try:
                 op.set_weight(weight)

@@ -157,6 +157,10 @@ def lib():
 def _load():
     path = library_path()
     where = "TPRUN_LIB=" + path if os.environ.get("TPRUN_LIB") else path
+    if not os.path.exists(path) and os.environ.get("TPRUN_LIB"):
+        raise LibraryError(f"libtprun.so not found at {where}: point TPRUN_LIB at a built libtprun.so, or unset it"
+                           f" to load it from beside the package ({os.path.dirname(os.path.abspath(__file__))}), where"
+                           " `pip install ./python` puts it")
     if not os.path.exists(path):
         raise LibraryError(f"libtprun.so not found at {where}; install the package from the tprun repository with"
                            f" `pip install ./python` (it builds the library with Go), or build it there with: {BUILD_COMMAND}"

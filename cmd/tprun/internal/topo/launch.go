@@ -15,18 +15,19 @@ import (
 // ("tprun: <notice>") or the error that stops the launch.
 //
 //   - usable: the report's Summary, nil;
-//   - no driver: a notice that the job continues on the CPU, nil; or, when
+//   - no driver: a notice ending in withoutGPU (what the job does without
+//     one: "continuing on the CPU" for the default job), nil; or, when
 //     needGPU names what asked for a GPU (a flag such as "--backend cuda"),
 //     an error with ErrNoDriver that names it;
 //   - refused or NVML failure: "", the error, with a hint to run
 //     `tprun topo` for the full report.
-func PreflightNotice(ctx context.Context, lib nvml.Interface, opts Options, needGPU string) (string, error) {
+func PreflightNotice(ctx context.Context, lib nvml.Interface, opts Options, needGPU, withoutGPU string) (string, error) {
 	r, err := Preflight(ctx, lib, opts)
 	switch {
 	case errors.Is(err, ErrNoDriver) && needGPU != "":
 		return "", fmt.Errorf("%w, and %s needs a GPU", err, needGPU)
 	case errors.Is(err, ErrNoDriver):
-		return err.Error() + "; continuing on the CPU", nil
+		return err.Error() + "; " + withoutGPU, nil
 	case err != nil:
 		return "", fmt.Errorf("%w (tprun topo shows the full report; --skip-topology-check starts anyway)", err)
 	}

@@ -32,7 +32,7 @@ func TestPreflightNotice(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			lib, _ := tc.node(t).lib()
 			tc.opts.LookupEnv = env()
-			notice, err := PreflightNotice(context.Background(), lib, tc.opts, tc.needGPU)
+			notice, err := PreflightNotice(context.Background(), lib, tc.opts, tc.needGPU, "continuing on the CPU")
 			if tc.err == nil && err != nil || tc.err != nil && !errors.Is(err, tc.err) {
 				t.Fatalf("err %v, want %v", err, tc.err)
 			}
