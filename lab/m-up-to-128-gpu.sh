@@ -17,6 +17,13 @@
 #   job     scripts/gpu-test cmd/tprun/internal/job
 #   run     tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000
 #   bench   tprun bench --tp 1 --m 16,32,64,128
+#   sweep   scripts/bigm-sweep: the larger-M table's configs per shard
+#           (7168, 3584, 896, 448; M 16..128), the picked table, PyTorch
+#           mm + add and the HBM floor beside it; bigm_table.tsv,
+#           bigm-sweep.tsv and bench/bigm-sweep-h200-<date>.txt to $OUT,
+#           its logs into bigm-logs.tgz. Not in the default list: it needs
+#           a device call of its own (apply build sweep; about 300 s,
+#           SWEEP_BUDGET seconds if set).
 # Every stage after build loads build/bigm/kernels.fatbin through
 # TPRUN_KERNELS_FATBIN: the test binaries embed the fatbin of main, which
 # lacks the larger-M entry points. So two kernel tests fail by design until
@@ -100,6 +107,22 @@ for st in "${stages[@]}"; do
 		((rc == 0)) || status=1
 		note "bench: exit $rc in $((SECONDS - start))s"
 		tail -8 "$logs/bench.log" | tee -a "$OUT/summary.txt"
+		;;
+	sweep)
+		# The larger-M table's sweep within SWEEP_BUDGET seconds: by
+		# default 300, or what is left of a 600 s device call after the
+		# stages before it (less a margin); runs that would pass it are
+		# skipped and recorded.
+		budget=${SWEEP_BUDGET:-$((540 - SECONDS < 300 ? 540 - SECONDS : 300))}
+		rm -rf "$logs/sweep"
+		TPRUN_KERNELS_FATBIN=$PWD/$fat OUT=$OUT timeout $((budget + 60)) python3 scripts/bigm-sweep \
+			--budget "$budget" --work "$logs/sweep" >"$logs/sweep.log" 2>&1
+		rc=$?
+		((rc == 0)) || status=1
+		note "sweep: exit $rc in $((SECONDS - start))s (budget ${budget}s)"
+		report=$(ls -t bench/bigm-sweep-h200-*.txt 2>/dev/null | head -1)
+		[[ -n $report ]] && cp "$report" "$OUT/"
+		sed -n '/^## the picked table against/,$p' "$logs/sweep.log" | tee -a "$OUT/summary.txt"
 		;;
 	*)
 		note "unknown stage $st"
