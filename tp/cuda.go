@@ -131,8 +131,13 @@ func decodeProbe(b []byte) (gpuProbe, error) {
 	return p, nil
 }
 
+// minComputeMajor is the oldest compute capability (major) the kernels
+// run on: the fatbin's oldest SASS is sm_90.
+const minComputeMajor = 9
+
 // probeGPU reads what Resolve needs about device ordinal on this rank.
-// drv nil means no driver here; noDrv says why.
+// drv nil means no driver here; noDrv says why. A GPU older than
+// minComputeMajor is no GPU for the op.
 func probeGPU(drv *cuda.Driver, noDrv error, ordinal int) gpuProbe {
 	if drv == nil {
 		why := "no CUDA driver"
@@ -152,6 +157,21 @@ func probeGPU(drv *cuda.Driver, noDrv error, ordinal int) gpuProbe {
 	dev, err := drv.DeviceGet(ordinal)
 	if err != nil {
 		return fail(err)
+	}
+	// The kernels are built for sm_90 and sm_100 (and PTX for newer): an
+	// older GPU (an A100, compute capability 8.0) cannot load them, so it
+	// counts as no GPU, with the reason, before any setup.
+	major, minor, err := drv.ComputeCapability(dev)
+	if err != nil {
+		return fail(err)
+	}
+	if major < minComputeMajor {
+		name, err := drv.DeviceName(dev)
+		if err != nil {
+			name = "the GPU"
+		}
+		return fail(fmt.Errorf("%s has compute capability %d.%d, and tprun's kernels need %d.0 or newer (Hopper, Blackwell)",
+			name, major, minor, minComputeMajor))
 	}
 	facts, err := mailbox.ProbeDevice(drv, dev)
 	if err != nil {

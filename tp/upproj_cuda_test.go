@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/tprun/tprun/internal/cuda"
+	"github.com/tprun/tprun/internal/cuda/cudatest"
 	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/mailbox"
 )
@@ -1897,6 +1898,48 @@ func TestResolveMailboxWithoutGPU(t *testing.T) {
 		}
 		_, _, _, err = resolveMailbox(ctx, ex, mailbox.KindUnicast, probeGPU(nil, noDrv, 0), os.Getenv)
 		if !errors.Is(err, ErrBackendUnavailable) || !errors.Is(err, mailbox.ErrUnavailable) || !strings.Contains(err.Error(), "no CUDA driver") {
+			return fmt.Errorf("unicast: %v", err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResolveMailboxOldGPU: a GPU older than the kernels (compute
+// capability 8.0, as the fake driver built so reports) is no GPU for the
+// op: auto gives the host backend naming the GPU and the capability it
+// lacks, and unicast is refused with the same words, before any setup.
+func TestResolveMailboxOldGPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the fake driver")
+	}
+	for _, v := range []string{"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TPRUN_MULTICAST"} {
+		t.Setenv(v, "")
+	}
+	lib := cudatest.Build(t, t.TempDir(), "-DFAKECUDA_CC_MAJOR=8", "-DFAKECUDA_CC_MINOR=0")
+	drv, err := cuda.OpenLibrary(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	if err := drv.Init(); err != nil {
+		t.Fatal(err)
+	}
+	const want = "device 0: Fake GPU 0 has compute capability 8.0, and tprun's kernels need 9.0 or newer (Hopper, Blackwell)"
+	if p := probeGPU(drv, nil, 0); p.usable || p.why != want {
+		t.Fatalf("probe: usable %v, why %q; want unusable, %q", p.usable, p.why, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := onUpRanks(2, func(r int, ex mailbox.Exchanger) error {
+		kind, reason, _, err := resolveMailbox(ctx, ex, mailbox.KindAuto, probeGPU(drv, nil, 0), os.Getenv)
+		if err != nil || kind != mailbox.KindHost || !strings.Contains(reason, "every rank: "+want) {
+			return fmt.Errorf("auto: %v %q %v", kind, reason, err)
+		}
+		_, _, _, err = resolveMailbox(ctx, ex, mailbox.KindUnicast, probeGPU(drv, nil, 0), os.Getenv)
+		if !errors.Is(err, ErrBackendUnavailable) || !strings.Contains(err.Error(), "compute capability 8.0") {
 			return fmt.Errorf("unicast: %v", err)
 		}
 		return nil

@@ -78,6 +78,12 @@ API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
 }
 API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice d) {
     *v = (int)attr * 10 + d;
+#ifdef FAKECUDA_CC_MAJOR
+    /* Built with -DFAKECUDA_CC_MAJOR=X -DFAKECUDA_CC_MINOR=Y: every device
+       reports compute capability X.Y (an older GPU, say). */
+    if (attr == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) *v = FAKECUDA_CC_MAJOR;
+    if (attr == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) *v = FAKECUDA_CC_MINOR;
+#endif
     return CUDA_SUCCESS;
 }
 API CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
