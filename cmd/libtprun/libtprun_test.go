@@ -226,7 +226,7 @@ func TestPythonTorchCPU(t *testing.T) {
 	if j.code != 0 {
 		t.Fatalf("seed %d: exit status %d:\n%s", seed, j.code, j.out)
 	}
-	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps with torch .* CPU tensors, 0 wrong, every block identical`)
+	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps with torch .* CPU tensors \([1-9]\d* with a weight of their own\), 0 wrong, every block identical on all 2 ranks; PyTorch.s packing bit-identical to the library.s on [1-9]\d* elements`)
 	// The PyTorch example's checks, on CPU tensors.
 	j = launch(t, 2, env, 2*time.Minute, py, "examples/python/torch_rank.py", "--cpu", "--check", "--rows", "1,3,8",
 		"--hidden", "128", "--latent", "256", "--iters", "2", "--seed", strconv.FormatUint(uint64(seed), 10))
