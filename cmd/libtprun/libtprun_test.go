@@ -235,6 +235,7 @@ func TestPythonTorchCPU(t *testing.T) {
 	}
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: check, M \[1, 3, 8\], 2 steps each: \d+ elements checked, 0 wrong$`)
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: check: all 6 blocks identical on every rank$`)
+	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: check: [1-9]\d* of the steps passed a second layer's packed weight`)
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: PASS$`)
 }
 
