@@ -255,8 +255,8 @@ def main():
     if failures:
         print(f"rank {g.rank}: FAIL: {len(failures)} checks failed", file=sys.stderr)
         sys.exit(1)
-    print(f"rank {g.rank}: ok: {stats['steps']} steps ({stats['layer steps']} with a weight of their own), "
-          f"{stats['elements']} elements checked, 0 wrong, every block identical on all {g.size} ranks (seed {seed})",
+    print(f"rank {g.rank}: ok: {stats['steps']} steps, {stats['elements']} elements checked, 0 wrong, every block "
+          f"identical on all {g.size} ranks; {stats['layer steps']} steps with a weight of their own (seed {seed})",
           flush=True)
 
 
