@@ -30,6 +30,8 @@
  * half of an IEEE float32), row-major, in native (little-endian) order:
  *
  *   weight   [shard, latent], this rank's rows of the [hidden, latent] weight
+ *            (a weight passed with a device step is in the packed layout
+ *            instead: see "A WEIGHT PER STEP")
  *   latent   [m, latent], the same on every rank
  *   shared   [m, shard] at row stride shared_stride (elements): element
  *            (i, n) is shared[i*shared_stride + n]. Pass the full
@@ -40,6 +42,40 @@
  *
  * Device pointers and the weight must be 16-byte aligned (host buffers need
  * only uint16_t alignment). out must not overlap the operands.
+ *
+ * A WEIGHT PER STEP
+ *
+ * An op holds a weight of its own (tprun_op_set_weight_*), but a step may
+ * name another one instead: tprun_op_step_weight and
+ * tprun_op_step_host_weight. A model has tens of layers of one shape; one
+ * op shared by them, each step naming its layer's weight, costs one
+ * mailbox instead of one per layer, and a CUDA graph of many steps of one
+ * op runs faster than one step on each of many ops (docs/performance.md,
+ * "The stream-ordered step"). The two steps take the weight in different
+ * layouts:
+ *
+ *   device   the PACKED layout (tprun_pack_weight, tprun_packed_weight_len
+ *            elements), in device memory the caller keeps: the kernels
+ *            read only that layout, there is no packing kernel, and a
+ *            step queued on a stream (or replayed from a graph) must not
+ *            do host work on the weight. Pack each layer's weight once,
+ *            on the host with tprun_pack_weight and copy it over, or on
+ *            the device with the permutation written out in
+ *            python/tprun/_torch.py.
+ *   host     row-major [shard, latent], like tprun_op_set_weight_host:
+ *            the host backend's CPU kernel reads that layout, and on a
+ *            CUDA backend the op packs it and copies it to the device at
+ *            every such step (slow; for tests and small models).
+ *
+ * The packed layout (kernel/skinny.h is its reference): rows in groups of
+ * 16, k in chunks of 32, G = ceil(shard/16), C = ceil(latent/32); element
+ * (n, k) of the row-major weight is at
+ *
+ *     (g*C + c)*512 + (q*32 + l)*8 + e
+ *
+ * with g = n/16, c = k/32, l = 4*(n%8) + (k%32)/8, q = (k%8)/4 and
+ * e = 2*(2*((k%4)/2) + (n%16)/8) + k%2; the G*C*512 elements not so
+ * reached are zeros.
  *
  * STATUS AND THE LAST ERROR
  *
@@ -63,8 +99,9 @@
  * closed; tprun_version's and tprun_last_error's belong to the library
  * (the latter until the next failure on the same thread). Caller buffers
  * are only read or written during the call that receives them, except the
- * device pointers given to tprun_op_step, which the queued step uses
- * when it runs on the stream (as any kernel launch would).
+ * device pointers given to tprun_op_step and tprun_op_step_weight (the
+ * weight included), which the queued step uses when it runs on the stream
+ * (as any kernel launch would).
  *
  * COLLECTIVES AND ORDER
  *
@@ -123,7 +160,9 @@ extern "C" {
 #endif
 
 /* The interface version: it changes when a signature or a meaning below
- * changes. tprun_abi_version() returns the library's. */
+ * changes, not when a function is added (a program that calls a function
+ * an older library lacks fails to load against it, naming the symbol).
+ * tprun_abi_version() returns the library's. */
 #define TPRUN_ABI_VERSION 1
 
 /* Status codes. */
@@ -268,6 +307,22 @@ typedef struct tprun_collectives {
 int tprun_group_from_collectives(int rank, int size, int local_rank, int device,
 				 const tprun_collectives *collectives, void *user, tprun_group **group);
 
+/* ---- the packed weight layout ----------------------------------------- */
+
+/* tprun_packed_weight_len stores in *len the number of elements of a
+ * [shard, latent] weight in the packed layout ("A WEIGHT PER STEP"):
+ * ceil(shard/16) * ceil(latent/32) * 512. shard is a positive multiple of
+ * 8 and latent a multiple of 8 in 1..1048576 (the op's rules for one
+ * rank's rows); TPRUN_EINVAL otherwise. Not a collective; needs no group. */
+int tprun_packed_weight_len(int shard, int latent, size_t *len);
+
+/* tprun_pack_weight writes src, a row-major [shard, latent] weight in host
+ * memory, into dst (tprun_packed_weight_len elements of host memory, every
+ * one written, padding with zeros) in the packed layout, the form
+ * tprun_op_step_weight takes once copied to the device. dst and src must
+ * not overlap. The shape rules are tprun_packed_weight_len's. */
+int tprun_pack_weight(uint16_t *dst, const uint16_t *src, int shard, int latent);
+
 /* ---- op --------------------------------------------------------------- */
 
 /* tprun_op_create sets up the fused up-projection for [hidden, latent] and
@@ -324,6 +379,27 @@ int tprun_op_step(tprun_op *op, int m, const void *latent, const void *shared, s
  * the only step. */
 int tprun_op_step_host(tprun_op *op, int m, const uint16_t *latent, const uint16_t *shared,
 		       size_t shared_stride, uint16_t *out);
+
+/* tprun_op_step_weight is tprun_op_step with this step's weight: weight is
+ * this rank's [shard, latent] rows in the PACKED layout ("A WEIGHT PER
+ * STEP"), tprun_packed_weight_len elements of device memory in the
+ * primary context of the op's device, 16-byte aligned, not overlapping
+ * out; NULL uses the op's own (tprun_op_step is this with NULL). The op
+ * does not copy it: the queued step reads it when it runs, so it must
+ * stay valid and unchanged until then (for a graph, for every replay).
+ * The layout cannot be checked: a row-major weight here gives wrong
+ * blocks. Same checks, failures and graph capture as tprun_op_step;
+ * every rank may pass its own weight or none, independently. */
+int tprun_op_step_weight(tprun_op *op, int m, const void *latent, const void *weight, const void *shared,
+			 size_t shared_stride, void *out, void *stream);
+
+/* tprun_op_step_host_weight is tprun_op_step_host with this step's weight:
+ * weight is this rank's [shard, latent] rows, ROW-MAJOR, shard*latent
+ * host elements ("A WEIGHT PER STEP"), read during the call only; NULL
+ * uses the op's own (tprun_op_step_host is this with NULL). On a CUDA
+ * backend the op packs it and copies it to the device for this step. */
+int tprun_op_step_host_weight(tprun_op *op, int m, const uint16_t *latent, const uint16_t *weight,
+			      const uint16_t *shared, size_t shared_stride, uint16_t *out);
 
 /* tprun_op_synchronize waits for every step queued on stream to finish
  * and returns the first failure among them (as tprun_op_check). */

@@ -388,6 +388,52 @@ func tprun_op_set_weight_device(h *C.tprun_op, w C.tprun__cptr) (st C.int) {
 	return ret(name, o.u.SetWeightDevice(context.Background(), tp.DevicePtr(uintptr(unsafe.Pointer(w)))))
 }
 
+// packShape checks a weight shape given to the packing functions by the
+// op's rules for this rank's rows: shard a positive multiple of
+// tp.ShardAlign, latent a multiple of tp.LatentAlign in 1..tp.MaxLatent.
+func packShape(shard, latent C.int) error {
+	var errs []error
+	if shard < 1 || shard%tp.ShardAlign != 0 {
+		errs = append(errs, argErr("shard = %d: must be a positive multiple of %d", shard, tp.ShardAlign))
+	}
+	if latent < 1 || latent > tp.MaxLatent || latent%tp.LatentAlign != 0 {
+		errs = append(errs, argErr("latent = %d: must be a multiple of %d in 1..%d", latent, tp.LatentAlign, tp.MaxLatent))
+	}
+	return errors.Join(errs...)
+}
+
+//export tprun_packed_weight_len
+func tprun_packed_weight_len(shard, latent C.int, n *C.size_t) (st C.int) {
+	const name = "tprun_packed_weight_len"
+	defer guard(name, &st)
+	if n == nil {
+		return fail(name, argErr("len (the out pointer) is NULL"))
+	}
+	if err := packShape(shard, latent); err != nil {
+		return fail(name, err)
+	}
+	*n = C.size_t(tp.PackedWeightLen(int(shard), int(latent)))
+	return C.TPRUN_OK
+}
+
+//export tprun_pack_weight
+func tprun_pack_weight(dst *C.uint16_t, src *C.tprun__cu16, shard, latent C.int) (st C.int) {
+	const name = "tprun_pack_weight"
+	defer guard(name, &st)
+	if err := errors.Join(packShape(shard, latent),
+		alignedPtrs(2, ptrArg{"dst", unsafe.Pointer(dst)}, ptrArg{"src", unsafe.Pointer(src)})); err != nil {
+		return fail(name, err)
+	}
+	sh, k := int(shard), int(latent)
+	d := bf16s(unsafe.Pointer(dst), tp.PackedWeightLen(sh, k))
+	w := bf16s(unsafe.Pointer(src), sh*k)
+	dp, wp := uintptr(unsafe.Pointer(dst)), uintptr(unsafe.Pointer(src))
+	if dp < wp+2*uintptr(len(w)) && wp < dp+2*uintptr(len(d)) {
+		return fail(name, argErr("dst overlaps src: the packed weight needs a buffer of its own"))
+	}
+	return ret(name, tp.PackWeight(d, w, sh, k))
+}
+
 type ptrArg struct {
 	name string
 	p    unsafe.Pointer
@@ -424,16 +470,36 @@ func (o *op) stepArgs(m C.int, stride C.size_t) error {
 func tprun_op_step(h *C.tprun_op, m C.int, latent, shared C.tprun__cptr, stride C.size_t, out, stream unsafe.Pointer) (st C.int) {
 	const name = "tprun_op_step"
 	defer guard(name, &st)
+	return stepDevice(name, h, m, latent, nil, shared, stride, out, stream)
+}
+
+//export tprun_op_step_weight
+func tprun_op_step_weight(h *C.tprun_op, m C.int, latent, weight, shared C.tprun__cptr, stride C.size_t, out, stream unsafe.Pointer) (st C.int) {
+	const name = "tprun_op_step_weight"
+	defer guard(name, &st)
+	return stepDevice(name, h, m, latent, weight, shared, stride, out, stream)
+}
+
+// stepDevice is tprun_op_step and tprun_op_step_weight: weight, when not
+// NULL, is this rank's weight in the packed layout (tp's Enqueue with
+// DeviceInputs.WeightPacked), else the op's own.
+func stepDevice(name string, h *C.tprun_op, m C.int, latent, weight, shared C.tprun__cptr, stride C.size_t, out, stream unsafe.Pointer) C.int {
 	o, err := handles.op(uintptr(unsafe.Pointer(h)))
 	if err != nil {
 		return fail(name, err)
 	}
-	if err := errors.Join(o.stepArgs(m, stride), alignedPtrs(16, ptrArg{"latent", unsafe.Pointer(latent)},
-		ptrArg{"shared", unsafe.Pointer(shared)}, ptrArg{"out", out})); err != nil {
+	ptrs := []ptrArg{{"latent", unsafe.Pointer(latent)}, {"shared", unsafe.Pointer(shared)}, {"out", out}}
+	if weight != nil {
+		ptrs = append(ptrs, ptrArg{"weight", unsafe.Pointer(weight)})
+	}
+	if err := errors.Join(o.stepArgs(m, stride), alignedPtrs(16, ptrs...)); err != nil {
 		return fail(name, err)
 	}
 	in := tp.DeviceInputs{M: int(m), Latent: tp.DevicePtr(uintptr(unsafe.Pointer(latent))),
 		Shared: tp.DevicePtr(uintptr(unsafe.Pointer(shared))), SharedStride: int(stride)}
+	if weight != nil {
+		in.Weight, in.WeightPacked = tp.DevicePtr(uintptr(unsafe.Pointer(weight))), true
+	}
 	return ret(name, o.u.Enqueue(in, tp.DevicePtr(uintptr(out)), tp.Stream(uintptr(stream))))
 }
 
@@ -441,12 +507,29 @@ func tprun_op_step(h *C.tprun_op, m C.int, latent, shared C.tprun__cptr, stride 
 func tprun_op_step_host(h *C.tprun_op, m C.int, latent, shared *C.tprun__cu16, stride C.size_t, out *C.uint16_t) (st C.int) {
 	const name = "tprun_op_step_host"
 	defer guard(name, &st)
+	return stepHost(name, h, m, latent, nil, shared, stride, out)
+}
+
+//export tprun_op_step_host_weight
+func tprun_op_step_host_weight(h *C.tprun_op, m C.int, latent, weight, shared *C.tprun__cu16, stride C.size_t, out *C.uint16_t) (st C.int) {
+	const name = "tprun_op_step_host_weight"
+	defer guard(name, &st)
+	return stepHost(name, h, m, latent, weight, shared, stride, out)
+}
+
+// stepHost is tprun_op_step_host and tprun_op_step_host_weight: weight,
+// when not NULL, is this rank's row-major [shard, latent] weight for this
+// step (tp's UpInputs.Weight), else the op's own.
+func stepHost(name string, h *C.tprun_op, m C.int, latent, weight, shared *C.tprun__cu16, stride C.size_t, out *C.uint16_t) C.int {
 	o, err := handles.op(uintptr(unsafe.Pointer(h)))
 	if err != nil {
 		return fail(name, err)
 	}
-	if err := errors.Join(alignedPtrs(2, ptrArg{"latent", unsafe.Pointer(latent)}, ptrArg{"shared", unsafe.Pointer(shared)},
-		ptrArg{"out", unsafe.Pointer(out)}), o.stepArgs(m, stride)); err != nil {
+	ptrs := []ptrArg{{"latent", unsafe.Pointer(latent)}, {"shared", unsafe.Pointer(shared)}, {"out", unsafe.Pointer(out)}}
+	if weight != nil {
+		ptrs = append(ptrs, ptrArg{"weight", unsafe.Pointer(weight)})
+	}
+	if err := errors.Join(alignedPtrs(2, ptrs...), o.stepArgs(m, stride)); err != nil {
 		return fail(name, err)
 	}
 	mm, s := int(m), int(stride)
@@ -456,6 +539,9 @@ func tprun_op_step_host(h *C.tprun_op, m C.int, latent, shared *C.tprun__cu16, s
 	}
 	in := tp.UpInputs{M: mm, Latent: bf16s(unsafe.Pointer(latent), mm*o.latent),
 		Shared: bf16s(unsafe.Pointer(shared), sharedLen), SharedStride: s}
+	if weight != nil {
+		in.Weight = bf16s(unsafe.Pointer(weight), o.shard*o.latent)
+	}
 	return ret(name, o.u.Step(context.Background(), in, bf16s(unsafe.Pointer(out), mm*o.hidden)))
 }
 

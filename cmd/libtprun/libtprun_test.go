@@ -161,7 +161,7 @@ func TestCRankProgram(t *testing.T) {
 			t.Errorf("tp %d, seed %d: exit status %d:\n%s", n, seed, j.code, j.out)
 			continue
 		}
-		everyRankSays(t, j, n, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps, \d+ elements checked, 0 wrong, every block identical`)
+		everyRankSays(t, j, n, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps, \d+ elements checked, 0 wrong, every block identical on all \d+ ranks; [1-9]\d* packed weight elements as the layout says`)
 	}
 }
 
@@ -210,7 +210,7 @@ func TestPythonHostBackend(t *testing.T) {
 			t.Errorf("tp %d, seed %d: exit status %d:\n%s", n, seed, j.code, j.out)
 			continue
 		}
-		everyRankSays(t, j, n, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps, \d+ elements checked, 0 wrong, every block identical`)
+		everyRankSays(t, j, n, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps, \d+ elements checked, 0 wrong, every block identical on all \d+ ranks; [1-9]\d* steps with a weight of their own`)
 	}
 }
 
@@ -226,7 +226,7 @@ func TestPythonTorchCPU(t *testing.T) {
 	if j.code != 0 {
 		t.Fatalf("seed %d: exit status %d:\n%s", seed, j.code, j.out)
 	}
-	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps with torch .* CPU tensors, 0 wrong, every block identical`)
+	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: ok: \d+ steps with torch .* CPU tensors \([1-9]\d* with a weight of their own\), 0 wrong, every block identical on all 2 ranks; PyTorch.s packing bit-identical to the library.s on [1-9]\d* elements`)
 	// The PyTorch example's checks, on CPU tensors.
 	j = launch(t, 2, env, 2*time.Minute, py, "examples/python/torch_rank.py", "--cpu", "--check", "--rows", "1,3,8",
 		"--hidden", "128", "--latent", "256", "--iters", "2", "--seed", strconv.FormatUint(uint64(seed), 10))
@@ -235,6 +235,7 @@ func TestPythonTorchCPU(t *testing.T) {
 	}
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: check, M \[1, 3, 8\], 2 steps each: \d+ elements checked, 0 wrong$`)
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: check: all 6 blocks identical on every rank$`)
+	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: check: [1-9]\d* of the steps passed a second layer's packed weight`)
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: PASS$`)
 }
 

@@ -25,20 +25,31 @@ host backend:
 
     ./tprun --tp 2 -- python3 examples/python/torch_rank.py --cpu --hidden 1024 --latent 512
 
+A model's layers of one shape can share one op: each layer holds its
+weight as op.pack(weight) and passes it with the step, op(latent, shared,
+weight=packed). The checks below do that for a second "layer" on some steps.
+
 What it runs (any combination; none given means --check):
   --check    every M of --rows, --iters steps each with fresh inputs: the block
              against a PyTorch float64 reference (the op's own roundings
-             allowed, nothing else) and across ranks
+             allowed, nothing else) and across ranks; a third of the steps
+             pass a second layer's packed weight instead of the op's own
   --graph N  a torch.cuda.graph holding one step between two PyTorch ops
-             (a negation before, a scaling after), replayed N times per M
-             with fresh inputs and a poisoned output each time; every
+             (a negation before, a scaling after) and a second step of the
+             same op with a second layer's packed weight, replayed N times
+             per M with fresh inputs and poisoned outputs each time; every
              replay checked as --check does
   --compile  the same function eager and under torch.compile, bit for bit
-  --bench    tp 1 speed: per M, a CUDA graph holding one step of each of K
-             ops whose weight copies cover --rotate-mb MiB (so the weights
-             stream from HBM), replayed --replays times with an event pair
-             around each; the table gives the median and p90 time per step
-             (replay time / K), to set beside `tprun bench --tp 1`
+  --bench    tp 1 speed: per M, CUDA graphs of K steps whose weight copies
+             cover --rotate-mb MiB (so the weights stream from HBM),
+             replayed --replays times with an event pair around each; the
+             table gives the median and p90 time per step (replay time / K)
+             of two forms, to set beside `tprun bench --tp 1`:
+               "K ops"  one step on each of K ops, each holding its weight
+                        copy (`tprun bench --graph enqueue-ops`)
+               "1 op"   K steps of one op, each passing its own packed
+                        weight copy (op.pack; `tprun bench --graph enqueue`),
+                        the form of a model whose layers share one op
 Each rank prints its findings; the program exits 1 if anything was wrong.
 """
 
@@ -185,10 +196,16 @@ class Rank:
         self.ref = Reference(torch, self.weight)
         r, s = self.g.rank, self.shard
         self.mine = self.weight[r * s:(r + 1) * s]  # this rank's [shard, latent] rows
+        # A second "layer" of the same shape, sharing the op: its weight is
+        # packed once by the op and passed with the steps that use it.
+        w2 = torch.randn(a.hidden, a.latent, generator=self.gen, device=self.dev) * a.latent**-0.5
+        self.weight2 = w2.to(torch.bfloat16)
+        self.ref2 = Reference(torch, self.weight2)
         self.coeff = torch.randint(-(2**62), 2**62, (16 * a.hidden,), generator=self.gen, device=self.dev)
         self.max_m = max(a.rows)
         self.op = self.g.up_projection(a.hidden, a.latent, self.max_m, self.mine, backend=a.backend,
                                        deadline=a.deadline)
+        self.layer2 = self.op.pack(self.weight2[r * s:(r + 1) * s])
         self.failed = False
         where = "the CPU" if a.cpu else f"cuda:{self.g.device}"
         self.say(f"{self.op.backend} backend on {where} ({self.op.backend_reason})")
@@ -223,27 +240,32 @@ class Rank:
     def check(self):
         t, a = self.torch, self.a
         r, s = self.g.rank, self.shard
-        digests, wrong, ref_wrong, differ, beyond, checked = [], 0, 0, 0, 0, 0
+        digests, wrong, ref_wrong, differ, beyond, checked, second = [], 0, 0, 0, 0, 0, 0
         for m in a.rows:
             for it in range(a.iters):
                 lat, sh = self.fresh(m)
+                # Some steps pass the second layer's packed weight.
+                layer2 = (it + m) % 3 == 1
+                pw, full, yard = (self.layer2, self.weight2, self.ref2) if layer2 else (None, self.weight, self.ref)
+                second += layer2
                 if it % 2:  # a poisoned output of the caller's, and this rank's columns as a strided view
                     out = t.full((m, a.hidden), float("nan"), dtype=t.bfloat16, device=self.dev)
-                    self.op(lat, sh[:, r * s:(r + 1) * s], out=out)
+                    self.op(lat, sh[:, r * s:(r + 1) * s], out=out, weight=pw)
                 else:
-                    out = self.op(lat, sh)
-                w, b = self.ref.check(out, lat, sh)
+                    out = self.op(lat, sh, weight=pw)
+                w, b = yard.check(out, lat, sh)
                 wrong += int(w)
                 beyond += int(b)
                 # PyTorch's own fp32 GEMM is one of the sums the bound
                 # allows: a check of the reference itself.
-                ref = ((lat.float() @ self.weight.float().T).to(t.bfloat16).float() + sh.float()).to(t.bfloat16)
-                ref_wrong += int(self.ref.check(ref, lat, sh)[0])
+                ref = ((lat.float() @ full.float().T).to(t.bfloat16).float() + sh.float()).to(t.bfloat16)
+                ref_wrong += int(yard.check(ref, lat, sh)[0])
                 differ += int((out.float() != ref.float()).sum())
                 digests.append(int(digest(t, out, self.coeff)))
                 checked += m * a.hidden
         self.op.synchronize()
         self.report(f"check, M {a.rows}, {a.iters} steps each", checked, wrong)
+        self.say(f"check: {second} of the steps passed a second layer's packed weight (op.pack), the rest the op's own")
         if ref_wrong:
             self.say(f"FAIL: PyTorch's fp32 reference falls outside the bound {ref_wrong} times")
             self.failed = True
@@ -260,20 +282,23 @@ class Rank:
             src = t.empty(m, a.latent, dtype=t.bfloat16, device=self.dev)
             sh = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
             out = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
+            out2 = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
             src.copy_(self.fresh(m)[0])
             sh.copy_(self.fresh(m)[1])
-            # One eager step on a side stream first, as torch.cuda.graph
-            # recommends (every rank runs it: it is a step like any other).
+            # One eager round on a side stream first, as torch.cuda.graph
+            # recommends (every rank runs it: its steps are steps like any other).
             side = t.cuda.Stream()
             side.wait_stream(t.cuda.current_stream())
             with t.cuda.stream(side):
                 self.op(t.neg(src), sh, out=out)
+                self.op(t.neg(src), sh, out=out2, weight=self.layer2)
             t.cuda.current_stream().wait_stream(side)
             g = t.cuda.CUDAGraph()
             with t.cuda.graph(g):
                 lat = t.neg(src)  # a PyTorch op before the step
                 self.op(lat, sh, out=out)
                 post = out.float() * 2.0  # and one after it
+                self.op(lat, sh, out=out2, weight=self.layer2)  # the second layer, the same op
             wrong = t.zeros((), dtype=t.int64, device=self.dev)
             beyond = t.zeros((), dtype=t.int64, device=self.dev)
             dig = t.zeros((), dtype=t.int64, device=self.dev)
@@ -283,15 +308,18 @@ class Rank:
                 src.copy_(nsrc)
                 sh.copy_(nsh)
                 out.fill_(float("nan"))  # poison: whatever the step leaves unwritten fails
+                out2.fill_(float("nan"))
                 g.replay()
                 w, b = self.ref.check((post * 0.5).to(t.bfloat16), t.neg(nsrc), nsh)
-                wrong += w
-                beyond += b
-                dig += digest(t, post, self.coeff)
+                w2, b2 = self.ref2.check(out2, t.neg(nsrc), nsh)
+                wrong += w + w2
+                beyond += b + b2
+                dig += digest(t, post, self.coeff) + digest(t, out2, self.coeff)
             t.cuda.synchronize()
             self.op.check()
             took = time.monotonic() - start
-            self.report(f"graph, M {m}: {a.graph} replays ({took:.1f} s)", a.graph * m * a.hidden, int(wrong))
+            self.report(f"graph, M {m}: {a.graph} replays of 2 steps, the second with a packed weight ({took:.1f} s)",
+                        2 * a.graph * m * a.hidden, int(wrong))
             self.say(f"graph, M {m}: {int(beyond)} elements beyond one bf16 rounding of the exact GEMM")
             if self.agree(f"graph M {m} blocks", [int(dig)]):
                 self.say(f"graph, M {m}: every replay's block identical on every rank")
@@ -301,10 +329,11 @@ class Rank:
 
     def compiled(self):
         t, a = self.torch, self.a
-        op = self.op
+        op, layer2 = self.op, self.layer2
 
         def f(src, sh):
-            return op(t.neg(src), sh).float() * 2.0
+            # Two steps of the op: its own weight, then the second layer's.
+            return op(t.neg(src), sh).float() * 2.0, op(t.neg(src), sh, weight=layer2)
 
         if not hasattr(t, "compile"):
             self.say(f"FAIL: --compile needs torch.compile (PyTorch 2), this is {t.__version__}")
@@ -315,12 +344,14 @@ class Rank:
         for m in a.rows:
             for _ in range(3):
                 src, sh = self.fresh(m)
-                want = f(src, sh)  # a step
-                got = cf(src, sh)  # another step, same inputs: the same block
+                want, want2 = f(src, sh)  # two steps
+                got, got2 = cf(src, sh)  # two more, same inputs: the same blocks
                 differ += int((got.view(t.int32) != want.view(t.int32)).sum())
+                differ += int((got2.view(t.int16) != want2.view(t.int16)).sum())
                 wrong += int(self.ref.check((got * 0.5).to(t.bfloat16), t.neg(src), sh)[0])
+                wrong += int(self.ref2.check(got2, t.neg(src), sh)[0])
         self.op.synchronize()
-        self.report(f"compile, M {a.rows}", 3 * sum(a.rows) * a.hidden, wrong + differ)
+        self.report(f"compile, M {a.rows}, with and without a packed weight", 6 * sum(a.rows) * a.hidden, wrong + differ)
         if differ:
             self.say(f"FAIL: compile: {differ} elements differ between eager and compiled")
 
@@ -330,53 +361,75 @@ class Rank:
         t, a = self.torch, self.a
         shard_bytes = self.shard * a.latent * 2
         k = max(math.ceil(a.rotate_mb * 2**20 / shard_bytes), 1)
-        self.say(f"bench: hidden {a.hidden}, latent {a.latent}, shard {self.shard}: {k} ops whose weight copies "
-                 f"cover {k * shard_bytes / 2**20:.0f} MiB")
+        self.say(f"bench: hidden {a.hidden}, latent {a.latent}, shard {self.shard}: {k} weight copies "
+                 f"cover {k * shard_bytes / 2**20:.0f} MiB, in each form")
+        # "K ops": one step on each of K ops, each holding its weight copy.
         ops = [self.op] + [self.g.up_projection(a.hidden, a.latent, self.max_m, self.mine, backend=a.backend,
                                                 deadline=a.deadline) for _ in range(k - 1)]
+        # "1 op": K steps of this op, each passing its own packed copy.
+        packs = [self.op.pack(self.mine) for _ in range(k)]
+        forms = {"K ops": [(op, None) for op in ops], "1 op": [(self.op, w) for w in packs]}
         rows = []
         for m in a.rows:
             lat, sh = self.fresh(m)
-            outs = [t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev) for _ in ops]
-            side = t.cuda.Stream()
-            side.wait_stream(t.cuda.current_stream())
-            with t.cuda.stream(side):
-                for op, out in zip(ops, outs):
-                    op(lat, sh, out=out)
-            t.cuda.current_stream().wait_stream(side)
-            g = t.cuda.CUDAGraph()
-            with t.cuda.graph(g):
-                for op, out in zip(ops, outs):
-                    op(lat, sh, out=out)
-            for _ in range(a.warmup):
-                g.replay()
-            for out in outs:
-                out.fill_(float("nan"))
-            g.replay()
-            wrong = sum(int(self.ref.check(out, lat, sh)[0]) for out in outs)
-            ev = [t.cuda.Event(enable_timing=True) for _ in range(a.replays + 1)]
-            ev[0].record()
-            for i in range(a.replays):
-                g.replay()
-                ev[i + 1].record()
-            t.cuda.synchronize()
-            ops[0].check()
-            us = sorted(ev[i].elapsed_time(ev[i + 1]) * 1000.0 / k for i in range(a.replays))
-            rows.append((m, statistics.median(us), us[max(0, math.ceil(0.9 * len(us)) - 1)], wrong))
-            del g
+            row = [m]
+            wrong = 0
+            for steps in forms.values():
+                med, p90, w = self.time_graph(steps, lat, sh, m, k)
+                row += [med, p90]
+                wrong += w
+            rows.append(row + [wrong])
         for op in ops[1:]:
             op.close()
+        for w in packs:
+            w.close()
         if self.g.rank == 0:
             print(f"# torch_rank.py --bench: tp {self.g.size}, hidden {a.hidden}, latent {a.latent}, {self.op.backend}, "
-                  f"{k} ops per graph, {a.replays} replays; time per step = replay time / {k}")
-            print(f"# {'M':>2} {'median µs':>10} {'p90 µs':>10} {'#wrong':>7}")
-            for m, med, p90, wrong in rows:
-                print(f"  {m:>2} {med:>10.2f} {p90:>10.2f} {wrong:>7}")
+                  f"{k} steps per graph, {a.replays} replays; time per step = replay time / {k}")
+            print("#   K ops: one step on each of K ops holding their weight copies; "
+                  "1 op: K steps of one op, each passing its packed copy (op.pack)")
+            print(f"# {'M':>2} {'K ops med µs':>13} {'K ops p90 µs':>13} {'1 op med µs':>12} {'1 op p90 µs':>12} {'#wrong':>7}")
+            for m, med, p90, med1, p901, wrong in rows:
+                print(f"  {m:>2} {med:>13.2f} {p90:>13.2f} {med1:>12.2f} {p901:>12.2f} {wrong:>7}")
             sys.stdout.flush()
-        for m, _, _, wrong in rows:
-            if wrong:
-                self.say(f"FAIL: bench M {m}: {wrong} wrong elements")
+        for row in rows:
+            if row[-1]:
+                self.say(f"FAIL: bench M {row[0]}: {row[-1]} wrong elements")
                 self.failed = True
+
+    def time_graph(self, steps, lat, sh, m, k):
+        """Captures steps ((op, packed weight or None) each) into one graph,
+        checks one poisoned replay, and times --replays more: the median and
+        p90 µs per step, and the wrong elements."""
+        t, a = self.torch, self.a
+        outs = [t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev) for _ in steps]
+        side = t.cuda.Stream()
+        side.wait_stream(t.cuda.current_stream())
+        with t.cuda.stream(side):
+            for (op, w), out in zip(steps, outs):
+                op(lat, sh, out=out, weight=w)
+        t.cuda.current_stream().wait_stream(side)
+        g = t.cuda.CUDAGraph()
+        with t.cuda.graph(g):
+            for (op, w), out in zip(steps, outs):
+                op(lat, sh, out=out, weight=w)
+        for _ in range(a.warmup):
+            g.replay()
+        for out in outs:
+            out.fill_(float("nan"))
+        g.replay()
+        wrong = sum(int(self.ref.check(out, lat, sh)[0]) for out in outs)
+        ev = [t.cuda.Event(enable_timing=True) for _ in range(a.replays + 1)]
+        ev[0].record()
+        for i in range(a.replays):
+            g.replay()
+            ev[i + 1].record()
+        t.cuda.synchronize()
+        for op in {id(op): op for op, _ in steps}.values():
+            op.check()
+        us = sorted(ev[i].elapsed_time(ev[i + 1]) * 1000.0 / k for i in range(a.replays))
+        del g
+        return statistics.median(us), us[max(0, math.ceil(0.9 * len(us)) - 1)], wrong
 
 
 def main():

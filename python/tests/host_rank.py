@@ -3,7 +3,9 @@
     tprun --tp 2 -- python3 python/tests/host_rank.py SEED
 
 Every rank draws the same inputs from SEED, fresh for every step, steps two
-ops of different shapes with every kind of buffer the package takes, checks
+ops of different shapes with every kind of buffer the package takes (one of
+them also with per-step weights of several "layers", op.pack, interleaved
+with its own weight), checks
 every element of every block against tprun.reference (pure Python), and
 checks that every rank holds the same bytes. Then the argument checks
 (ValueError naming the argument), the library's errors as exceptions, and
@@ -52,12 +54,15 @@ class Shape:
         self.op.set_weight(self.weight[r * s * k:(r + 1) * s * k])
 
 
-stats = {"steps": 0, "elements": 0}
+stats = {"steps": 0, "elements": 0, "layer steps": 0}
 
 
-def step(sh, m, kind):
-    """One step with fresh inputs, passed as the buffer kind names."""
+def step(sh, m, kind, layer=None):
+    """One step with fresh inputs, passed as the buffer kind names; layer,
+    when given, is (the full weight, this rank's PackedWeight of it), passed
+    with the step."""
     g = sh.g
+    full, packed = (sh.weight, None) if layer is None else layer
     lat = sh.draw(m * sh.latent)
     shared = sh.draw(m * sh.hidden)
     mine = array("H")
@@ -65,12 +70,12 @@ def step(sh, m, kind):
         mine.extend(shared[i * sh.hidden + g.rank * sh.shard:i * sh.hidden + (g.rank + 1) * sh.shard])
     poison = array("H", [0xFFFF]) * (m * sh.hidden)  # NaN: what the op leaves unwritten fails
     if kind == "array":
-        out = sh.op(lat, shared, out=poison)
+        out = sh.op(lat, shared, out=poison, weight=packed)
     elif kind == "bytes":  # read-only inputs (copied), packed slice, a new output array
-        out = sh.op(bytes(lat), bytes(mine))
+        out = sh.op(bytes(lat), bytes(mine), weight=packed)
     elif kind == "memoryview":
         ba = bytearray(poison.tobytes())
-        res = sh.op(memoryview(bytearray(lat.tobytes())), memoryview(mine), out=memoryview(ba))
+        res = sh.op(memoryview(bytearray(lat.tobytes())), memoryview(mine), out=memoryview(ba), weight=packed)
         if res.obj is not ba:
             fail("the memoryview returned is not the one passed")
         out = array("H", ba)
@@ -79,17 +84,38 @@ def step(sh, m, kind):
     if not isinstance(out, array) or len(out) != m * sh.hidden:
         fail(f"{kind}: out is {type(out).__name__} of {len(out)}, want array('H') of {m * sh.hidden}")
         return
-    wrong = reference.check_block(out, lat, sh.weight, shared, m, sh.hidden, sh.latent)
+    wrong = reference.check_block(out, lat, full, shared, m, sh.hidden, sh.latent)
+    what = "own weight" if packed is None else "weight passed"
     if wrong:
         i, n, got, lo, hi = wrong[0]
-        fail(f"hidden {sh.hidden} M {m} ({kind}): {len(wrong)} wrong, first out[{i},{n}] = {got}, want [{lo}, {hi}]")
+        fail(f"hidden {sh.hidden} M {m} ({kind}, {what}): {len(wrong)} wrong, first out[{i},{n}] = {got}, "
+             f"want [{lo}, {hi}]")
     digest = hashlib.sha256(out.tobytes()).digest()
     for r, d in enumerate(g.all_gather(digest)):
         if d != digest:
             fail(f"hidden {sh.hidden} M {m} ({kind}): rank {r}'s block differs from rank {g.rank}'s")
     stats["steps"] += 1
     stats["elements"] += m * sh.hidden
+    if packed is not None:
+        stats["layer steps"] += 1
 
+
+def new_layers(sh, n):
+    """n layers: fresh full weights, and this rank's rows of each packed by
+    the op from a different kind of buffer (the package keeps a copy)."""
+    r, s, k = sh.g.rank, sh.shard, sh.latent
+    layers = []
+    for i in range(n):
+        full = sh.draw(sh.hidden * sh.latent, sh.latent**-0.5)
+        mine = full[r * s * k:(r + 1) * s * k]
+        src = [mine, bytes(mine), memoryview(bytearray(mine.tobytes()))][i % 3]
+        w = sh.op.pack(src)
+        if not isinstance(w, tprun.PackedWeight) or w.packed or w.device is not None or (w.shard, w.latent) != (s, k):
+            fail(f"op.pack gave {w!r}: want a row-major host PackedWeight of shard {s}, latent {k}")
+        if isinstance(src, memoryview):
+            src[:2] = b"\xff\xff"  # the caller's buffer changes; the PackedWeight's copy must not
+        layers.append((full, w))
+    return layers
 
 def expect(desc, exc, words, f):
     try:
@@ -121,6 +147,12 @@ def check_arguments(sh):
         ("out read-only", ["out", "read-only"], lambda: op(lat, shared, out=bytes(4 * h))),
         ("out misaligned", ["out", "aligned"], lambda: op(lat, shared, out=memoryview(bytearray(4 * h + 1))[1:])),
         ("weight of a wrong length", ["weight", str(s * k)], lambda: op.set_weight(array("H", [1]) * (s * k - 1))),
+        ("pack of a wrong length", ["weight", str(s * k)], lambda: op.pack(array("H", [1]) * (s * k + 1))),
+        ("pack of floats", ["weight", "'f'"], lambda: op.pack(array("f", [1.0]) * (s * k))),
+        ("step weight a raw buffer", ["weight", "array", "op.pack"], lambda: op(lat, shared, weight=array("H", [1]) * (s * k))),
+        ("step weight of another shape", ["weight", f"latent {k}"], lambda: op(lat, shared, weight=sh.other.op.pack(
+            array("H", [1]) * (sh.other.shard * sh.other.latent)))),
+        ("step weight closed", ["weight", "closed"], lambda: op(lat, shared, weight=_closed(op.pack(array("H", [1]) * (s * k))))),
         ("hidden not an int", ["hidden"], lambda: sh.g.up_projection(8.0, k, 1)),
         ("device not a device", ["device"], lambda: sh.g.up_projection(h, k, 1, device="gpu")),
         ("deadline not positive", ["deadline"], lambda: sh.g.up_projection(h, k, 1, deadline=-1)),
@@ -128,6 +160,11 @@ def check_arguments(sh):
     ]
     for desc, words, f in cases:
         expect(desc, ValueError, words, f)
+
+
+def _closed(w):
+    w.close()
+    return w
 
 
 def check_errors(g, sh):
@@ -191,11 +228,18 @@ def main():
         fail(f"backend='host': reason {explicit.backend_reason!r}, want 'host asked for'")
     explicit.close()
     kinds = ["array", "bytes", "memoryview"]
+    layers = new_layers(a, 3)
     for rnd in range(2):
         for m in range(1, a.max_m + 1):
-            step(a, m, kinds[(m + rnd) % 3])
+            # Op a's steps alternate between its own weight and the layers'.
+            which = (m + rnd) % (len(layers) + 1)
+            step(a, m, kinds[(m + rnd) % 3], None if which == len(layers) else layers[which])
             step(b, 1 + (m + rnd) % b.max_m, kinds[(m + rnd + 1) % 3])
         a.new_weight()
+        layers = new_layers(a, 3)
+    for full, w in layers:  # every layer once more, after the op's own weight changed
+        step(a, a.max_m, "array", (full, w))
+    a.other = b
     check_arguments(a)
     check_errors(g, a)
     check_thread_errors(a)
@@ -219,8 +263,9 @@ def main():
     if failures:
         print(f"rank {g.rank}: FAIL: {len(failures)} checks failed", file=sys.stderr)
         sys.exit(1)
-    print(f"rank {g.rank}: ok: {stats['steps']} steps, {stats['elements']} elements checked, 0 wrong, "
-          f"every block identical on all {g.size} ranks (seed {seed})", flush=True)
+    print(f"rank {g.rank}: ok: {stats['steps']} steps, {stats['elements']} elements checked, 0 wrong, every block "
+          f"identical on all {g.size} ranks; {stats['layer steps']} steps with a weight of their own (seed {seed})",
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,13 @@
     out = op(latent, shared)              # [M, hidden]: every rank's slice, on every rank
     op.close(); g.close()
 
+A model's layers of one shape share one op, each layer holding its weight
+as op.pack(its weight) and naming it with every step:
+
+    op = g.up_projection(hidden, latent, max_m)
+    layers = [op.pack(w) for w in weights]   # tprun.PackedWeight, one per layer
+    out = op(latent, shared, weight=layers[i])
+
 With PyTorch, weight, latent, shared and out are bf16 tensors: CUDA tensors
 run on the current stream (also inside torch.cuda.graph capture and
 torch.compile, where the op is the custom op torch.ops.tprun.up_projection);
@@ -53,6 +60,8 @@ __all__ = [
     "join_collectives",
     "Group",
     "UpProjection",
+    "PackedWeight",
+    "packed_weight_len",
     "version",
     "library_path",
     "TprunError",
@@ -280,23 +289,70 @@ class UpProjection:
         buf = _host_buffer("weight", weight, n, writable=False)
         _lib.check(l.tprun_op_set_weight_host(self._handle(), buf.ptr, n))
 
-    def __call__(self, latent, shared, out=None):
+    def pack(self, weight):
+        """Returns weight, this rank's [shard, latent] bf16 rows of one
+        layer's weight, as a tprun.PackedWeight to pass with this op's steps
+        (op(latent, shared, weight=w)), or any op's of the same shape and
+        device. Not a collective. The PackedWeight holds its own copy:
+
+        - a CUDA tensor on the op's device: packed there with PyTorch ops
+          (the kernels' layout, a pure permutation), queued on the current
+          stream; the new tensor is PyTorch's memory, freed with the
+          PackedWeight;
+        - a CPU tensor for an op on a CUDA device: packed on the host by the
+          library (tprun_pack_weight), then copied to the op's device;
+        - a CPU tensor or a buffer of bf16 bit patterns for an op on the host
+          backend: kept row-major, the layout its host step takes."""
+        self._handle()
+        if _is_tensor(weight):
+            return _load_torch().pack(self, weight)
+        if self.device is not None:
+            raise ValueError(f"weight: a {type(weight).__name__}: an op on cuda:{self.device} packs a CUDA or CPU tensor")
+        n = self.shard * self.latent
+        buf = _host_buffer("weight", weight, n, writable=False)
+        data = array("H")
+        data.frombytes(ctypes.string_at(buf.ptr, 2 * n))
+        return PackedWeight(self, data, packed=False)
+
+    def __call__(self, latent, shared, out=None, weight=None):
         """One step: returns out (allocated when None) holding the whole
         [M, hidden] block. Tensors: on the op's CUDA device the step is
         queued on the current stream and returns at once; on the CPU it runs
         the host step. Buffers: M is len(latent) / latent; shared holds M*shard
         or M*hidden elements; out, if given, M*hidden; returns out or a new
-        array('H')."""
+        array('H'). weight, a PackedWeight from pack(), is this step's weight
+        instead of the op's own; it must stay alive until the step has run
+        (on a CUDA stream, or for every replay of a graph that holds it)."""
         t = _T
         if t is not None and isinstance(latent, t.torch.Tensor):
-            return t.call(self, latent, shared, out)
+            return t.call(self, latent, shared, out, weight)
         if _is_tensor(latent):
-            return _load_torch().call(self, latent, shared, out)
-        return self._call_buffers(latent, shared, out)
+            return _load_torch().call(self, latent, shared, out, weight)
+        return self._call_buffers(latent, shared, out, weight)
 
     step = __call__
 
-    def _call_buffers(self, latent, shared, out):
+    def _weight_data(self, weight, device_step):
+        """Checks weight, a PackedWeight or None, for a step of this op (on
+        the device or the host) and returns what holds its data, or None."""
+        if weight is None:
+            return None
+        if not isinstance(weight, PackedWeight):
+            raise ValueError(f"weight: a {type(weight).__name__}: want a tprun.PackedWeight; call op.pack(weight) once "
+                             "per layer and pass what it returns with every step")
+        if weight.data is None:
+            raise ValueError("weight: the PackedWeight is closed")
+        if (weight.hidden, weight.latent, weight.shard) != (self.hidden, self.latent, self.shard):
+            raise ValueError(f"weight: packed for hidden {weight.hidden}, latent {weight.latent} (shard {weight.shard}); "
+                             f"this op is hidden {self.hidden}, latent {self.latent} (shard {self.shard})")
+        if weight.device != self.device:
+            raise ValueError(f"weight: packed for {_where(weight.device)}, this op runs on {_where(self.device)}")
+        if weight.packed and not device_step:
+            raise ValueError(f"weight: packed on {_where(weight.device)} for device steps; this step's tensors are on "
+                             "the CPU (the host step takes a weight only on the host backend)")
+        return weight.data
+
+    def _call_buffers(self, latent, shared, out, weight=None):
         lat = _host_buffer("latent", latent, None, writable=False)
         m, rem = divmod(lat.count, self.latent)
         if rem or not 1 <= m <= self.max_m:
@@ -306,7 +362,11 @@ class UpProjection:
         if out is None:
             out = array("H", bytes(2 * m * self.hidden))
         o = _host_buffer("out", out, m * self.hidden, writable=True)
-        self._step_host(m, lat.ptr, sptr, stride, o.ptr)
+        w = self._weight_data(weight, device_step=False)
+        wptr = None
+        if w is not None:
+            wptr = w.data_ptr() if _is_tensor(w) else w.buffer_info()[0]
+        self._step_host(m, lat.ptr, sptr, stride, o.ptr, wptr)
         return out
 
     def _shared_layout(self, name, count, m, ptr, itemsize):
@@ -319,11 +379,19 @@ class UpProjection:
         raise ValueError(f"{name}: {count} elements: want M*shard = {m}*{self.shard} (this rank's slice) "
                          f"or M*hidden = {m}*{self.hidden} (the whole residual)")
 
-    def _step_host(self, m, latent, shared, stride, out):
-        _lib.check(_lib.lib().tprun_op_step_host(self._handle(), m, latent, shared, stride, out))
+    def _step_host(self, m, latent, shared, stride, out, weight=None):
+        l = _lib.lib()
+        if weight is None:
+            _lib.check(l.tprun_op_step_host(self._handle(), m, latent, shared, stride, out))
+        else:
+            _lib.check(l.tprun_op_step_host_weight(self._handle(), m, latent, weight, shared, stride, out))
 
-    def _step_device(self, m, latent, shared, stride, out, stream):
-        _lib.check(_lib.lib().tprun_op_step(self._handle(), m, latent, shared, stride, out, stream))
+    def _step_device(self, m, latent, shared, stride, out, stream, weight=None):
+        l = _lib.lib()
+        if weight is None:
+            _lib.check(l.tprun_op_step(self._handle(), m, latent, shared, stride, out, stream))
+        else:
+            _lib.check(l.tprun_op_step_weight(self._handle(), m, latent, weight, shared, stride, out, stream))
 
     def synchronize(self, stream=None):
         """Waits for the steps queued on stream (default: the current CUDA
@@ -352,6 +420,51 @@ class UpProjection:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _where(device):
+    return "the host backend" if device is None else f"cuda:{device}"
+
+
+class PackedWeight:
+    """One layer's weight for this rank, made by UpProjection.pack(), to
+    pass with the steps of any op of the same shape and device:
+    op(latent, shared, weight=w). Attributes: hidden, latent, shard (the
+    op's shape), device (the CUDA ordinal it lives on, or None: host
+    memory), packed (True: the kernels' packed layout, on the device, of
+    packed_weight_len(shard, latent) elements; False: row-major [shard,
+    latent] in host memory, for the host backend), data (the tensor or
+    array('H') that holds it; None once closed). close() drops data."""
+
+    def __init__(self, op, data, packed):
+        self.hidden, self.latent, self.shard = op.hidden, op.latent, op.shard
+        self.device, self.packed, self.data = op.device, packed, data
+
+    def __repr__(self):
+        layout = "packed" if self.packed else "row-major"
+        state = ", closed" if self.data is None else ""
+        return (f"<tprun.PackedWeight shard {self.shard} latent {self.latent} (hidden {self.hidden}), {layout} on "
+                f"{_where(self.device)}{state}>")
+
+    def close(self):
+        """Drops the data (its memory is freed once nothing else holds it):
+        a step given this PackedWeight afterwards raises ValueError."""
+        self.data = None
+
+
+def packed_weight_len(shard, latent):
+    """The number of bf16 elements of a [shard, latent] weight in the
+    kernels' packed layout (tprun_packed_weight_len)."""
+    n = ctypes.c_size_t()
+    _lib.check(_lib.lib().tprun_packed_weight_len(shard, latent, ctypes.byref(n)))
+    return n.value
+
+
+def _pack_host(dst, src, shard, latent):
+    """The library's host packing (tprun_pack_weight) from address src,
+    row-major [shard, latent], into address dst (packed_weight_len
+    elements)."""
+    _lib.check(_lib.lib().tprun_pack_weight(dst, src, shard, latent))
 
 
 class _HostBuffer:

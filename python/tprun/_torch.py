@@ -1,12 +1,15 @@
 """PyTorch side of the op, imported on the first tensor the package sees.
 
 A step with tensors goes through the custom op torch.ops.tprun.up_projection
-(latent, shared, out!, op_id), so that torch.compile treats it as one opaque
-call that writes out, and CUDA graph capture records what it queues on the
-current stream. The checks that need only shapes, dtypes and devices run
-before it (they trace); those that need addresses (alignment, overlap) run
-inside it.
+(latent, shared, out!, op_id, weight=None), so that torch.compile treats it
+as one opaque call that writes out, and CUDA graph capture records what it
+queues on the current stream. The checks that need only shapes, dtypes and
+devices run before it (they trace); those that need addresses (alignment,
+overlap) run inside it. weight is the data of a PackedWeight (op.pack), the
+step's weight instead of the op's own.
 """
+
+from typing import Optional
 
 import torch
 
@@ -58,7 +61,57 @@ def weight_pointer(op, w):
     return w.data_ptr(), False
 
 
-def call(op, latent, shared, out):
+# The packed layout (kernel/skinny.h) is a permutation of the row-major
+# weight padded to G*16 rows and C*32 columns (G = ceil(shard/16), C =
+# ceil(latent/32)). Write row n = 16g + 8rh + rl and column k = 32c + 8kq +
+# 4q + 2kp + kb (rh, q, kp, kb in 0..1; rl in 0..7; kq in 0..3): element
+# (n, k) goes to (g*C + c)*512 + (q*32 + l)*8 + e with l = 4*(n%8) +
+# (k%32)/8 = 4rl + kq and e = 2*(2*((k%4)/2) + (n%16)/8) + k%2 = 4kp + 2rh +
+# kb, that is to
+#
+#     (g*C + c)*512 + q*256 + rl*32 + kq*8 + kp*4 + rh*2 + kb.
+#
+# So the padded [G*16, C*32] tensor viewed as [g, rh, rl, c, kq, q, kp, kb]
+# (its row-major strides split the row and column indices exactly so), then
+# permuted to [g, c, q, rl, kq, kp, rh, kb] and made contiguous, is the
+# packed buffer. The zeros of the padding land where the layout wants them.
+_PACK_VIEW = (2, 8, 4, 2, 2, 2)  # rh, rl | kq, q, kp, kb within a group and a chunk
+_PACK_ORDER = (0, 3, 5, 2, 4, 6, 1, 7)  # g, c, q, rl, kq, kp, rh, kb
+
+
+def pack_tensor(w):
+    """The packed layout of w, a bf16 [shard, latent] tensor, as a new
+    contiguous 1-D tensor on w's device (queued on its current stream when
+    on CUDA): PyTorch ops only, no host round trip."""
+    shard, latent = w.shape
+    g, c = -(-shard // 16), -(-latent // 32)
+    p = w.new_zeros((g * 16, c * 32))
+    p[:shard, :latent] = w
+    rh, rl, kq, q, kp, kb = _PACK_VIEW
+    return p.view(g, rh, rl, c, kq, q, kp, kb).permute(*_PACK_ORDER).contiguous().view(-1)
+
+
+def pack(op, w):
+    """UpProjection.pack for a tensor: checks it and returns a PackedWeight."""
+    from . import PackedWeight, _pack_host, packed_weight_len
+
+    _check_bf16("weight", w)
+    if tuple(w.shape) != (op.shard, op.latent):
+        raise ValueError(f"weight: shape {tuple(w.shape)}: want (shard, latent) = ({op.shard}, {op.latent}), "
+                         f"this rank's rows of the [{op.hidden}, {op.latent}] weight")
+    _check_device("weight", w, op)
+    w = w.detach()
+    if w.device.type == "cuda":
+        return PackedWeight(op, pack_tensor(w), packed=True)
+    src = w.contiguous()
+    if op.device is None:  # the host backend: its step takes the weight row-major
+        return PackedWeight(op, src.clone() if src.data_ptr() == w.data_ptr() else src, packed=False)
+    dst = torch.empty(packed_weight_len(op.shard, op.latent), dtype=torch.bfloat16)
+    _pack_host(dst.data_ptr(), src.data_ptr(), op.shard, op.latent)
+    return PackedWeight(op, dst.to(torch.device("cuda", op.device)), packed=True)
+
+
+def call(op, latent, shared, out, weight=None):
     """Checks a step's tensors, allocates out if needed, and runs the step
     through the custom op."""
     _check_bf16("latent", latent)
@@ -90,11 +143,17 @@ def call(op, latent, shared, out):
             raise ValueError("out: not contiguous")
         if out.device != latent.device:
             raise ValueError(f"out: on {out.device}, latent on {latent.device}: want one device")
-    _up_projection(latent, shared, out, op._handle())
+    w = op._weight_data(weight, device_step=latent.device.type == "cuda")
+    if w is not None and not isinstance(w, torch.Tensor):  # a buffer's PackedWeight, on the host backend
+        w = torch.frombuffer(w, dtype=torch.int16).view(torch.bfloat16)
+    if w is None:
+        _up_projection(latent, shared, out, op._handle())
+    else:
+        _up_projection(latent, shared, out, op._handle(), w)
     return out
 
 
-def run(op, latent, shared, out):
+def run(op, latent, shared, out, weight=None):
     """The step itself, on real tensors: addresses, then the C call."""
     m = latent.shape[0]
     cuda = latent.device.type == "cuda"
@@ -103,33 +162,39 @@ def run(op, latent, shared, out):
     stride = shared.stride(0) if m > 1 else shared.shape[1]
     if shared.shape[1] != op.shard:  # the whole residual: this rank's columns
         sp += 2 * op.rank * op.shard
+    operands = [("latent", lp, lp + 2 * m * op.latent), ("shared", sp, sp + 2 * ((m - 1) * stride + op.shard))]
+    wp = None
+    if weight is not None:
+        wp = weight.data_ptr()
+        operands.append(("weight", wp, wp + 2 * weight.numel()))
     if cuda:
-        for name, p in (("latent", lp), ("shared", sp), ("out", outp)):
-            if p % 16:
+        for name, p in (("latent", lp), ("shared", sp), ("out", outp), ("weight", wp)):
+            if p is not None and p % 16:
                 raise ValueError(f"{name}: address {p:#x} is not 16-byte aligned")
     end = outp + 2 * m * op.hidden
-    for name, a, b in (("latent", lp, lp + 2 * m * op.latent), ("shared", sp, sp + 2 * ((m - 1) * stride + op.shard))):
+    for name, a, b in operands:
         if outp < b and a < end:
             raise ValueError(f"out: overlaps {name}")
     if cuda:
         stream = torch.cuda.current_stream(latent.device).cuda_stream
-        op._step_device(m, lp, sp, stride, outp, stream)
+        op._step_device(m, lp, sp, stride, outp, stream, wp)
     else:
-        op._step_host(m, lp, sp, stride, outp)
+        op._step_host(m, lp, sp, stride, outp, wp)
 
 
-def _impl(latent: torch.Tensor, shared: torch.Tensor, out: torch.Tensor, op: int) -> None:
+def _impl(latent: torch.Tensor, shared: torch.Tensor, out: torch.Tensor, op: int,
+          weight: Optional[torch.Tensor] = None) -> None:
     o = _lib.ops.get(op)
     if o is None:
         raise _lib.ClosedError(f"tprun: op {op} is closed", _lib.ECLOSED)
-    run(o, latent, shared, out)
+    run(o, latent, shared, out, weight)
 
 
 if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
     _up_projection = torch.library.custom_op("tprun::up_projection", mutates_args=("out",))(_impl)
 
     @_up_projection.register_fake
-    def _(latent, shared, out, op):
+    def _(latent, shared, out, op, weight=None):
         return None
 
 else:  # an older PyTorch: no torch.compile support, the same eager call

@@ -4,9 +4,12 @@
 //	tprun --tp 2 -- ./tprun_test SEED
 //
 // Every rank draws the same inputs from SEED (fresh per step), steps two
-// ops of different shapes, and checks every element of every block against
-// a float64 reference computed here, then all-gathers a hash of the block
-// and checks that every rank holds the same bytes. It also checks the
+// ops of different shapes, one of them also with per-step weights of
+// several "layers" interleaved with its own, and checks every element of
+// every block against a float64 reference computed here, then all-gathers
+// a hash of the block and checks that every rank holds the same bytes. It
+// checks tprun_pack_weight against the packed layout written out here from
+// kernel/skinny.h's description, on fresh random weights. It also checks the
 // interface's contract: status codes, the per-thread last error, handles
 // used wrongly, a second call while a step runs. It prints one line per
 // failed check and "rank R: ok ..." at the end, and exits 1 on any failure.
@@ -175,9 +178,14 @@ static uint64_t fnv1a(const void *p, size_t n) {
 
 // ---- one op under test -----------------------------------------------------
 
+#define LAYERS 3
+
 struct shape {
 	int hidden, latent, max_m, shard;
 	uint16_t *weight;  // the full [hidden, latent] weight, the same on every rank
+	// Full weights of other "layers", passed with the step
+	// (tprun_op_step_host_weight) instead of the op's own; NULL when unused.
+	uint16_t *layer[LAYERS];
 	tprun_op *op;
 };
 
@@ -189,10 +197,25 @@ static void new_weight(struct shape *s) {
 				      (size_t)s->shard * s->latent));
 }
 
+// The weight a step uses (step's which): the op's own through
+// tprun_op_step_host, the op's own through tprun_op_step_host_weight with
+// NULL, or layer k >= 0 passed with the step.
+enum { OWN = -1, OWN_NULL = -2 };
+
+static void new_layers(struct shape *s) {
+	for (int k = 0; k < LAYERS; k++) {
+		if (s->layer[k] == NULL) {
+			s->layer[k] = malloc(sizeof *s->layer[k] * s->hidden * s->latent);
+		}
+		fill(s->layer[k], (size_t)s->hidden * s->latent, 1.0 / sqrt(s->latent));
+	}
+}
+
 // step runs one step with fresh inputs and checks the block and that every
 // rank holds the same one. packed passes this rank's shared slice packed
-// (stride shard) instead of a view into the full residual (stride hidden).
-static void step(tprun_group *g, struct shape *s, int m, int packed, const char *what) {
+// (stride shard) instead of a view into the full residual (stride hidden);
+// which picks the weight (OWN, OWN_NULL or a layer).
+static void step(tprun_group *g, struct shape *s, int m, int packed, int which, const char *what) {
 	uint16_t *lat = malloc(sizeof *lat * m * s->latent);
 	uint16_t *shared = malloc(sizeof *shared * m * s->hidden);
 	uint16_t *mine = malloc(sizeof *mine * m * s->shard);
@@ -211,10 +234,18 @@ static void step(tprun_group *g, struct shape *s, int m, int packed, const char 
 		sh = mine;
 		stride = s->shard;
 	}
-	MUST(tprun_op_step_host(s->op, m, lat, sh, stride, out));
+	const uint16_t *weight = s->weight;
+	if (which == OWN) {
+		MUST(tprun_op_step_host(s->op, m, lat, sh, stride, out));
+	} else if (which == OWN_NULL) {
+		MUST(tprun_op_step_host_weight(s->op, m, lat, NULL, sh, stride, out));
+	} else {
+		weight = s->layer[which];
+		MUST(tprun_op_step_host_weight(s->op, m, lat, weight + (size_t)rank * s->shard * s->latent, sh, stride, out));
+	}
 	steps++;
 	elements += (long)m * s->hidden;
-	wrong += check_block(what, m, s->hidden, s->latent, lat, s->weight, shared, out);
+	wrong += check_block(what, m, s->hidden, s->latent, lat, weight, shared, out);
 	uint64_t h = fnv1a(out, sizeof *out * m * s->hidden);
 	uint64_t *all = malloc(sizeof *all * size);
 	MUST(tprun_group_allgather(g, &h, sizeof h, all));
@@ -229,6 +260,93 @@ static void step(tprun_group *g, struct shape *s, int m, int packed, const char 
 	free(shared);
 	free(mine);
 	free(out);
+}
+
+// ---- the packed weight layout ----------------------------------------------
+
+// pack_reference writes the packed form of w, row-major [shard, latent], into
+// dst, walking the packed buffer as kernel/skinny.h describes it: block (g, c)
+// of 512 elements at (g*C + c)*512; within it element (q*32 + l)*8 + e holds
+// w[16g + l/4 + 8(a%2)][32c + 8(l%4) + 4q + 2(a/2) + e%2], a = e/2; rows past
+// shard and k past latent are zeros.
+static void pack_reference(uint16_t *dst, const uint16_t *w, int shard, int latent) {
+	int G = (shard + 15) / 16, C = (latent + 31) / 32;
+	for (int g = 0; g < G; g++) {
+		for (int c = 0; c < C; c++) {
+			uint16_t *blk = dst + ((size_t)g * C + c) * 512;
+			for (int q = 0; q < 2; q++) {
+				for (int l = 0; l < 32; l++) {
+					for (int e = 0; e < 8; e++) {
+						int a = e / 2;
+						int n = 16 * g + l / 4 + 8 * (a % 2);
+						int k = 32 * c + 8 * (l % 4) + 4 * q + 2 * (a / 2) + e % 2;
+						blk[(q * 32 + l) * 8 + e] = n < shard && k < latent ? w[(size_t)n * latent + k] : 0;
+					}
+				}
+			}
+		}
+	}
+}
+
+static long packed_checked;
+
+static void check_packing(void) {
+	static const int shapes[][2] = {{24, 40}, {8, 8}, {40, 72}, {16, 32}, {896, 3584}};
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		int shard = shapes[i][0], latent = shapes[i][1];
+		size_t n = 0, want = (size_t)((shard + 15) / 16) * ((latent + 31) / 32) * 512;
+		int st = tprun_packed_weight_len(shard, latent, &n);
+		CHECK(st == TPRUN_OK && n == want, "packed_weight_len(%d, %d): %s, %zu, want %zu", shard, latent,
+		      tprun_status_name(st), n, want);
+		if (st != TPRUN_OK || n != want) {
+			continue;
+		}
+		uint16_t *w = malloc(sizeof *w * shard * latent), *got = malloc(sizeof *got * n), *ref = malloc(sizeof *ref * n);
+		fill(w, (size_t)shard * latent, 1.0);
+		for (size_t j = 0; j < n; j++) {
+			got[j] = 0xFFFF;  // a NaN: an element left unwritten fails
+		}
+		pack_reference(ref, w, shard, latent);
+		st = tprun_pack_weight(got, w, shard, latent);
+		CHECK(st == TPRUN_OK, "pack_weight(%d, %d): %s \"%s\"", shard, latent, tprun_status_name(st), tprun_last_error());
+		size_t bad = 0, first = 0;
+		for (size_t j = 0; j < n; j++) {
+			if (got[j] != ref[j] && bad++ == 0) {
+				first = j;
+			}
+		}
+		CHECK(bad == 0, "pack_weight(%d, %d): %zu of %zu elements differ from the layout, first [%zu] = 0x%04x, want 0x%04x",
+		      shard, latent, bad, n, first, got[first], ref[first]);
+		packed_checked += (long)n;
+		free(w);
+		free(got);
+		free(ref);
+	}
+	// Shapes the op's rules refuse, each naming the value.
+	static const struct {
+		int shard, latent;
+		const char *named;
+	} bad[] = {{0, 8, "shard = 0"},  {12, 8, "shard = 12"}, {-8, 8, "shard = -8"},
+		   {8, 0, "latent = 0"}, {8, 12, "latent = 12"}, {8, 1048576 + 8, "latent = 1048584"}};
+	static uint16_t buf[64];
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		size_t n = 12345;
+		int st = tprun_packed_weight_len(bad[i].shard, bad[i].latent, &n);
+		CHECK(st == TPRUN_EINVAL && n == 12345 && strstr(tprun_last_error(), bad[i].named) != NULL,
+		      "packed_weight_len(%d, %d): %s \"%s\"", bad[i].shard, bad[i].latent, tprun_status_name(st), tprun_last_error());
+		st = tprun_pack_weight(buf, buf + 32, bad[i].shard, bad[i].latent);
+		CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), bad[i].named) != NULL, "pack_weight(%d, %d): %s \"%s\"",
+		      bad[i].shard, bad[i].latent, tprun_status_name(st), tprun_last_error());
+	}
+	int st = tprun_packed_weight_len(8, 8, NULL);
+	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "NULL") != NULL, "packed_weight_len NULL: %s", tprun_status_name(st));
+	st = tprun_pack_weight(NULL, buf, 8, 8);
+	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "dst is NULL") != NULL, "pack_weight dst NULL: %s \"%s\"",
+	      tprun_status_name(st), tprun_last_error());
+	static uint16_t big[1024];
+	st = tprun_pack_weight(big + 8, big, 8, 8);  // 64 elements in, 512 out: they overlap
+	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "overlaps") != NULL, "pack_weight overlapping: %s \"%s\"",
+	      tprun_status_name(st), tprun_last_error());
 }
 
 // ---- the contract ----------------------------------------------------------
@@ -356,6 +474,21 @@ static void check_contract(tprun_group *g, struct shape *s) {
 	st = tprun_op_set_weight_device(s->op, buf);
 	CHECK(st == TPRUN_EUNAVAILABLE, "device weight on the host backend: %s \"%s\"", tprun_status_name(st),
 	      tprun_last_error());
+	st = tprun_op_step_weight(s->op, 1, buf, buf + 4096, buf, s->shard, buf + 8192, NULL);
+	CHECK(st == TPRUN_EUNAVAILABLE, "device step with a weight on the host backend: %s \"%s\"", tprun_status_name(st),
+	      tprun_last_error());
+	// A device weight that is not 16-byte aligned, a host one that is not
+	// 2-byte aligned: refused, naming the weight, before anything runs.
+	st = tprun_op_step_weight(s->op, 1, buf, (const char *)(buf + 4096) + 8, buf, s->shard, buf + 8192, NULL);
+	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "weight = ") != NULL && strstr(tprun_last_error(), "16-byte") != NULL,
+	      "misaligned device weight: %s \"%s\"", tprun_status_name(st), tprun_last_error());
+	st = tprun_op_step_host_weight(s->op, 1, buf, (const uint16_t *)((const char *)(buf + 4096) + 1), buf, s->shard, buf + 8192);
+	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "weight = ") != NULL && strstr(tprun_last_error(), "2-byte") != NULL,
+	      "misaligned host weight: %s \"%s\"", tprun_status_name(st), tprun_last_error());
+	st = tprun_op_step_host_weight(s->op, s->max_m + 1, buf, buf, buf, s->shard, buf);
+	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "tprun_op_step_host_weight: ") != NULL &&
+	      strstr(tprun_last_error(), "m = ") != NULL, "host step with a weight, m too large: %s \"%s\"",
+	      tprun_status_name(st), tprun_last_error());
 	CHECK(tprun_op_check(s->op) == TPRUN_OK, "check: %s", tprun_last_error());
 	CHECK(tprun_op_close(NULL) == TPRUN_OK && tprun_group_close(NULL) == TPRUN_OK, "closing NULL");
 }
@@ -381,20 +514,31 @@ int main(int argc, char **argv) {
 	a.weight = malloc(sizeof *a.weight * a.hidden * a.latent);
 	b.weight = malloc(sizeof *b.weight * b.hidden * b.latent);
 
+	check_packing();
 	check_contract(g, &a);
+	// A weight passed with the step needs none of the op's own.
+	new_layers(&a);
+	step(g, &a, 2, 0, 0, "op a, layer 0, before its own weight");
 	new_weight(&a);
 	new_weight(&b);
 	for (int round = 0; round < 3; round++) {
 		for (int m = 1; m <= a.max_m; m++) {
-			step(g, &a, m, (m + round) % 2, "op a");
-			step(g, &b, 1 + (m + round) % b.max_m, round == 1, "op b");
+			// Op a's steps cycle through its own weight (both calls) and
+			// the layers' weights passed with the step.
+			int which = (m + round) % (LAYERS + 2) - 2;
+			char what[64];
+			snprintf(what, sizeof what, "op a, weight %d", which);
+			step(g, &a, m, (m + round) % 2, which, what);
+			step(g, &b, 1 + (m + round) % b.max_m, round == 1, OWN, "op b");
 		}
 		new_weight(&a);  // a fresh weight between steps
+		new_layers(&a);
 	}
 	if (size > 1) {
 		check_busy(g, &a);
 	}
-	step(g, &a, a.max_m, 0, "op a after the concurrent steps");
+	step(g, &a, a.max_m, 0, OWN, "op a after the concurrent steps");
+	step(g, &a, a.max_m, 1, LAYERS - 1, "op a, last layer, after the concurrent steps");
 
 	MUST(tprun_op_close(a.op));
 	int st = tprun_op_check(a.op);
@@ -414,7 +558,8 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "rank %d: FAIL: %d checks failed\n", rank, failures);
 		return 1;
 	}
-	printf("rank %d: ok: %ld steps, %ld elements checked, 0 wrong, every block identical on all %d ranks (seed %#llx)\n",
-	       rank, steps, elements, size, (unsigned long long)seed);
+	printf("rank %d: ok: %ld steps, %ld elements checked, 0 wrong, every block identical on all %d ranks; "
+	       "%ld packed weight elements as the layout says (seed %#llx)\n",
+	       rank, steps, elements, size, packed_checked, (unsigned long long)seed);
 	return 0;
 }
