@@ -264,15 +264,7 @@ func TestExternalGroupFabricMailbox(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the fake driver")
 	}
-	lib := cudatest.Build(t, t.TempDir())
-	drv, err := cuda.OpenLibrary(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
-	if err := drv.Init(); err != nil {
-		t.Fatal(err)
-	}
+	drv := fakeCUDADriver(t)
 	for _, fabric := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fabric=%v", fabric), func(t *testing.T) {
 			dir := t.TempDir()

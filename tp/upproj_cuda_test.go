@@ -1907,6 +1907,21 @@ func TestResolveMailboxWithoutGPU(t *testing.T) {
 	}
 }
 
+// fakeCUDADriver builds the fake driver (internal/cuda's testdata, with
+// the given -D defines), opens and initializes it; it is closed when t ends.
+func fakeCUDADriver(t *testing.T, defines ...string) *cuda.Driver {
+	t.Helper()
+	drv, err := cuda.OpenLibrary(cudatest.Build(t, t.TempDir(), defines...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Close() })
+	if err := drv.Init(); err != nil {
+		t.Fatal(err)
+	}
+	return drv
+}
+
 // TestResolveMailboxOldGPU: a GPU older than the kernels (compute
 // capability 8.0, as the fake driver built so reports) is no GPU for the
 // op: auto gives the host backend naming the GPU and the capability it
@@ -1918,15 +1933,7 @@ func TestResolveMailboxOldGPU(t *testing.T) {
 	for _, v := range []string{"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TPRUN_MULTICAST"} {
 		t.Setenv(v, "")
 	}
-	lib := cudatest.Build(t, t.TempDir(), "-DFAKECUDA_CC_MAJOR=8", "-DFAKECUDA_CC_MINOR=0")
-	drv, err := cuda.OpenLibrary(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
-	if err := drv.Init(); err != nil {
-		t.Fatal(err)
-	}
+	drv := fakeCUDADriver(t, "-DFAKECUDA_CC_MAJOR=8", "-DFAKECUDA_CC_MINOR=0")
 	const want = "device 0: Fake GPU 0 has compute capability 8.0, and tprun's kernels need 9.0 or newer (Hopper, Blackwell)"
 	if p := probeGPU(drv, nil, 0); p.usable || p.why != want {
 		t.Fatalf("probe: usable %v, why %q; want unusable, %q", p.usable, p.why, want)
