@@ -327,6 +327,18 @@ func TestPythonCompiles(t *testing.T) {
 	}
 }
 
+// TestPythonExitWithoutClose: ranks that end without closing their group
+// leave the job as ranks that close it do: status 0 and no report of a
+// lost rank (the package closes open groups at exit).
+func TestPythonExitWithoutClose(t *testing.T) {
+	py, env := python(t)
+	j := launch(t, 3, env, time.Minute, py, "-c", "import tprun; g = tprun.join(); g.barrier(); print('rank', g.rank, 'done')")
+	if j.code != 0 || strings.Contains(j.out, "lost") || strings.Contains(j.out, "aborted") {
+		t.Fatalf("exit status %d, want 0 and no rank lost:\n%s", j.code, j.out)
+	}
+	everyRankSays(t, j, 3, `(?m)^\[rank %d\] rank %[1]d done$`)
+}
+
 // TestPythonPeerFailures: a peer that leaves, aborts, stalls or is killed
 // while rank 0 waits in a step gives rank 0 an exception naming it, soon,
 // and a SIGINT during the wait a KeyboardInterrupt when the step returns.

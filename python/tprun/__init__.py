@@ -28,8 +28,10 @@ tprun.join_torch() (GPU mailboxes through CUDA fabric handles only). README.md b
 file covers shapes, errors, the Go runtime inside the process and signals.
 """
 
+import atexit
 import ctypes
 import sys
+import weakref
 from array import array
 
 from . import _lib
@@ -88,6 +90,22 @@ def version():
     return _lib.lib().tprun_version().decode()
 
 
+# Groups still open when the interpreter exits are closed then (_close_at_exit):
+# a rank that ends without close() leaves the job as one that calls it does,
+# instead of dropping its connection, which the launcher would report as a
+# rank lost.
+_open_groups = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    for g in list(_open_groups):
+        try:
+            g.close()
+        except TprunError as e:
+            print(f"tprun: closing rank {g.rank}'s group at exit: {e}", file=sys.stderr)
+
+
 def join():
     """Joins the job the environment describes and returns this rank's
     Group once every rank has joined (a collective)."""
@@ -109,6 +127,7 @@ class Group:
         self.size = _lib.check(l.tprun_group_size(handle))
         self.local_rank = _lib.check(l.tprun_group_local_rank(handle))
         self.device = _lib.check(l.tprun_group_device(handle))
+        _open_groups.add(self)
 
     def __repr__(self):
         return f"<tprun.Group rank {self.rank} of {self.size}, device {self.device}>"
