@@ -10,7 +10,7 @@
 A model's layers of one shape share one op, each layer holding its weight
 as op.pack(its weight) and naming it with every step:
 
-    op = g.up_projection(hidden, latent, max_m)
+    op = g.up_projection(hidden, latent, max_m, device=g.device)   # no weight: name the device
     layers = [op.pack(w) for w in weights]   # tprun.PackedWeight, one per layer
     out = op(latent, shared, weight=layers[i])
 
