@@ -314,6 +314,9 @@ func createOp(name string, h *C.tprun_group, hidden, latent, maxM, device C.int,
 	if err != nil {
 		return fail(name, argErr("backend %q: %v", backend, err))
 	}
+	// The caller named the host device, not the host backend: the reason
+	// says so rather than the "host asked for" of tp.WithBackend.
+	hostDevice := device == C.TPRUN_DEVICE_HOST && kind == tp.BackendAuto
 	var opts []tp.UpOption
 	switch {
 	case out == nil:
@@ -339,9 +342,7 @@ func createOp(name string, h *C.tprun_group, hidden, latent, maxM, device C.int,
 		return fail(name, err)
 	}
 	reason := u.BackendReason()
-	if device == C.TPRUN_DEVICE_HOST && backend != "host" {
-		// The caller named the host device, not the host backend: say so
-		// rather than the "host asked for" of tp.WithBackend.
+	if hostDevice {
 		reason = "the op's device is TPRUN_DEVICE_HOST (host memory)"
 	}
 	o := &op{g: g, u: u, hidden: int(hidden), latent: int(latent), maxM: int(maxM), shard: u.Shape().Shard(),

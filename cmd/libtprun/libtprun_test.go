@@ -339,6 +339,27 @@ func TestPythonExitWithoutClose(t *testing.T) {
 	everyRankSays(t, j, 3, `(?m)^\[rank %d\] rank %[1]d done$`)
 }
 
+// TestPythonForkedChildExit: a child forked from a rank that ends the
+// normal way (running the interpreter's exit handlers) leaves its parent's
+// group alone: the rank still holds its place in the job afterwards.
+func TestPythonForkedChildExit(t *testing.T) {
+	py, env := python(t)
+	code := `import os, tprun
+g = tprun.join()
+pid = os.fork()
+if pid == 0:
+    raise SystemExit(0)
+_, status = os.waitpid(pid, 0)
+g.barrier()
+print('rank', g.rank, 'child exit status', os.waitstatus_to_exitcode(status), 'then a barrier')
+g.close()`
+	j := launch(t, 2, env, time.Minute, py, "-c", code)
+	if j.code != 0 || strings.Contains(j.out, "lost") || strings.Contains(j.out, "left") {
+		t.Fatalf("exit status %d, want 0 and no rank gone:\n%s", j.code, j.out)
+	}
+	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d child exit status 0 then a barrier$`)
+}
+
 // TestPythonPeerFailures: a peer that leaves, aborts, stalls or is killed
 // while rank 0 waits in a step gives rank 0 an exception naming it, soon,
 // and a SIGINT during the wait a KeyboardInterrupt when the step returns.

@@ -10,7 +10,7 @@
 A model's layers of one shape share one op, each layer holding its weight
 as op.pack(its weight) and naming it with every step:
 
-    op = g.up_projection(hidden, latent, max_m)
+    op = g.up_projection(hidden, latent, max_m, device=g.device)   # no weight: name the device
     layers = [op.pack(w) for w in weights]   # tprun.PackedWeight, one per layer
     out = op(latent, shared, weight=layers[i])
 
@@ -30,6 +30,7 @@ file covers shapes, errors, the Go runtime inside the process and signals.
 
 import atexit
 import ctypes
+import os
 import sys
 import weakref
 from array import array
@@ -93,13 +94,17 @@ def version():
 # Groups still open when the interpreter exits are closed then (_close_at_exit):
 # a rank that ends without close() leaves the job as one that calls it does,
 # instead of dropping its connection, which the launcher would report as a
-# rank lost.
+# rank lost. Only by the process that joined: a child forked from a rank
+# holds a copy of the group but is not the rank, and closing it there would
+# tell the job that the rank left while it still runs.
 _open_groups = weakref.WeakSet()
 
 
 @atexit.register
 def _close_at_exit():
     for g in list(_open_groups):
+        if g._pid != os.getpid():
+            continue
         try:
             g.close()
         except TprunError as e:
@@ -127,6 +132,7 @@ class Group:
         self.size = _lib.check(l.tprun_group_size(handle))
         self.local_rank = _lib.check(l.tprun_group_local_rank(handle))
         self.device = _lib.check(l.tprun_group_device(handle))
+        self._pid = os.getpid()
         _open_groups.add(self)
 
     def __repr__(self):

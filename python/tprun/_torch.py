@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from . import _lib
+from . import _lib, _where  # tprun/__init__.py loads this module once it is whole
 
 
 def _check_bf16(name, t):
@@ -25,10 +25,6 @@ def _check_bf16(name, t):
         raise ValueError(f"{name}: {t.dim()} dimensions (shape {tuple(t.shape)}): want 2")
 
 
-def _where(op):
-    return "the host backend" if op.device is None else f"cuda:{op.device}"
-
-
 def _check_device(name, t, op):
     """A tensor's device must be the op's CUDA device, or the CPU (the host
     step, which every backend runs)."""
@@ -38,9 +34,9 @@ def _check_device(name, t, op):
     if d.type != "cuda":
         raise ValueError(f"{name}: on {d}: want the CPU or the op's CUDA device")
     if op.device is None:
-        raise ValueError(f"{name}: on {d}, but the op runs {_where(op)}: pass CPU tensors")
+        raise ValueError(f"{name}: on {d}, but the op runs {_where(op.device)}: pass CPU tensors")
     if d.index != op.device:
-        raise ValueError(f"{name}: on {d}, but the op runs on {_where(op)}")
+        raise ValueError(f"{name}: on {d}, but the op runs on {_where(op.device)}")
 
 
 def weight_pointer(op, w):
