@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tprun/tprun/internal/cuda"
@@ -307,17 +308,13 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 		err := &ArgError{Field: "Receive", Value: "set", Rule: fmt.Sprintf("the kernel for M above %d has no fused receive: launch LaunchReceive after it", MaxSkinnyM)}
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
 	}
-	configFor := ConfigFor
-	if a.Receive != nil {
-		configFor = StepConfigFor
+	sc := skinnyConfig(a.Receive != nil, s.M, s.Shard(), s.Latent)
+	if sc.err != nil {
+		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, sc.err)
 	}
-	c := configFor(s.M, s.Shard(), s.Latent)
-	if err := c.Validate(s.M, s.Shard(), s.Latent); err != nil {
-		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d): %w", s, a.Rank, err)
-	}
-	name := c.Function
+	c, name := sc.c, sc.c.Function
 	if p.RotCounter != 0 {
-		name += rotSuffix
+		name = sc.rotName
 	}
 	f, ok := k.skinny[name]
 	if !ok {
@@ -349,6 +346,42 @@ func (k *Kernels) LaunchSkinny(stream cuda.Stream, a SkinnyArgs, pdl bool) error
 		return fmt.Errorf("kernel: LaunchSkinny (%v rank %d, %s, %d warps, cluster %d): %w", s, a.Rank, c.Function, c.Warps, c.Cluster, err)
 	}
 	return nil
+}
+
+// skinnyConfigs holds what LaunchSkinny launches by, per skinnyKey: the
+// lookup scans a launch table (with logarithms) and names the entry point,
+// host work that an eager caller would otherwise pay at every step. The
+// tables never change once read, so neither does an entry; a process sees
+// few shapes, so the map stays small.
+var skinnyConfigs sync.Map // skinnyKey -> skinnyLaunch
+
+type skinnyKey struct {
+	fused            bool // with the fused receive: StepConfigFor, else ConfigFor
+	m, shard, latent int
+}
+
+type skinnyLaunch struct {
+	c       LaunchConfig
+	rotName string // c.Function with rotSuffix
+	err     error  // c.Validate's
+}
+
+// skinnyConfig is the launch config of a skinny kernel of m rows at this
+// shard and latent (StepConfigFor with the fused receive, else
+// ConfigFor), validated.
+func skinnyConfig(fused bool, m, shard, latent int) skinnyLaunch {
+	key := skinnyKey{fused, m, shard, latent}
+	if v, ok := skinnyConfigs.Load(key); ok {
+		return v.(skinnyLaunch)
+	}
+	configFor := ConfigFor
+	if fused {
+		configFor = StepConfigFor
+	}
+	c := configFor(m, shard, latent)
+	l := skinnyLaunch{c: c, rotName: c.Function + rotSuffix, err: c.Validate(m, shard, latent)}
+	skinnyConfigs.Store(key, l)
+	return l
 }
 
 // skinnyParams validates a and fills the parameter block (TileRows is

@@ -1518,7 +1518,10 @@ func TestLaunchSkinnyFusedReceive(t *testing.T) {
 	entries := []tableEntry{e}
 	saved := stepMeasured
 	stepMeasured = func() ([]tableEntry, error) { return entries, nil }
-	t.Cleanup(func() { stepMeasured = saved })
+	// LaunchSkinny's configs were looked up in the real tables, and those
+	// made here must not outlive the swap: clear them both ways.
+	skinnyConfigs.Clear()
+	t.Cleanup(func() { stepMeasured = saved; skinnyConfigs.Clear() })
 	sc := StepConfigFor(s.M, s.Shard(), s.Latent)
 	if sc.L2Prefetch != plan || sc == kc {
 		t.Fatalf("the test's step table was not used: step config %+v, kernel config %+v", sc, kc)
@@ -1578,6 +1581,32 @@ func TestRotationEntryPoints(t *testing.T) {
 		}
 		if len(d.launches) != 2 || d.launches[0].f != skinny || d.launches[1].f != receive || skinny == 0 || receive == 0 {
 			t.Errorf("rotation %v: launched %#x and %#x, want %#x and %#x", rotated, d.launches[0].f, d.launches[1].f, skinny, receive)
+		}
+	}
+}
+
+// TestSkinnyConfigCached: the config LaunchSkinny launches by is the
+// lookup's (ConfigFor, or StepConfigFor with the fused receive), with its
+// Validate verdict, on the first call and on every later one; shapes off
+// the tables and ones Validate refuses included.
+func TestSkinnyConfigCached(t *testing.T) {
+	for _, fused := range []bool{false, true} {
+		lookup := ConfigFor
+		if fused {
+			lookup = StepConfigFor
+		}
+		for _, sh := range [][2]int{{7168, 3584}, {3584, 3584}, {896, 3584}, {448, 3584}, {960, 720}, {24, 40}, {8, 8}, {7, 8}} {
+			for m := 1; m <= MaxM; m++ {
+				want := lookup(m, sh[0], sh[1])
+				wantErr := want.Validate(m, sh[0], sh[1])
+				for range 2 {
+					got := skinnyConfig(fused, m, sh[0], sh[1])
+					if got.c != want || fmt.Sprint(got.err) != fmt.Sprint(wantErr) || got.rotName != want.Function+rotSuffix {
+						t.Fatalf("fused %v, m %d, shard %d, latent %d: got %+v (%v, %q), want %+v (%v)",
+							fused, m, sh[0], sh[1], got.c, got.err, got.rotName, want, wantErr)
+					}
+				}
+			}
 		}
 	}
 }
