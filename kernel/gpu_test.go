@@ -178,6 +178,29 @@ func (e *env) must(err error, format string, args ...any) {
 	}
 }
 
+// endCapture ends the stream capture of what (cerr: the error of the
+// launches captured), instantiates the graph and uploads it; the graph and
+// its executable are freed in Cleanup.
+func (e *env) endCapture(cerr error, what string) cuda.GraphExec {
+	e.t.Helper()
+	g, err := e.dev.StreamEndCapture(e.stream)
+	e.must(errors.Join(cerr, err), "capturing %s", what)
+	e.t.Cleanup(func() {
+		if err := e.dev.GraphDestroy(g); err != nil {
+			e.t.Errorf("GraphDestroy: %v", err)
+		}
+	})
+	x, err := e.dev.GraphInstantiate(g, 0)
+	e.must(err, "GraphInstantiate")
+	e.t.Cleanup(func() {
+		if err := e.dev.GraphExecDestroy(x); err != nil {
+			e.t.Errorf("GraphExecDestroy: %v", err)
+		}
+	})
+	e.must(e.dev.GraphUpload(x, e.stream), "GraphUpload")
+	return x
+}
+
 // alloc returns n bytes of device memory, freed in Cleanup.
 func (e *env) alloc(n int, what string) cuda.DevicePtr {
 	e.t.Helper()
@@ -902,22 +925,7 @@ func runStepInGraph(e *env, rng *rand.Rand, s Shape, replays int, mode stepRecei
 		}
 		return e.k.LaunchReceive(e.stream, recv, true)
 	}
-	cerr := capture()
-	g, err := e.dev.StreamEndCapture(e.stream)
-	e.must(errors.Join(cerr, err), "capturing %d skinny launches and a receive", s.TP)
-	t.Cleanup(func() {
-		if err := e.dev.GraphDestroy(g); err != nil {
-			t.Errorf("GraphDestroy: %v", err)
-		}
-	})
-	x, err := e.dev.GraphInstantiate(g, 0)
-	e.must(err, "GraphInstantiate")
-	t.Cleanup(func() {
-		if err := e.dev.GraphExecDestroy(x); err != nil {
-			t.Errorf("GraphExecDestroy: %v", err)
-		}
-	})
-	e.must(e.dev.GraphUpload(x, e.stream), "GraphUpload")
+	x := e.endCapture(capture(), fmt.Sprintf("%d skinny launches and a receive", s.TP))
 
 	out, slot := make([]BF16, block), make([]uint32, block/2)
 	full := Shape{M: s.M, Hidden: s.Hidden, Latent: K, TP: 1}
@@ -1271,22 +1279,7 @@ func runRotation(e *env, rng *rand.Rand, s Shape, slots, replays int, mode stepR
 		}
 		return nil
 	}
-	cerr := capture()
-	g, err := e.dev.StreamEndCapture(e.stream)
-	e.must(errors.Join(cerr, err), "capturing one step of %d ranks", s.TP)
-	t.Cleanup(func() {
-		if err := e.dev.GraphDestroy(g); err != nil {
-			t.Errorf("GraphDestroy: %v", err)
-		}
-	})
-	x, err := e.dev.GraphInstantiate(g, 0)
-	e.must(err, "GraphInstantiate")
-	t.Cleanup(func() {
-		if err := e.dev.GraphExecDestroy(x); err != nil {
-			t.Errorf("GraphExecDestroy: %v", err)
-		}
-	})
-	e.must(e.dev.GraphUpload(x, e.stream), "GraphUpload")
+	x := e.endCapture(capture(), fmt.Sprintf("one step of %d ranks", s.TP))
 
 	full := Shape{M: s.M, Hidden: s.Hidden, Latent: K, TP: 1}
 	out, first := make([]BF16, block), make([]BF16, block)

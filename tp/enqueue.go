@@ -127,10 +127,7 @@ func (u *UpProjection) Synchronize(ctx context.Context, stream Stream) error {
 func (e *cudaEngine) enqueue(t uint64, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, stream cuda.Stream) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.usable(); err != nil {
-		return err
-	}
-	unbind, err := e.drv.BindContext(e.cuctx)
+	unbind, err := e.bound()
 	if err != nil {
 		return err
 	}

@@ -624,13 +624,19 @@ func (e *cudaEngine) usable() error {
 	return nil
 }
 
-// begin starts GPU work: it checks the engine, binds the context and marks
-// the work in flight; the returned end undoes that. Call with e.mu held.
-func (e *cudaEngine) begin() (end func(), err error) {
+// bound checks the engine (usable) and binds its context to the calling
+// thread; the caller holds e.mu and calls unbind when done.
+func (e *cudaEngine) bound() (unbind func(), err error) {
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	unbind, err := e.drv.BindContext(e.cuctx)
+	return e.drv.BindContext(e.cuctx)
+}
+
+// begin starts GPU work: it checks the engine, binds the context and marks
+// the work in flight; the returned end undoes that. Call with e.mu held.
+func (e *cudaEngine) begin() (end func(), err error) {
+	unbind, err := e.bound()
 	if err != nil {
 		return nil, err
 	}
@@ -1034,10 +1040,7 @@ func (e *cudaEngine) setWeightDevice(w cuda.DevicePtr) error { return e.loadWeig
 func (e *cudaEngine) loadWeight(host []kernel.BF16, dev cuda.DevicePtr) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.usable(); err != nil {
-		return err
-	}
-	unbind, err := e.drv.BindContext(e.cuctx)
+	unbind, err := e.bound()
 	if err != nil {
 		return err
 	}
