@@ -43,6 +43,15 @@ status=0
 note() {
 	echo "$*" | tee -a "$OUT/summary.txt"
 }
+pyrun() { # name, timeout, command...
+	local name=$1 t=$2 s=$SECONDS
+	shift 2
+	timeout "$t" "$@" >"$logs/$name.log" 2>&1
+	local rc=$?
+	((rc == 0)) || status=1
+	note "$name: exit $rc in $((SECONDS - s))s: $*"
+	grep -E "wrong|identical|exceeded|Error|error" "$logs/$name.log" | grep -v "^W" | tail -6 | tee -a "$OUT/summary.txt"
+}
 finish() {
 	exit $status
 }
@@ -135,20 +144,15 @@ for st in "${stages[@]}"; do
 	py)
 		# The PyTorch rank program on the patched tree's libtprun.so.
 		export TPRUN_KERNELS_FATBIN=$PWD/$fat TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
-		pyrun() { # name, timeout, command...
-			local name=$1 t=$2 s=$SECONDS
-			shift 2
-			timeout "$t" "$@" >"$logs/$name.log" 2>&1
-			local rc=$?
-			((rc == 0)) || status=1
-			note "$name: exit $rc in $((SECONDS - s))s: $*"
-			grep -E "wrong|identical|exceeded|Error|error" "$logs/$name.log" | grep -v "^W" | tail -6 | tee -a "$OUT/summary.txt"
-		}
 		pyrun py-tp1 240 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --check --compile --rows 1,2,3,4,5,6,7,8,16,64,128
 		pyrun py-tp4 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --rows 1,8,128
 		pyrun py-tp4-graph 300 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
-		[[ -n ${TORCHRUN_GRAPH:-} ]] && TPRUN_DEVICES=0,0,0,0 pyrun py-torchrun 300 torchrun --nproc-per-node 4 examples/python/torch_rank.py --check --iters 20 --graph "$TORCHRUN_GRAPH" --rows ${GRAPH_ROWS:-8}
 		TPRUN_BIN=$PWD/bin/tprun TPRUN_EXAMPLE_RANK_BIN=$PWD/bin/rank pyrun example-go 120 bin/rank.test -test.v -test.count=1
+		unset TPRUN_LIB PYTHONPATH TPRUN_KERNELS_FATBIN
+		;;
+	torchrun)
+		export TPRUN_KERNELS_FATBIN=$PWD/$fat TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		TPRUN_DEVICES=0,0,0,0 pyrun py-torchrun 300 torchrun --nproc-per-node 4 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
 		unset TPRUN_LIB PYTHONPATH TPRUN_KERNELS_FATBIN
 		;;
 	opbench)
