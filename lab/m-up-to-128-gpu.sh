@@ -33,8 +33,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/lab-out}
-mkdir -p "$OUT" build/bigm build/bigm-logs
-logs=$PWD/build/bigm-logs
+mkdir -p "$OUT/bigm-logs" build/bigm
+logs=$OUT/bigm-logs
 fat=build/bigm/kernels.fatbin
 export TPRUN_MULTICAST=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 stages=("$@")
@@ -43,8 +43,16 @@ status=0
 note() {
 	echo "$*" | tee -a "$OUT/summary.txt"
 }
+pyrun() { # name, timeout, command...
+	local name=$1 t=$2 s=$SECONDS
+	shift 2
+	timeout "$t" "$@" >"$logs/$name.log" 2>&1
+	local rc=$?
+	((rc == 0)) || status=1
+	note "$name: exit $rc in $((SECONDS - s))s: $*"
+	grep -E "wrong|identical|exceeded|Error|error" "$logs/$name.log" | grep -v "^W" | tail -6 | tee -a "$OUT/summary.txt"
+}
 finish() {
-	tar czf "$OUT/bigm-logs.tgz" -C build bigm-logs
 	exit $status
 }
 trap finish EXIT
@@ -66,9 +74,18 @@ for st in "${stages[@]}"; do
 				exit
 			fi
 		fi
-		rm -rf bin && cp -r .dev/bigm/bin bin || { note "apply: no .dev/bigm/bin to carry"; status=1; exit; }
+		rm -rf bin
+		if [[ -f .dev/bigm/bin.tar.xz ]]; then
+			tar xJf .dev/bigm/bin.tar.xz || { note "apply: bad .dev/bigm/bin.tar.xz"; status=1; exit; }
+		else
+			cp -r .dev/bigm/bin bin || { note "apply: no .dev/bigm/bin to carry"; status=1; exit; }
+		fi
 		;;
 	build)
+		# A fatbin from an earlier call, carried back in .dev/bigm/.
+		if [[ -f .dev/bigm/kernels.fatbin.stamp && $(cat .dev/bigm/kernels.fatbin.stamp) == "$(scripts/build-kernels --hash)" ]]; then
+			cp .dev/bigm/kernels.fatbin .dev/bigm/kernels.fatbin.stamp .dev/bigm/kernels.fatbin.ptxas.txt build/bigm/
+		fi
 		if [[ -f $fat.stamp && $(cat "$fat.stamp") == "$(scripts/build-kernels --hash)" ]]; then
 			note "build: $fat is current"
 		elif OUTFILE=$fat scripts/build-kernels >"$logs/build.log" 2>&1; then
@@ -123,6 +140,35 @@ for st in "${stages[@]}"; do
 		report=$(ls -t bench/bigm-sweep-h200-*.txt 2>/dev/null | head -1)
 		[[ -n $report ]] && cp "$report" "$OUT/"
 		sed -n '/^## the picked table against/,$p' "$logs/sweep.log" | tee -a "$OUT/summary.txt"
+		;;
+	py)
+		# The PyTorch rank program on the patched tree's libtprun.so.
+		export TPRUN_KERNELS_FATBIN=$PWD/$fat TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		pyrun py-tp1 240 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --check --compile --rows 1,2,3,4,5,6,7,8,16,64,128
+		pyrun py-tp4 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --rows 1,8,128
+		pyrun py-tp4-graph 300 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
+		TPRUN_BIN=$PWD/bin/tprun TPRUN_EXAMPLE_RANK_BIN=$PWD/bin/rank pyrun example-go 120 bin/rank.test -test.v -test.count=1
+		unset TPRUN_LIB PYTHONPATH TPRUN_KERNELS_FATBIN
+		;;
+	torchrun)
+		export TPRUN_KERNELS_FATBIN=$PWD/$fat TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		TPRUN_DEVICES=0,0,0,0 pyrun py-torchrun 300 torchrun --nproc-per-node 4 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
+		unset TPRUN_LIB PYTHONPATH TPRUN_KERNELS_FATBIN
+		;;
+	opbench)
+		# tp 1 at shards 7168 and 896: the Go forms and the PyTorch forms.
+		export TPRUN_KERNELS_FATBIN=$PWD/$fat TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		for h in 7168 896; do
+			for g in capture enqueue enqueue-ops; do
+				timeout 120 bin/tprun bench --tp 1 --hidden $h --graph $g >"$logs/opbench-$g-$h.log" 2>&1
+				note "opbench $g $h: exit $?"
+				grep -E "^ *[0-9]+ " "$logs/opbench-$g-$h.log" | tee -a "$OUT/summary.txt"
+			done
+			timeout 120 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --bench --hidden $h >"$logs/opbench-torch-$h.log" 2>&1
+			note "opbench torch $h: exit $?"
+			grep -v "^W" "$logs/opbench-torch-$h.log" | tail -14 | tee -a "$OUT/summary.txt"
+		done
+		unset TPRUN_LIB PYTHONPATH TPRUN_KERNELS_FATBIN
 		;;
 	*)
 		note "unknown stage $st"

@@ -71,8 +71,10 @@ func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
 }
 
 // panel is one plot of µs against M; with legend false it has no key of
-// its own (the figure draws one beside the panels).
-func panel(title string, ms []int, lines []series, legend bool) (*plot.Plot, error) {
+// its own (the figure draws one beside the panels). With logM the M axis
+// is logarithmic, so that Ms that double from one to the next lie evenly
+// apart. A NaN in a line's ys is a gap in it.
+func panel(title string, ms []int, lines []series, legend, logM bool) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font.Size = vg.Points(13)
@@ -81,8 +83,13 @@ func panel(title string, ms []int, lines []series, legend bool) (*plot.Plot, err
 	top := 0.0
 	for _, s := range lines {
 		for _, y := range s.ys {
-			top = math.Max(top, y)
+			if y > top { // false for NaN
+				top = y
+			}
 		}
+	}
+	if top == 0 {
+		top = 1 // nothing to draw: an empty panel still has an axis
 	}
 	// From zero, so that the heights compare honestly; a legend in the
 	// panel needs headroom above the highest line.
@@ -92,6 +99,10 @@ func panel(title string, ms []int, lines []series, legend bool) (*plot.Plot, err
 	}
 	p.Y.Tick.Marker = niceTicks{}
 	p.X.Min, p.X.Max = float64(ms[0])-0.5, float64(ms[len(ms)-1])+0.5
+	if logM {
+		p.X.Scale = plot.LogScale{}
+		p.X.Min, p.X.Max = float64(ms[0])/1.25, float64(ms[len(ms)-1])*1.25
+	}
 	var ticks plot.ConstantTicks
 	for _, m := range ms {
 		ticks = append(ticks, plot.Tick{Value: float64(m), Label: strconv.Itoa(m)})
@@ -102,20 +113,42 @@ func panel(title string, ms []int, lines []series, legend bool) (*plot.Plot, err
 	p.Legend.Left = true
 	p.Legend.TextStyle.Font.Size = vg.Points(10)
 	for _, s := range lines {
-		xys := make(plotter.XYs, len(ms))
-		for i, m := range ms {
-			xys[i] = plotter.XY{X: float64(m), Y: s.ys[i]}
+		for _, xys := range segments(ms, s.ys) {
+			l, pts, err := style(s, xys)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s: %w", title, s.name, err)
+			}
+			p.Add(l, pts)
 		}
-		l, pts, err := style(s, xys)
-		if err != nil {
-			return nil, fmt.Errorf("%s, %s: %w", title, s.name, err)
-		}
-		p.Add(l, pts)
 		if legend {
+			l, pts, err := style(s, nil)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s: %w", title, s.name, err)
+			}
 			p.Legend.Add(s.name, l, pts)
 		}
 	}
 	return p, nil
+}
+
+// segments splits a line's points (ys at ms) into runs of present values:
+// a missing value (NaN) breaks the line, and is never drawn as a point.
+func segments(ms []int, ys []float64) []plotter.XYs {
+	var segs []plotter.XYs
+	var cur plotter.XYs
+	for i, m := range ms {
+		if math.IsNaN(ys[i]) {
+			if cur != nil {
+				segs, cur = append(segs, cur), nil
+			}
+			continue
+		}
+		cur = append(cur, plotter.XY{X: float64(m), Y: ys[i]})
+	}
+	if cur != nil {
+		segs = append(segs, cur)
+	}
+	return segs
 }
 
 // key is what a figure draws in its first empty tile: the lines' legend
@@ -201,24 +234,69 @@ func drawKey(c draw.Canvas, k key) {
 // first: tprun's kernel, PyTorch mm+add and the HBM floor against M.
 // The key names source, the file the figures come from.
 func KernelFigure(w io.Writer, rows []KernelRow, latent int, title, source string) error {
-	byShard := map[int]map[int]KernelRow{}
+	byShard := map[int]map[int]shardPoint{}
 	for _, r := range rows {
 		if r.Latent != latent {
 			continue
 		}
 		if byShard[r.Shard] == nil {
-			byShard[r.Shard] = map[int]KernelRow{}
+			byShard[r.Shard] = map[int]shardPoint{}
 		}
-		byShard[r.Shard][r.M] = r
+		byShard[r.Shard][r.M] = shardPoint{ours: r.Ours, torch: r.Torch, floor: r.Floor}
 	}
 	if len(byShard) == 0 {
 		return fmt.Errorf("kernel figure: %w: no rows at latent %d", ErrNoTable, latent)
 	}
-	shards := make([]int, 0, len(byShard))
-	for s := range byShard {
-		shards = append(shards, s)
+	return shardFigure(w, title, byShard, false, []string{
+		"tprun: the skinny kernel with its",
+		"    launch config from kernel/config_table.tsv",
+		"PyTorch: torch.mm + add, bf16, in a CUDA graph",
+		"HBM floor: weight bytes / copy bandwidth",
+		"    measured in the same run",
+		"Weights rotated through > 512 MiB; medians.",
+		"",
+		"From " + source,
+	})
+}
+
+// BigmFigure draws one panel per shard of a larger-M sweep, largest shard
+// first: tprun's step with the picked launch table, PyTorch mm+add and the
+// HBM floor against M, on a logarithmic M axis. A missing figure is a gap
+// in its line. The key names source, the file the figures come from.
+func BigmFigure(w io.Writer, rows []BigmRow, title, source string) error {
+	byShard := map[int]map[int]shardPoint{}
+	for _, r := range rows {
+		if byShard[r.Shard] == nil {
+			byShard[r.Shard] = map[int]shardPoint{}
+		}
+		byShard[r.Shard][r.M] = shardPoint{ours: r.Ours, torch: r.Torch, floor: r.Floor}
 	}
-	slices.SortFunc(shards, func(a, b int) int { return b - a })
+	if len(byShard) == 0 {
+		return fmt.Errorf("larger-M figure: %w", ErrNoTable)
+	}
+	return shardFigure(w, title, byShard, true, []string{
+		"tprun: the step at tp 1 (kernel, then the",
+		"    receive) with the sweep's picked table",
+		"PyTorch: torch.mm + add, bf16, in a CUDA graph",
+		"HBM floor: (weight shard + latent + residual",
+		"    + output) bytes / copy bandwidth",
+		"    measured in the same run",
+		"Weights rotated through >= 512 MiB; medians.",
+		"A gap: the report has no figure there.",
+		"",
+		"From " + source,
+	})
+}
+
+// shardPoint is what a shard panel draws at one M, in µs; NaN is missing.
+type shardPoint struct{ ours, torch, floor float64 }
+
+// shardFigure draws one panel per shard of byShard (shard -> M -> point),
+// largest shard first, each with the lines of shardLines, and a key of
+// those lines and notes.
+func shardFigure(w io.Writer, title string, byShard map[int]map[int]shardPoint, logM bool, notes []string) error {
+	shards := sortedKeys(byShard)
+	slices.Reverse(shards)
 	// Up to three panels a row; the key takes an empty tile where there is
 	// one, else every panel carries its own legend.
 	cols := min(len(shards), 3)
@@ -229,27 +307,17 @@ func KernelFigure(w io.Writer, rows []KernelRow, latent int, title, source strin
 		ms := sortedKeys(byShard[s])
 		ours, torch, floor := make([]float64, len(ms)), make([]float64, len(ms)), make([]float64, len(ms))
 		for i, m := range ms {
-			r := byShard[s][m]
-			ours[i], torch[i], floor[i] = r.Ours, r.Torch, r.Floor
+			pt := byShard[s][m]
+			ours[i], torch[i], floor[i] = pt.ours, pt.torch, pt.floor
 		}
-		lines = kernelLines(ours, torch, floor)
-		p, err := panel(fmt.Sprintf("shard %d", s), ms, lines, !keyTile)
+		lines = shardLines(ours, torch, floor)
+		p, err := panel(fmt.Sprintf("shard %d", s), ms, lines, !keyTile, logM)
 		if err != nil {
 			return err
 		}
 		panels = append(panels, p)
 	}
-	k := &key{lines: lines, notes: []string{
-		"tprun: the skinny kernel with its",
-		"    launch config from kernel/config_table.tsv",
-		"PyTorch: torch.mm + add, bf16, in a CUDA graph",
-		"HBM floor: weight bytes / copy bandwidth",
-		"    measured in the same run",
-		"Weights rotated through > 512 MiB; medians.",
-		"",
-		"From " + source,
-	}}
-	return figure(w, title, panels, cols, vg.Points(330), vg.Points(270), k)
+	return figure(w, title, panels, cols, vg.Points(330), vg.Points(270), &key{lines: lines, notes: notes})
 }
 
 // StepFigure draws the fused step against M: tprun, PyTorch
@@ -275,7 +343,7 @@ func StepFigure(w io.Writer, rows []StepRow, title, source string) error {
 		{name: "tprun step", ys: ours, color: oursColor, glyph: draw.CircleGlyph{}},
 		{name: "HBM floor", ys: floor, color: floorColor, dash: []vg.Length{vg.Points(2), vg.Points(2)}, glyph: draw.TriangleGlyph{}},
 	}
-	p, err := panel("", ms, lines, false)
+	p, err := panel("", ms, lines, false, false)
 	if err != nil {
 		return err
 	}
@@ -294,8 +362,8 @@ func StepFigure(w io.Writer, rows []StepRow, title, source string) error {
 	return figure(w, title, []*plot.Plot{p, nil}, 2, vg.Points(420), vg.Points(330), k)
 }
 
-// kernelLines are the kernel figure's three lines, in legend order.
-func kernelLines(ours, torch, floor []float64) []series {
+// shardLines are the three lines of a shard panel, in legend order.
+func shardLines(ours, torch, floor []float64) []series {
 	return []series{
 		{name: "PyTorch mm+add", ys: torch, color: torchColor, dash: []vg.Length{vg.Points(6), vg.Points(3)}, glyph: draw.SquareGlyph{}},
 		{name: "tprun", ys: ours, color: oursColor, glyph: draw.CircleGlyph{}},

@@ -3,10 +3,15 @@
 // bench/kernel-h200-<date>.txt) one panel per shard with tprun's kernel,
 // PyTorch mm+add and the HBM floor; from a step bench (scripts/bench-step's
 // bench/step-h200x<N>-<date>.txt) the fused step with PyTorch
-// mm+add+all_gather_into_tensor, the NCCL all-gather alone and the floor.
+// mm+add+all_gather_into_tensor, the NCCL all-gather alone and the floor;
+// from a larger-M sweep (scripts/bigm-sweep's
+// bench/bigm-sweep-h200-<date>.txt) its comparison table, one panel per
+// shard with tprun's step at M 16..128, PyTorch mm+add and the HBM floor,
+// a "-" in the report left as a gap.
 //
 //	go run . -kernel ../../bench/kernel-h200-2026-11-30-1.txt -kernel-out ../../docs/perf-kernel.png \
-//	         -step ../../bench/step-h200x2-2026-11-30-1.txt -step-out ../../docs/perf-step.png
+//	         -step ../../bench/step-h200x2-2026-11-30-1.txt -step-out ../../docs/perf-step.png \
+//	         -bigm ../../bench/bigm-sweep-h200-<date>.txt -bigm-out ../../docs/perf-bigm.png
 //
 // It lives in a module of its own so that the plotting library is no
 // dependency of tprun itself.
@@ -39,14 +44,16 @@ func run(args []string, stderr io.Writer) error {
 	latent := fs.Int("latent", 3584, "the latent dimension whose shards the kernel plot shows")
 	stepIn := fs.String("step", "", "a step bench `file` (scripts/bench-step's table)")
 	stepOut := fs.String("step-out", "perf-step.png", "the step plot's PNG `file`")
+	bigmIn := fs.String("bigm", "", "a larger-M sweep `file` (scripts/bigm-sweep's report)")
+	bigmOut := fs.String("bigm-out", "perf-bigm.png", "the larger-M plot's PNG `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (the inputs are -kernel and -step)", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q (the inputs are -kernel, -step and -bigm)", fs.Arg(0))
 	}
-	if *kernelIn == "" && *stepIn == "" {
-		return errors.New("nothing to draw: give -kernel FILE, -step FILE or both")
+	if *kernelIn == "" && *stepIn == "" && *bigmIn == "" {
+		return errors.New("nothing to draw: give any of -kernel FILE, -step FILE and -bigm FILE")
 	}
 	if *kernelIn != "" {
 		if err := drawKernel(*kernelIn, *kernelOut, *latent); err != nil {
@@ -59,6 +66,12 @@ func run(args []string, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stderr, "benchplot: %s from %s\n", *stepOut, *stepIn)
+	}
+	if *bigmIn != "" {
+		if err := drawBigm(*bigmIn, *bigmOut); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "benchplot: %s from %s\n", *bigmOut, *bigmIn)
 	}
 	return nil
 }
@@ -89,6 +102,20 @@ func drawStep(in, out string) error {
 	m := ReadMeta(b)
 	title := fmt.Sprintf("Fused step, tp %s, shard %s: µs per step against M (%d × %s, %s)", m.TP, m.Shard, m.GPUs, m.GPU, m.Date)
 	return writeFile(out, func(w io.Writer) error { return StepFigure(w, rows, title, benchName(in)) })
+}
+
+func drawBigm(in, out string) error {
+	b, err := os.ReadFile(in)
+	if err != nil {
+		return fmt.Errorf("-bigm: %w", err)
+	}
+	rows, err := ParseBigm(bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("-bigm %s: %w", in, err)
+	}
+	m := ReadMeta(b)
+	title := fmt.Sprintf("Larger M, tp %s, latent %s: µs per step against M (%s, %s)", m.TP, m.Latent, m.GPU, m.Date)
+	return writeFile(out, func(w io.Writer) error { return BigmFigure(w, rows, title, benchName(in)) })
 }
 
 // benchName is how a key names an input: from its bench/ folder on, if it
@@ -129,18 +156,20 @@ type Meta struct {
 	GPU       string // the first GPU's name, e.g. "NVIDIA H200"
 	GPUs      int    // GPUs listed under "machine:"
 	TP, Shard string // from "tp N" in the first line and "shard N" in the shape line (step benches)
+	Latent    string // from the first "--latent N" (the commands of step benches and larger-M sweeps)
 }
 
 var (
-	dateRe  = regexp.MustCompile(`(?m)^date: (\d{4}-\d{2}-\d{2})`)
-	gpuRe   = regexp.MustCompile(`GPU \d+: (NVIDIA [^(]+?) \(UUID`)
-	tpRe    = regexp.MustCompile(`\btp (\d+)\b`)
-	shardRe = regexp.MustCompile(`(?m)^shape:.*\bshard (\d+)`)
+	dateRe   = regexp.MustCompile(`(?m)^date: (\d{4}-\d{2}-\d{2})`)
+	gpuRe    = regexp.MustCompile(`GPU \d+: (NVIDIA [^(]+?) \(UUID`)
+	tpRe     = regexp.MustCompile(`\btp (\d+)\b`)
+	shardRe  = regexp.MustCompile(`(?m)^shape:.*\bshard (\d+)`)
+	latentRe = regexp.MustCompile(`--latent (\d+)\b`)
 )
 
 // ReadMeta reads the header fields a bench file has; missing ones read "?".
 func ReadMeta(b []byte) Meta {
-	m := Meta{Date: "?", GPU: "?", TP: "?", Shard: "?"}
+	m := Meta{Date: "?", GPU: "?", TP: "?", Shard: "?", Latent: "?"}
 	if s := dateRe.FindSubmatch(b); s != nil {
 		m.Date = string(s[1])
 	}
@@ -155,6 +184,9 @@ func ReadMeta(b []byte) Meta {
 	}
 	if s := shardRe.FindSubmatch(b); s != nil {
 		m.Shard = string(s[1])
+	}
+	if s := latentRe.FindSubmatch(b); s != nil {
+		m.Latent = string(s[1])
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,19 @@ type StepRow struct {
 	Floor     float64 // µs: shard weight bytes / copy bandwidth of the same run
 	Torch     float64 // µs: PyTorch mm+add+all_gather_into_tensor, median
 	AllGather float64 // µs: the NCCL all-gather alone, median
+}
+
+// BigmRow is one row of a larger-M sweep's comparison (scripts/bigm-sweep
+// writes bench/bigm-sweep-h200-<date>.txt): the step at tp 1 with the
+// sweep's picked launch table against PyTorch mm+add and the HBM floor, per
+// (shard, M). A figure the report gives as "-" (no run, a wrong block, no
+// bandwidth measured) is NaN, so that a plot leaves a gap rather than a
+// zero.
+type BigmRow struct {
+	Shard, M int
+	Ours     float64 // µs per step, the picked table's run
+	Torch    float64 // µs: PyTorch mm+add, median
+	Floor    float64 // µs: (weight shard + latent + residual + output) bytes / copy bandwidth of the same run
 }
 
 // kernelColumns are the headers ParseKernel needs, as the bench writes them.
@@ -212,8 +226,13 @@ func ParseStep(r io.Reader) ([]StepRow, error) {
 
 // stepHeader maps column names to field indexes, or returns nil when
 // fields is not the step table's header.
-func stepHeader(fields []string) map[string]int {
-	if len(fields) == 0 || fields[0] != "M" {
+func stepHeader(fields []string) map[string]int { return spacedHeader(fields, stepColumns) }
+
+// spacedHeader maps the names of a header of space-separated column names
+// (a "µs" joins the name before it) to field indexes, or returns nil when
+// the header does not start with columns[0] or lacks one of columns.
+func spacedHeader(fields, columns []string) map[string]int {
+	if len(fields) == 0 || fields[0] != columns[0] {
 		return nil
 	}
 	var names []string
@@ -228,7 +247,7 @@ func stepHeader(fields []string) map[string]int {
 	for i, n := range names {
 		col[n] = i
 	}
-	for _, c := range stepColumns {
+	for _, c := range columns {
 		if _, ok := col[c]; !ok {
 			return nil
 		}
@@ -253,6 +272,95 @@ func stepRow(fields []string, col map[string]int) (StepRow, error) {
 		dst  *float64
 	}{{"ours µs", &row.Ours}, {"floor µs", &row.Floor}, {"torch µs", &row.Torch}, {"allgather µs", &row.AllGather}}
 	for _, f := range floats {
+		if *f.dst, err = positiveFloat(f.name, cell(f.name)); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
+
+// bigmHeading starts the line above a larger-M sweep's comparison table;
+// the report's other tables (the sweep, the picked launch table) have
+// shards and M columns of their own, so only this section is read.
+const bigmHeading = "## the picked table against"
+
+// bigmColumns are the headers ParseBigm needs, as the sweep writes them (a
+// unit "µs" is part of the column name before it). They all precede the
+// target column, whose cells hold spaces.
+var bigmColumns = []string{"shard", "M", "tprun µs", "PyTorch µs", "floor µs"}
+
+// ParseBigm reads the comparison table of a larger-M sweep report: after
+// the line that starts with bigmHeading, a header line of space-separated
+// column names that includes every column of bigmColumns, then one row per
+// (shard, M), up to the first blank or non-numeric line. A "-" cell reads
+// NaN.
+func ParseBigm(r io.Reader) ([]BigmRow, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	section := false
+	var col map[string]int
+	var rows []BigmRow
+	line := 0
+	for sc.Scan() {
+		line++
+		if !section {
+			section = strings.HasPrefix(sc.Text(), bigmHeading)
+			continue
+		}
+		fields := strings.Fields(sc.Text())
+		if col == nil {
+			col = spacedHeader(fields, bigmColumns)
+			continue
+		}
+		if len(fields) == 0 {
+			break
+		}
+		if _, err := strconv.Atoi(fields[0]); err != nil {
+			break
+		}
+		row, err := bigmRow(fields, col)
+		if err != nil {
+			return nil, fmt.Errorf("larger-M sweep line %d: %w", line, err)
+		}
+		rows = append(rows, row)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("larger-M sweep: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("larger-M sweep: %w: want a line starting %q, then a table with columns %s",
+			ErrNoTable, bigmHeading, strings.Join(bigmColumns, ", "))
+	}
+	return rows, nil
+}
+
+func bigmRow(fields []string, col map[string]int) (BigmRow, error) {
+	var row BigmRow
+	var err error
+	cell := func(name string) string {
+		if i := col[name]; i < len(fields) {
+			return fields[i]
+		}
+		return ""
+	}
+	ints := []struct {
+		name string
+		dst  *int
+	}{{"shard", &row.Shard}, {"M", &row.M}}
+	for _, f := range ints {
+		if *f.dst, err = positiveInt(f.name, cell(f.name)); err != nil {
+			return row, err
+		}
+	}
+	floats := []struct {
+		name string
+		dst  *float64
+	}{{"tprun µs", &row.Ours}, {"PyTorch µs", &row.Torch}, {"floor µs", &row.Floor}}
+	for _, f := range floats {
+		if cell(f.name) == "-" {
+			*f.dst = math.NaN()
+			continue
+		}
 		if *f.dst, err = positiveFloat(f.name, cell(f.name)); err != nil {
 			return row, err
 		}
