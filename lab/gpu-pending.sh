@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The GPU runs still owed by the larger-M path and the PyTorch op, on one
+# H200, from binaries built on a machine with Go and carried as
+# .dev/bigm/bin.tar.xz (lab/README.md says how):
+#
+#   bash lab/gpu-pending.sh [STAGE ...]
+#
+# Stages (in this order when none is named: unpack job run py opbench):
+#   unpack   bin/ from .dev/bigm/bin.tar.xz
+#   kernel   scripts/gpu-test kernel (memcheck of TestGPUSmall included)
+#   tp       scripts/gpu-test tp
+#   job      scripts/gpu-test cmd/tprun/internal/job
+#   run      tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000
+#   bench    tprun bench --tp 1 --m 16,32,64,128
+#   sweep    scripts/bigm-sweep (SWEEP_BUDGET seconds, default 300): the
+#            larger-M table, PyTorch mm + add and the floor beside it
+#   py       the PyTorch rank program: tp 1 every M with --compile, tp 4 on
+#            one GPU, a captured step replayed GRAPH_REPLAYS (10000) times;
+#            the Go example's test
+#   torchrun the captured step under torchrun, tp 4 on one GPU
+#   opbench  tp 1, shards 7168 and 896: tprun bench --graph capture,
+#            enqueue, enqueue-ops and torch_rank.py --bench
+# One line per stage in $OUT/summary.txt, logs in $OUT/pending-logs.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/lab-out}
+# The logs go back as one archive: the device tool returns only so many files.
+logs=$PWD/build/pending-logs
+rm -rf "$logs" && mkdir -p "$OUT" "$logs"
+export TPRUN_MULTICAST=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+stages=("$@")
+((${#stages[@]})) || stages=(unpack job run py opbench)
+status=0
+note() {
+	echo "$*" | tee -a "$OUT/summary.txt"
+}
+pyrun() { # name, timeout, command...
+	local name=$1 t=$2 s=$SECONDS
+	shift 2
+	timeout "$t" "$@" >"$logs/$name.log" 2>&1
+	local rc=$?
+	((rc == 0)) || status=1
+	note "$name: exit $rc in $((SECONDS - s))s: $*"
+	grep -E "wrong|identical|exceeded|Error|error" "$logs/$name.log" | grep -v "^W" | tail -6 | tee -a "$OUT/summary.txt"
+}
+finish() {
+	tar czf "$OUT/pending-logs.tgz" -C build pending-logs
+	exit $status
+}
+trap finish EXIT
+
+for st in "${stages[@]}"; do
+	start=$SECONDS
+	case $st in
+	unpack)
+		rm -rf bin && tar xJf .dev/bigm/bin.tar.xz || { note "unpack: no .dev/bigm/bin.tar.xz"; status=1; exit; }
+		note "unpack: $(ls bin | tr '\n' ' ')"
+		;;
+	kernel | tp | job)
+		pkg=$st
+		[[ $st == job ]] && pkg=cmd/tprun/internal/job
+		OUT=$logs/gpu-test-$st GPU_TEST_TIMEOUT=${GPU_TEST_TIMEOUT:-6m} \
+			scripts/gpu-test "$pkg" >"$logs/gpu-test-$st.txt" 2>&1
+		rc=$?
+		((rc == 0)) || status=1
+		note "$st: exit $rc in $((SECONDS - start))s"
+		grep -E "^(PASS|FAIL) " "$logs/gpu-test-$st.txt" | tee -a "$OUT/summary.txt"
+		grep -hE -- "--- FAIL" "$logs/gpu-test-$st"/*.log 2>/dev/null | head -20 | tee -a "$OUT/summary.txt"
+		;;
+	run)
+		timeout 400 bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000 \
+			>"$logs/run.log" 2>&1
+		rc=$?
+		((rc == 0)) || status=1
+		note "run: exit $rc in $((SECONDS - start))s"
+		grep -E "^\S*\s*(16|64|128)\s" "$logs/run.log" | tee -a "$OUT/summary.txt"
+		;;
+	bench)
+		timeout 300 bin/tprun bench --tp 1 --m 16,32,64,128 \
+			--json-out "$logs/bench.json" >"$logs/bench.log" 2>&1
+		rc=$?
+		((rc == 0)) || status=1
+		note "bench: exit $rc in $((SECONDS - start))s"
+		tail -8 "$logs/bench.log" | tee -a "$OUT/summary.txt"
+		;;
+	sweep)
+		# The larger-M table's sweep within SWEEP_BUDGET seconds: by
+		# default 300, or what is left of a 600 s device call after the
+		# stages before it (less a margin); runs that would pass it are
+		# skipped and recorded.
+		budget=${SWEEP_BUDGET:-$((540 - SECONDS < 300 ? 540 - SECONDS : 300))}
+		rm -rf "$logs/sweep"
+		OUT=$OUT timeout $((budget + 60)) python3 scripts/bigm-sweep \
+			--budget "$budget" --work "$logs/sweep" >"$logs/sweep.log" 2>&1
+		rc=$?
+		((rc == 0)) || status=1
+		note "sweep: exit $rc in $((SECONDS - start))s (budget ${budget}s)"
+		report=$(ls -t bench/bigm-sweep-h200-*.txt 2>/dev/null | head -1)
+		[[ -n $report ]] && cp "$report" "$OUT/"
+		sed -n '/^## the picked table against/,$p' "$logs/sweep.log" | tee -a "$OUT/summary.txt"
+		;;
+	py)
+		# The PyTorch rank program on the patched tree's libtprun.so.
+		export TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		pyrun py-tp1 240 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --check --compile --rows 1,2,3,4,5,6,7,8,16,64,128
+		pyrun py-tp4 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --rows 1,8,128
+		pyrun py-tp4-graph 300 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
+		TPRUN_BIN=$PWD/bin/tprun TPRUN_EXAMPLE_RANK_BIN=$PWD/bin/rank pyrun example-go 120 bin/rank.test -test.v -test.count=1
+		unset TPRUN_LIB PYTHONPATH
+		;;
+	torchrun)
+		export TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		TPRUN_DEVICES=0,0,0,0 pyrun py-torchrun 300 torchrun --nproc-per-node 4 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
+		unset TPRUN_LIB PYTHONPATH
+		;;
+	opbench)
+		# tp 1 at shards 7168 and 896: the Go forms and the PyTorch forms.
+		export TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		for h in 7168 896; do
+			for g in capture enqueue enqueue-ops; do
+				timeout 120 bin/tprun bench --tp 1 --hidden $h --graph $g >"$logs/opbench-$g-$h.log" 2>&1
+				note "opbench $g $h: exit $?"
+				grep -E "^ *[0-9]+ " "$logs/opbench-$g-$h.log" | tee -a "$OUT/summary.txt"
+			done
+			timeout 120 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --bench --hidden $h >"$logs/opbench-torch-$h.log" 2>&1
+			note "opbench torch $h: exit $?"
+			grep -v "^W" "$logs/opbench-torch-$h.log" | tail -14 | tee -a "$OUT/summary.txt"
+		done
+		unset TPRUN_LIB PYTHONPATH
+		;;
+	*)
+		note "unknown stage $st"
+		status=2
+		exit
+		;;
+	esac
+done
