@@ -20,6 +20,10 @@
 #   torchrun the captured step under torchrun, tp 4 on one GPU
 #   opbench  tp 1, shards 7168 and 896: tprun bench --graph capture,
 #            enqueue, enqueue-ops and torch_rank.py --bench
+#   shmab    shard 896, tp 1: the tree's binaries against those built with
+#            lab/shared-kernel-module.patch (bin/shm/), two interleaved
+#            rounds of --graph capture and enqueue-ops, then torch_rank.py
+#            --bench with each libtprun.so
 # One line per stage in $OUT/summary.txt, logs in $OUT/pending-logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -127,6 +131,28 @@ for st in "${stages[@]}"; do
 			grep -v "^W" "$logs/opbench-torch-$h.log" | tail -14 | tee -a "$OUT/summary.txt"
 		done
 		unset TPRUN_LIB PYTHONPATH
+		;;
+	shmab)
+		[[ -x bin/shm/tprun && -f bin/shm/libtprun.so ]] || { note "shmab: no bin/shm/tprun or bin/shm/libtprun.so"; status=1; continue; }
+		for round in 1 2; do
+			for v in tree shm; do
+				b=bin/tprun
+				[[ $v == shm ]] && b=bin/shm/tprun
+				for g in capture enqueue-ops; do
+					timeout 120 $b bench --tp 1 --hidden 896 --graph $g >"$logs/shmab-$v-$g-$round.log" 2>&1
+					note "shmab round $round $v $g: exit $?"
+					grep -E "^ *[0-9]+ " "$logs/shmab-$v-$g-$round.log" | tee -a "$OUT/summary.txt"
+				done
+			done
+		done
+		for v in tree shm; do
+			lib=$PWD/bin/libtprun.so
+			[[ $v == shm ]] && lib=$PWD/bin/shm/libtprun.so
+			TPRUN_LIB=$lib PYTHONPATH=$PWD/python timeout 120 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --bench --hidden 896 \
+				>"$logs/shmab-torch-$v.log" 2>&1
+			note "shmab torch $v: exit $?"
+			grep -v "^W" "$logs/shmab-torch-$v.log" | tail -14 | tee -a "$OUT/summary.txt"
+		done
 		;;
 	*)
 		note "unknown stage $st"
