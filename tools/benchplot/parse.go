@@ -191,16 +191,35 @@ var stepColumns = []string{"M", "ours µs", "floor µs", "torch µs", "allgather
 // includes every column of stepColumns, then one row per M, up to the first
 // blank or non-numeric line.
 func ParseStep(r io.Reader) ([]StepRow, error) {
+	rows, err := parseSpaced(r, "step bench", nil, stepColumns, stepRow)
+	if errors.Is(err, ErrNoTable) {
+		return nil, fmt.Errorf("step bench: %w: want a table with columns %s", ErrNoTable, strings.Join(stepColumns, ", "))
+	}
+	return rows, err
+}
+
+// parseSpaced reads a table of space-separated cells: once start accepts a
+// line (from the first line when start is nil), a header line that names
+// every column of columns, then one row per line, up to the first blank
+// or non-numeric line. what names the table in errors; ErrNoTable when no
+// row was read.
+func parseSpaced[T any](r io.Reader, what string, start func(string) bool, columns []string,
+	parse func([]string, map[string]int) (T, error)) ([]T, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	section := start == nil
 	var col map[string]int
-	var rows []StepRow
+	var rows []T
 	line := 0
 	for sc.Scan() {
 		line++
+		if !section {
+			section = start(sc.Text())
+			continue
+		}
 		fields := strings.Fields(sc.Text())
 		if col == nil {
-			col = stepHeader(fields)
+			col = spacedHeader(fields, columns)
 			continue
 		}
 		if len(fields) == 0 {
@@ -209,24 +228,20 @@ func ParseStep(r io.Reader) ([]StepRow, error) {
 		if _, err := strconv.Atoi(fields[0]); err != nil {
 			break
 		}
-		row, err := stepRow(fields, col)
+		row, err := parse(fields, col)
 		if err != nil {
-			return nil, fmt.Errorf("step bench line %d: %w", line, err)
+			return nil, fmt.Errorf("%s line %d: %w", what, line, err)
 		}
 		rows = append(rows, row)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("step bench: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("step bench: %w: want a table with columns %s", ErrNoTable, strings.Join(stepColumns, ", "))
+		return nil, ErrNoTable
 	}
 	return rows, nil
 }
-
-// stepHeader maps column names to field indexes, or returns nil when
-// fields is not the step table's header.
-func stepHeader(fields []string) map[string]int { return spacedHeader(fields, stepColumns) }
 
 // spacedHeader maps the names of a header of space-separated column names
 // (a "µs" joins the name before it) to field indexes, or returns nil when
@@ -295,43 +310,13 @@ var bigmColumns = []string{"shard", "M", "tprun µs", "PyTorch µs", "floor µs"
 // (shard, M), up to the first blank or non-numeric line. A "-" cell reads
 // NaN.
 func ParseBigm(r io.Reader) ([]BigmRow, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	section := false
-	var col map[string]int
-	var rows []BigmRow
-	line := 0
-	for sc.Scan() {
-		line++
-		if !section {
-			section = strings.HasPrefix(sc.Text(), bigmHeading)
-			continue
-		}
-		fields := strings.Fields(sc.Text())
-		if col == nil {
-			col = spacedHeader(fields, bigmColumns)
-			continue
-		}
-		if len(fields) == 0 {
-			break
-		}
-		if _, err := strconv.Atoi(fields[0]); err != nil {
-			break
-		}
-		row, err := bigmRow(fields, col)
-		if err != nil {
-			return nil, fmt.Errorf("larger-M sweep line %d: %w", line, err)
-		}
-		rows = append(rows, row)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("larger-M sweep: %w", err)
-	}
-	if len(rows) == 0 {
+	atHeading := func(line string) bool { return strings.HasPrefix(line, bigmHeading) }
+	rows, err := parseSpaced(r, "larger-M sweep", atHeading, bigmColumns, bigmRow)
+	if errors.Is(err, ErrNoTable) {
 		return nil, fmt.Errorf("larger-M sweep: %w: want a line starting %q, then a table with columns %s",
 			ErrNoTable, bigmHeading, strings.Join(bigmColumns, ", "))
 	}
-	return rows, nil
+	return rows, err
 }
 
 func bigmRow(fields []string, col map[string]int) (BigmRow, error) {
