@@ -201,8 +201,10 @@ class Rank:
         w2 = torch.randn(a.hidden, a.latent, generator=self.gen, device=self.dev) * a.latent**-0.5
         self.weight2 = w2.to(torch.bfloat16)
         self.ref2 = Reference(torch, self.weight2)
-        self.coeff = torch.randint(-(2**62), 2**62, (16 * a.hidden,), generator=self.gen, device=self.dev)
         self.max_m = max(a.rows)
+        # A coefficient per 16 bits of the largest block digest sees: two
+        # per element of a float32 one (--graph's post).
+        self.coeff = torch.randint(-(2**62), 2**62, (2 * self.max_m * a.hidden,), generator=self.gen, device=self.dev)
         self.op = self.g.up_projection(a.hidden, a.latent, self.max_m, self.mine, backend=a.backend,
                                        deadline=a.deadline)
         self.layer2 = self.op.pack(self.weight2[r * s:(r + 1) * s])
