@@ -104,8 +104,8 @@ func benchHelp(fs *flag.FlagSet) *helpPage {
 	return &helpPage{
 		usage: []string{"tprun bench [--tp N] [flags] [--json]"},
 		about: []string{
-			"Times the fused step on GPUs, per M: the skinny kernel, the stores of its slice into every " +
-				"rank's mailbox and the receive, chained in CUDA graphs, with the weight shard rotated " +
+			"Times the fused step on GPUs, per M: the kernel (the skinny one up to M 8, the tensor-core one " +
+				"above), the stores of its slice into every rank's mailbox and the receive, chained in CUDA graphs, with the weight shard rotated " +
 				"through enough copies that it streams from HBM. Next to it, the HBM floor: the shard's " +
 				"weight bytes over the copy bandwidth measured in the same run. One checked replay per M " +
 				"compares every block with a float64 reference and across ranks first.",

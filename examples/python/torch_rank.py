@@ -390,9 +390,9 @@ class Rank:
                   f"{k} steps per graph, {a.replays} replays; time per step = replay time / {k}")
             print("#   K ops: one step on each of K ops holding their weight copies; "
                   "1 op: K steps of one op, each passing its packed copy (op.pack)")
-            print(f"# {'M':>2} {'K ops med µs':>13} {'K ops p90 µs':>13} {'1 op med µs':>12} {'1 op p90 µs':>12} {'#wrong':>7}")
+            print(f"# {'M':>3} {'K ops med µs':>13} {'K ops p90 µs':>13} {'1 op med µs':>12} {'1 op p90 µs':>12} {'#wrong':>7}")
             for m, med, p90, med1, p901, wrong in rows:
-                print(f"  {m:>2} {med:>13.2f} {p90:>13.2f} {med1:>12.2f} {p901:>12.2f} {wrong:>7}")
+                print(f"  {m:>3} {med:>13.2f} {p90:>13.2f} {med1:>12.2f} {p901:>12.2f} {wrong:>7}")
             sys.stdout.flush()
         for row in rows:
             if row[-1]:

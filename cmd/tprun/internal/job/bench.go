@@ -352,7 +352,7 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 	if f := kernel.BigmTableOverride(); f != "" {
 		out.printf("# launch table for M above 8 from %s=%s, not the embedded one\n", kernel.BigmTableEnv, f)
 	}
-	out.printf("# one CUDA graph = %d steps (skinny kernel + stores to every rank + receive, PDL-chained), %d warm-up and %d timed replays per M\n",
+	out.printf("# one CUDA graph = %d steps (kernel + stores to every rank + receive, PDL-chained: the skinny kernel up to M 8, the tensor-core kernel then the receive kernel above), %d warm-up and %d timed replays per M\n",
 		rig.k, bc.Warmup, bc.Replays)
 	switch bc.Graph {
 	case GraphEnqueue:
