@@ -489,3 +489,17 @@ func TestSweepRecordsRefusal(t *testing.T) {
 		t.Error("the other config never ran")
 	}
 }
+
+// --dry-run prints the plan and runs nothing: no tprun, no PyTorch, and no
+// file or folder written (the output, the work folder, the report).
+func TestSweepDryRun(t *testing.T) {
+	dir, code, rows := sweep(t, rand.Uint64(), nil, "--hidden", "896,448", "--dry-run")
+	if code != 0 || len(rows) != 0 {
+		t.Fatalf("exit %d, %d runs of the fakes: want 0 and none", code, len(rows))
+	}
+	for _, name := range []string{"out", "work", "report.txt", "fake.jsonl"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s: a dry run wrote it (%v)", name, err)
+		}
+	}
+}
