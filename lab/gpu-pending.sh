@@ -10,7 +10,8 @@
 #   kernel   scripts/gpu-test kernel (memcheck of TestGPUSmall included)
 #   tp       scripts/gpu-test tp
 #   job      scripts/gpu-test cmd/tprun/internal/job
-#   run      tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000
+#   run      tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 3334
+#            (10,002 steps in all, about 100 s)
 #   bench    tprun bench --tp 1 --m 16,32,64,128
 #   sweep    scripts/bigm-sweep (SWEEP_BUDGET seconds, default 300): the
 #            larger-M table, PyTorch mm + add and the floor beside it
@@ -54,6 +55,9 @@ finish() {
 trap finish EXIT
 
 for st in "${stages[@]}"; do
+	# The archive after every stage too: a call killed at its limit may
+	# never reach the EXIT trap.
+	tar czf "$OUT/pending-logs.tgz" -C build pending-logs
 	start=$SECONDS
 	case $st in
 	unpack)
@@ -72,12 +76,12 @@ for st in "${stages[@]}"; do
 		grep -hE -- "--- FAIL" "$logs/gpu-test-$st"/*.log 2>/dev/null | head -20 | tee -a "$OUT/summary.txt"
 		;;
 	run)
-		timeout 400 bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters 10000 \
+		timeout 300 bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334} \
 			>"$logs/run.log" 2>&1
 		rc=$?
 		((rc == 0)) || status=1
 		note "run: exit $rc in $((SECONDS - start))s"
-		grep -E "^\S*\s*(16|64|128)\s" "$logs/run.log" | tee -a "$OUT/summary.txt"
+		grep -E "^(\[rank 0\] )? +(16|64|128) " "$logs/run.log" | tee -a "$OUT/summary.txt"
 		;;
 	bench)
 		timeout 300 bin/tprun bench --tp 1 --m 16,32,64,128 \
@@ -109,6 +113,7 @@ for st in "${stages[@]}"; do
 		pyrun py-tp1 240 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --check --compile --rows 1,2,3,4,5,6,7,8,16,64,128
 		pyrun py-tp4 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --rows 1,8,128
 		pyrun py-tp4-graph 300 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
+		pyrun py-tp4-graph-large 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph 1000 --rows 64,128
 		TPRUN_BIN=$PWD/bin/tprun TPRUN_EXAMPLE_RANK_BIN=$PWD/bin/rank pyrun example-go 120 bin/rank.test -test.v -test.count=1
 		unset TPRUN_LIB PYTHONPATH
 		;;
@@ -124,7 +129,7 @@ for st in "${stages[@]}"; do
 			for g in capture enqueue enqueue-ops; do
 				timeout 120 bin/tprun bench --tp 1 --hidden $h --graph $g >"$logs/opbench-$g-$h.log" 2>&1
 				note "opbench $g $h: exit $?"
-				grep -E "^ *[0-9]+ " "$logs/opbench-$g-$h.log" | tee -a "$OUT/summary.txt"
+				grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/opbench-$g-$h.log" | tee -a "$OUT/summary.txt"
 			done
 			timeout 120 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --bench --hidden $h >"$logs/opbench-torch-$h.log" 2>&1
 			note "opbench torch $h: exit $?"
@@ -141,7 +146,7 @@ for st in "${stages[@]}"; do
 				for g in capture enqueue-ops; do
 					timeout 120 $b bench --tp 1 --hidden 896 --graph $g >"$logs/shmab-$v-$g-$round.log" 2>&1
 					note "shmab round $round $v $g: exit $?"
-					grep -E "^ *[0-9]+ " "$logs/shmab-$v-$g-$round.log" | tee -a "$OUT/summary.txt"
+					grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/shmab-$v-$g-$round.log" | tee -a "$OUT/summary.txt"
 				done
 			done
 		done
