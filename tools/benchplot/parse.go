@@ -137,35 +137,57 @@ func isRule(cells []string) bool {
 
 func kernelRow(cells []string, col map[string]int) (KernelRow, error) {
 	var row KernelRow
-	var err error
-	cell := func(name string) string {
-		if i, ok := col[name]; ok && i < len(cells) {
-			return cells[i]
-		}
-		return ""
-	}
-	ints := []struct {
-		name string
-		dst  *int
-	}{{"latent", &row.Latent}, {"shard", &row.Shard}, {"M", &row.M}}
-	for _, f := range ints {
-		if *f.dst, err = positiveInt(f.name, cell(f.name)); err != nil {
-			return row, err
-		}
-	}
-	floats := []struct {
-		name string
-		dst  *float64
-	}{{"ours µs", &row.Ours}, {"floor µs", &row.Floor}, {"torch µs", &row.Torch}}
-	for _, f := range floats {
-		if *f.dst, err = positiveFloat(f.name, cell(f.name)); err != nil {
-			return row, err
-		}
-	}
-	row.Config = cell("config")
-	return row, nil
+	rc := rowCells{cells, col}
+	err := rc.fill([]intCol{{"latent", &row.Latent}, {"shard", &row.Shard}, {"M", &row.M}},
+		[]floatCol{{"ours µs", &row.Ours}, {"floor µs", &row.Floor}, {"torch µs", &row.Torch}}, false)
+	row.Config = rc.get("config")
+	return row, err
 }
 
+// rowCells reads one table row's cells by column name.
+type rowCells struct {
+	cells []string
+	col   map[string]int
+}
+
+func (r rowCells) get(name string) string {
+	if i, ok := r.col[name]; ok && i < len(r.cells) {
+		return r.cells[i]
+	}
+	return ""
+}
+
+type intCol struct {
+	name string
+	dst  *int
+}
+
+type floatCol struct {
+	name string
+	dst  *float64
+}
+
+// fill parses the named columns into their destinations: positive
+// integers and positive numbers; with dashNaN a float cell "-" (no
+// figure) reads NaN.
+func (r rowCells) fill(ints []intCol, floats []floatCol, dashNaN bool) error {
+	var err error
+	for _, f := range ints {
+		if *f.dst, err = positiveInt(f.name, r.get(f.name)); err != nil {
+			return err
+		}
+	}
+	for _, f := range floats {
+		if dashNaN && r.get(f.name) == "-" {
+			*f.dst = math.NaN()
+			continue
+		}
+		if *f.dst, err = positiveFloat(f.name, r.get(f.name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 func positiveInt(name, s string) (int, error) {
 	v, err := strconv.Atoi(s)
 	if err != nil || v <= 0 {
@@ -272,26 +294,9 @@ func spacedHeader(fields, columns []string) map[string]int {
 
 func stepRow(fields []string, col map[string]int) (StepRow, error) {
 	var row StepRow
-	var err error
-	cell := func(name string) string {
-		if i := col[name]; i < len(fields) {
-			return fields[i]
-		}
-		return ""
-	}
-	if row.M, err = positiveInt("M", cell("M")); err != nil {
-		return row, err
-	}
-	floats := []struct {
-		name string
-		dst  *float64
-	}{{"ours µs", &row.Ours}, {"floor µs", &row.Floor}, {"torch µs", &row.Torch}, {"allgather µs", &row.AllGather}}
-	for _, f := range floats {
-		if *f.dst, err = positiveFloat(f.name, cell(f.name)); err != nil {
-			return row, err
-		}
-	}
-	return row, nil
+	err := rowCells{fields, col}.fill([]intCol{{"M", &row.M}},
+		[]floatCol{{"ours µs", &row.Ours}, {"floor µs", &row.Floor}, {"torch µs", &row.Torch}, {"allgather µs", &row.AllGather}}, false)
+	return row, err
 }
 
 // bigmHeading starts the line above a larger-M sweep's comparison table;
@@ -321,34 +326,7 @@ func ParseBigm(r io.Reader) ([]BigmRow, error) {
 
 func bigmRow(fields []string, col map[string]int) (BigmRow, error) {
 	var row BigmRow
-	var err error
-	cell := func(name string) string {
-		if i := col[name]; i < len(fields) {
-			return fields[i]
-		}
-		return ""
-	}
-	ints := []struct {
-		name string
-		dst  *int
-	}{{"shard", &row.Shard}, {"M", &row.M}}
-	for _, f := range ints {
-		if *f.dst, err = positiveInt(f.name, cell(f.name)); err != nil {
-			return row, err
-		}
-	}
-	floats := []struct {
-		name string
-		dst  *float64
-	}{{"tprun µs", &row.Ours}, {"PyTorch µs", &row.Torch}, {"floor µs", &row.Floor}}
-	for _, f := range floats {
-		if cell(f.name) == "-" {
-			*f.dst = math.NaN()
-			continue
-		}
-		if *f.dst, err = positiveFloat(f.name, cell(f.name)); err != nil {
-			return row, err
-		}
-	}
-	return row, nil
+	err := rowCells{fields, col}.fill([]intCol{{"shard", &row.Shard}, {"M", &row.M}},
+		[]floatCol{{"tprun µs", &row.Ours}, {"PyTorch µs", &row.Torch}, {"floor µs", &row.Floor}}, true)
+	return row, err
 }
