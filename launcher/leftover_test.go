@@ -127,6 +127,14 @@ func TestCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	// Start returns once the child has exec'd, which can be before the
+	// kernel shows its arguments in /proc: until then commandLine rightly
+	// gives the name, so wait for them.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Process.Pid)); err == nil && len(b) > 0 {
+			break
+		}
+	}
 	full := os.Args[0] + " idle " + strings.NewReplacer("\n", " ", "\x7f", " ").Replace(arg) + " " + long
 	var want strings.Builder
 	for _, r := range full {

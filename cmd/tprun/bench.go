@@ -98,7 +98,8 @@ func runBenchCommand(args []string, stdout, stderr io.Writer, worker []string) i
 	if !*asJSON {
 		return status
 	}
-	// Rank 0 writes the report after the last M, failed checks or not: it
+	// Rank 0 writes the report after the last M, failed checks or not, and
+	// when a failure stops it before (the rows so far and the error): it
 	// is printed whenever it is there and whole.
 	b, err := os.ReadFile(report)
 	if err == nil {

@@ -362,25 +362,35 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 	}
 
 	var failures []string
+	// A run that fails at some M still leaves, on rank 0, the rows it
+	// timed before and what ended it, in the table and the JSON report.
+	stopped := func(m int, err error) error {
+		//lint:ignore ST1005 M, the row count, as the tables spell it
+		err = fmt.Errorf("M=%d: %w", m, err)
+		if rank == 0 {
+			report.Error = err.Error()
+			if werr := bc.writeOutputs(report); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+		return fail(err)
+	}
 	progress.startLoop(time.Now())
 	for _, m := range cfg.M {
 		rec, err := rig.run(ctx, ops, bc.Graph, m, bc.Warmup, bc.Replays)
 		if err != nil {
-			//lint:ignore ST1005 M, the row count, as the tables spell it
-			return fail(fmt.Errorf("M=%d: %w", m, err))
+			return stopped(m, err)
 		}
 		rec.bandwidth, rec.device, rec.gpu = bw, device, gpuName
 		all, err := g.AllGather(ctx, rec.encode())
 		if err != nil {
-			//lint:ignore ST1005 M, the row count, as the tables spell it
-			return fail(fmt.Errorf("M=%d: gathering the results: %w", m, err))
+			return stopped(m, fmt.Errorf("gathering the results: %w", err))
 		}
 		var recs []benchRecord
 		for q, b := range all {
 			r, err := decodeBenchRecord(b)
 			if err != nil {
-				//lint:ignore ST1005 M, the row count, as the tables spell it
-				return fail(fmt.Errorf("M=%d: rank %d's result: %w", m, q, err))
+				return stopped(m, fmt.Errorf("rank %d's result: %w", q, err))
 			}
 			recs = append(recs, r)
 		}
@@ -407,13 +417,8 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 		}
 	}
 	report.OK = len(failures) == 0
-	if rank == 0 && bc.Table != "" {
-		if err := writeBenchTable(bc.Table, report.Rows); err != nil {
-			return fail(err)
-		}
-	}
-	if rank == 0 && bc.JSONOut != "" {
-		if err := report.writeFile(bc.JSONOut); err != nil {
+	if rank == 0 {
+		if err := bc.writeOutputs(report); err != nil {
 			return fail(err)
 		}
 	}
@@ -532,6 +537,9 @@ type BenchReport struct {
 	Overrides     map[string]string `json:"overrides"` // environment overrides in effect
 	Rows          []BenchRow        `json:"rows"`
 	OK            bool              `json:"ok"` // every block within tolerance and identical on every rank
+	// Error is what ended the run before its last M ("" when it ran to
+	// the end): Rows then hold the M timed before it.
+	Error string `json:"error,omitempty"`
 }
 
 // BenchGPU is one rank's GPU.
@@ -564,6 +572,24 @@ type BenchRow struct {
 	ErrTol     float64 `json:"err_tol"` // the largest |out - ref| / tolerance within tolerance
 	Wrong      int     `json:"wrong"`   // values outside tolerance, summed over ranks
 	Identical  bool    `json:"identical"`
+}
+
+// writeOutputs writes the report where bc asks: the TSV table (--table)
+// and the JSON document (--json-out). A report with Error set is never
+// OK.
+func (bc *BenchConfig) writeOutputs(r *BenchReport) error {
+	if r.Error != "" {
+		r.OK = false
+	}
+	if bc.Table != "" {
+		if err := writeBenchTable(bc.Table, r.Rows); err != nil {
+			return err
+		}
+	}
+	if bc.JSONOut != "" {
+		return r.writeFile(bc.JSONOut)
+	}
+	return nil
 }
 
 // writeFile writes r as indented JSON.

@@ -221,6 +221,53 @@ func TestBenchReport(t *testing.T) {
 	}
 }
 
+// TestBenchWriteOutputsStopped: a run that stopped at some M still writes
+// the rows it timed, the error that ended it and ok false, to the table
+// and the JSON report; a whole run writes no error field.
+func TestBenchWriteOutputsStopped(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	dir := t.TempDir()
+	bc := &BenchConfig{Table: filepath.Join(dir, "t.tsv"), JSONOut: filepath.Join(dir, "r.json")}
+	rows := []BenchRow{}
+	for _, m := range []int{1, 16, 64} {
+		rows = append(rows, BenchRow{M: m, MedianUS: 1 + 20*rng.Float64(), FloorUS: 1 + rng.Float64(), Identical: true})
+	}
+	stop := fmt.Sprintf("M=128: launching the step: code %d", 1+rng.IntN(900))
+	for _, tc := range []struct {
+		name, err string
+	}{{"stopped", stop}, {"whole", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &BenchReport{Schema: BenchSchema, Rows: rows, OK: true, Error: tc.err}
+			if err := bc.writeOutputs(r); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(bc.JSONOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			e, has := got["error"]
+			if tc.err != "" && (e != stop || got["ok"] != false) || tc.err == "" && (has || got["ok"] != true) {
+				t.Errorf("error %v (present %v), ok %v; want error %q", e, has, got["ok"], tc.err)
+			}
+			if n := len(got["rows"].([]any)); n != len(rows) {
+				t.Errorf("%d rows in the JSON report, want %d", n, len(rows))
+			}
+			tb, err := os.ReadFile(bc.Table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(tb)), "\n")
+			if len(lines) != len(rows)+1 || !strings.HasPrefix(lines[3], "64\t") {
+				t.Errorf("table:\n%s", tb)
+			}
+		})
+	}
+}
+
 func TestBenchProgressLine(t *testing.T) {
 	p := &benchProgress{ms: []int{1, 2, 4, 8}}
 	t0 := time.Now()
