@@ -286,16 +286,22 @@ typedef struct tprun_collectives {
  * group, tprun_op_create(_ex) on it, and the steps of its ops when step
  * checks are on), during that call, and never after tprun_group_close.
  *
+ * Memory handles cannot travel as file descriptors through a framework's
+ * collectives. When every rank runs on this node (one kernel, one network
+ * namespace), the group passes them itself: each rank listens on an
+ * abstract Unix socket named from a random key that rank 0 drew (the
+ * framework's all-gather carries the key), and accepts only this uid, the
+ * ranks' pids and the key's secret. There the group acts as tprun_join's
+ * on one node: the GPU mailbox shares POSIX descriptor handles (no IMEX
+ * channel needed) and the host backend (TPRUN_DEVICE_HOST) runs.
+ *
  * What differs from tprun_join:
- *   - Memory handles cannot travel as file descriptors through a
- *     framework's collectives, so the GPU mailbox shares CUDA fabric
- *     handles, which travel as bytes: every node needs an IMEX channel,
- *     even a single node (without one, tprun_op_create fails with a
- *     message naming what the administrator must provide). On one node
- *     without IMEX, use tprun_join (it runs under torchrun too).
- *   - The host backend (TPRUN_DEVICE_HOST), whose mailbox is a shared
- *     memory descriptor, cannot run: tprun_op_create fails with
- *     TPRUN_EUNAVAILABLE.
+ *   - Across nodes (or where TPRUN_FORCE_NODE makes a rank act so) the GPU
+ *     mailbox shares CUDA fabric handles, which travel as bytes: every
+ *     node needs an IMEX channel (without one, tprun_op_create fails with
+ *     a message naming what the administrator must provide), and the host
+ *     backend, whose mailbox is a shared memory descriptor, cannot run:
+ *     tprun_op_create fails with TPRUN_EUNAVAILABLE.
  *   - No job watch: a peer that dies is noticed by a waiting step at the
  *     op's deadline (TPRUN_ETIMEOUT naming it), not at once.
  *     tprun_group_abort only marks this rank's group failed; the peers are

@@ -10,7 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/tprun/tprun/internal/hub"
 	"github.com/tprun/tprun/mailbox"
 )
 
@@ -59,16 +61,16 @@ func (e *ExternalCollectiveError) Is(target error) bool {
 	return target == ErrExternalCollective || target == ErrAborted
 }
 
-// descriptorError refuses a descriptor collective on an ExternalGroup. It
-// matches ErrCrossNode (what a TCP hub answers to the same call) and
-// ErrBackendUnavailable: the host mailbox, which shares a memfd, cannot run
-// on this route.
+// descriptorError refuses a descriptor collective on an ExternalGroup
+// whose ranks span nodes. It matches ErrCrossNode (what a TCP hub answers
+// to the same call) and ErrBackendUnavailable: the host mailbox, which
+// shares a memfd, cannot run across nodes.
 type descriptorError struct{ rank int }
 
 func (e descriptorError) Error() string {
-	return fmt.Sprintf("tp: rank %d: descriptors cannot travel through the framework's collectives: on one node use tprun's own join "+
-		"(tp.Join, tprun.join()), which passes them over its node-local hub; across nodes the GPU mailbox shares CUDA fabric handles, "+
-		"which travel as bytes (the host backend cannot run on this route)", e.rank)
+	return fmt.Sprintf("tp: rank %d: descriptors cannot travel through the framework's collectives, and this group's ranks span nodes "+
+		"(or do not share a kernel and network namespace), so they cannot pass them over node-local sockets either: "+
+		"across nodes the GPU mailbox shares CUDA fabric handles, which travel as bytes (the host backend cannot run on this route)", e.rank)
 }
 
 func (e descriptorError) Is(target error) bool {
@@ -80,14 +82,33 @@ func (e descriptorError) Is(target error) bool {
 // embedded in a process that already has a process group. It is an
 // Exchanger; NewUpProjection runs on it.
 //
+// Descriptors cannot travel through a framework's collectives, so the
+// group passes them itself when every rank runs on this node: each rank
+// listens on an abstract Unix socket named from a random key that rank 0
+// drew, and a rank sends its descriptors by connecting to the others
+// (SCM_RIGHTS); every connection must come from this uid and a rank's pid
+// and present the key's secret. The framework's collectives only carry the
+// key and the word that every rank listens. On one node the group thus
+// acts as a one-node Group: SpansNodes is false, the GPU mailbox shares
+// POSIX descriptor handles, and the host backend runs.
+//
 // What differs from a Group joined with Join:
 //
-//   - It says it spans nodes (SpansNodes), whatever the hosts: memory
-//     handles must travel as bytes, so the GPU mailbox shares CUDA fabric
-//     handles (an IMEX channel on every node), and a driver that refuses
-//     them fails setup with a *mailbox.FabricError naming the cause. The
-//     descriptor collectives, and with them the host backend, are refused
-//     (errors.Is ErrCrossNode and ErrBackendUnavailable).
+//   - Ranks that do not all share one kernel and one network namespace
+//     (other nodes, other containers), or that TPRUN_FORCE_NODE makes act
+//     so, span nodes (SpansNodes): memory handles must travel as bytes, so
+//     the GPU mailbox shares CUDA fabric handles (an IMEX channel on every
+//     node), and a driver that refuses them fails setup with a
+//     *mailbox.FabricError naming the cause. The descriptor collectives,
+//     and with them the host backend, are then refused (errors.Is
+//     ErrCrossNode and ErrBackendUnavailable).
+//   - A descriptor collective that fails on a rank (ctx, the collective
+//     timeout TPRUN_COLLECTIVE_TIMEOUT, a peer that gave up) leaves the
+//     group unusable on that rank (errors.Is ErrAborted); the rank tells
+//     the others, whose descriptor collectives then fail too. A rank that
+//     dies is noticed when a peer sends to it, else at the peers'
+//     collective timeout. The root of a broadcast does not wait for the
+//     receivers.
 //   - No job watch: a peer that dies is noticed by a waiting step at its
 //     deadline (a *TimeoutError naming the rank), or by the framework's
 //     next collective, not at once. Abort marks this rank's group failed
@@ -98,6 +119,7 @@ type ExternalGroup struct {
 	rank, size, localRank, device int
 	c                             Collectives
 	peers                         []Peer
+	fds                           *fdRoute // nil when the ranks span nodes
 
 	mu     sync.Mutex // one collective at a time; guards failed, closed
 	failed error      // an earlier collective failed, or Abort
@@ -114,10 +136,33 @@ var (
 // ranks of this node, device the CUDA ordinal this rank uses (the op's
 // default device). It is a collective (one all-gather through c): every
 // rank of the framework's group calls it, and each learns the others'
-// host, pid and device (Peers). Ranks that disagree about the size, or
-// whose rank is not their place in the framework's all-gather, fail on
-// every rank with ErrConfig, naming them.
+// host, pid and device (Peers), and whether they all run on this node;
+// on one node a second all-gather says that every rank listens for
+// descriptors. Ranks that disagree about the size, or whose rank is not
+// their place in the framework's all-gather, fail on every rank with
+// ErrConfig, naming them.
 func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c Collectives) (*ExternalGroup, error) {
+	timeout, err := envDuration(os.LookupEnv, EnvCollectiveTimeout, DefaultCollectiveTimeout, "90s or 10m")
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	node := nodeIdentity()
+	if forced := os.Getenv(EnvForceNode); forced != "" {
+		host, node = forced, ""
+	}
+	return newExternalGroup(ctx, rank, size, localRank, device, c, externalSite{host: host, node: node, timeout: timeout})
+}
+
+// externalSite is where NewExternalGroup finds itself: the host name it
+// reports, its node identity ("" when it must act as on a node of its
+// own) and the timeout of its descriptor collectives.
+type externalSite struct {
+	host, node string
+	timeout    time.Duration
+}
+
+func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c Collectives, site externalSite) (*ExternalGroup, error) {
 	switch {
 	case c == nil:
 		return nil, fmt.Errorf("%w: tp: external group: the collectives are nil", ErrArgument)
@@ -131,8 +176,15 @@ func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		return nil, fmt.Errorf("%w: tp: external group: rank %d: device = %d, must be a CUDA ordinal (0 or more)", ErrArgument, rank, device)
 	}
 	g := &ExternalGroup{rank: rank, size: size, localRank: localRank, device: device, c: c}
-	host, _ := os.Hostname()
-	me := Peer{Rank: rank, WorldSize: size, LocalRank: localRank, PID: os.Getpid(), Hostname: host, Device: strconv.Itoa(device)}
+	me := externalPeer{Peer: Peer{Rank: rank, WorldSize: size, LocalRank: localRank, PID: os.Getpid(), Hostname: site.host, Device: strconv.Itoa(device)},
+		Node: site.node}
+	if rank == 0 {
+		key, err := newFDKey()
+		if err != nil {
+			return nil, fmt.Errorf("tp: external group: rank 0: drawing the descriptor route's key: %w", err)
+		}
+		me.FDKey = key
+	}
 	b, err := json.Marshal(me)
 	if err != nil {
 		return nil, fmt.Errorf("tp: external group: rank %d: %w", rank, err)
@@ -142,14 +194,22 @@ func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		return nil, fmt.Errorf("tp: external group: rank %d: all-gather of the ranks' descriptions: %w", rank, err)
 	}
 	g.peers = make([]Peer, size)
+	oneNode, key := site.node != "", ""
 	var bad []error
 	for i, b := range all {
-		var p Peer
-		if err := json.Unmarshal(b, &p); err != nil {
+		var ep externalPeer
+		if err := json.Unmarshal(b, &ep); err != nil {
 			bad = append(bad, fmt.Errorf("%w: the rank at place %d of the framework's all-gather sent %d bytes that are no rank description: %w", ErrPeer, i, len(b), err))
 			continue
 		}
+		p := ep.Peer
 		p.Token = ""
+		if ep.Node != site.node {
+			oneNode = false
+		}
+		if i == 0 {
+			key = ep.FDKey
+		}
 		switch {
 		case p.WorldSize != size:
 			bad = append(bad, fmt.Errorf("%w: rank %d (pid %d on %s) says the group has %d ranks, rank %d says %d", ErrConfig, p.Rank, p.PID, p.Hostname, p.WorldSize, rank, size))
@@ -161,7 +221,44 @@ func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("tp: external group: rank %d: %w", rank, errors.Join(bad...))
 	}
+	if oneNode {
+		if err := g.listen(ctx, key, site.timeout); err != nil {
+			return nil, err
+		}
+	}
 	return g, nil
+}
+
+// listen opens this rank's end of the descriptor route and waits, through
+// the framework's all-gather, until every rank has: a rank that could not
+// fails the group on every rank, named.
+func (g *ExternalGroup) listen(ctx context.Context, key string, timeout time.Duration) error {
+	route, err := listenFDs(g.rank, g.peers, key, timeout)
+	status := ""
+	if err != nil {
+		status = err.Error()
+	}
+	all, gerr := g.AllGather(ctx, []byte(status))
+	if gerr != nil {
+		if route != nil {
+			_ = route.close()
+		}
+		return fmt.Errorf("tp: external group: rank %d: all-gather of the descriptor sockets' state: %w", g.rank, gerr)
+	}
+	var bad []error
+	for r, b := range all {
+		if len(b) > 0 {
+			bad = append(bad, fmt.Errorf("%w: rank %d (pid %d) cannot pass descriptors on this node: %s", ErrPeer, r, g.peers[r].PID, b))
+		}
+	}
+	if len(bad) > 0 {
+		if route != nil {
+			_ = route.close()
+		}
+		return fmt.Errorf("tp: external group: rank %d: %w", g.rank, errors.Join(bad...))
+	}
+	g.fds = route
+	return nil
 }
 
 // Rank is this rank's index in the framework's group.
@@ -181,9 +278,12 @@ func (g *ExternalGroup) Device() int { return g.device }
 // local rank, pid, hostname, device); index = rank.
 func (g *ExternalGroup) Peers() []Peer { return append([]Peer(nil), g.peers...) }
 
-// SpansNodes is true: memory handles travel only as bytes on this route,
-// so the GPU mailbox shares fabric handles (see ExternalGroup).
-func (g *ExternalGroup) SpansNodes() bool { return true }
+// SpansNodes reports whether the ranks do not all share this node (its
+// kernel and network namespace), or TPRUN_FORCE_NODE made them act so:
+// memory handles then travel only as bytes, so the GPU mailbox shares
+// fabric handles, and the descriptor collectives are refused (see
+// ExternalGroup).
+func (g *ExternalGroup) SpansNodes() bool { return g.fds == nil }
 
 // enter takes the collective lock and reports why no collective may run.
 func (g *ExternalGroup) enter(ctx context.Context) error {
@@ -274,15 +374,67 @@ func (g *ExternalGroup) AllGather(ctx context.Context, b []byte) ([][]byte, erro
 	return out, nil
 }
 
-// AllGatherFDs is refused: descriptors cannot travel through the
-// framework's collectives (errors.Is ErrCrossNode).
-func (g *ExternalGroup) AllGatherFDs(context.Context, int) ([]int, error) {
-	return nil, descriptorError{g.rank}
+// AllGatherFDs: every rank contributes one descriptor; the result holds
+// one new close-on-exec descriptor per rank (own included), owned by the
+// caller; the caller keeps fd. The descriptors travel over the node's
+// Unix sockets (see ExternalGroup); across nodes it is refused (errors.Is
+// ErrCrossNode).
+func (g *ExternalGroup) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
+	if g.fds == nil {
+		return nil, descriptorError{g.rank}
+	}
+	if fd < 0 {
+		return nil, fmt.Errorf("%w: tp: rank %d: AllGatherFDs: invalid descriptor %d", ErrArgument, g.rank, fd)
+	}
+	if err := g.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer g.mu.Unlock()
+	out, err := g.fds.allGather(ctx, fd)
+	return out, g.brokeFDs(err)
 }
 
-// BroadcastFDs is refused, as AllGatherFDs.
-func (g *ExternalGroup) BroadcastFDs(context.Context, int, []int) ([]int, error) {
-	return nil, descriptorError{g.rank}
+// BroadcastFDs: root contributes fds (at most 250), every rank (root too)
+// gets new close-on-exec copies, owned by the caller; root keeps its own,
+// and the other ranks' fds are ignored. The descriptors travel as
+// AllGatherFDs's do; across nodes it is refused.
+func (g *ExternalGroup) BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, error) {
+	if g.fds == nil {
+		return nil, descriptorError{g.rank}
+	}
+	switch {
+	case root < 0 || root >= g.size:
+		return nil, fmt.Errorf("%w: tp: rank %d: BroadcastFDs: root %d is not a rank of this group of %d", ErrArgument, g.rank, root, g.size)
+	case g.rank != root:
+		fds = nil
+	case len(fds) > hub.MaxFDs:
+		return nil, fmt.Errorf("tp: rank %d: BroadcastFDs of %d descriptors: %w (at most %d)", g.rank, len(fds), ErrTooLarge, hub.MaxFDs)
+	}
+	for _, fd := range fds {
+		if fd < 0 {
+			return nil, fmt.Errorf("%w: tp: rank %d: BroadcastFDs: invalid descriptor %d", ErrArgument, g.rank, fd)
+		}
+	}
+	if err := g.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer g.mu.Unlock()
+	out, err := g.fds.broadcast(ctx, root, fds)
+	return out, g.brokeFDs(err)
+}
+
+// brokeFDs records err, a failed descriptor collective, and closes this
+// rank's end of the route, so that peers that send to it fail at once
+// instead of at their deadline. nil stays nil.
+func (g *ExternalGroup) brokeFDs(err error) error {
+	if err == nil {
+		return nil
+	}
+	e := &fdRouteError{rank: g.rank, err: err}
+	g.failed = fmt.Errorf("%w (the group is unusable after it)", e)
+	g.fds.giveUp()
+	_ = g.fds.close()
+	return e
 }
 
 // NewUpProjection is NewUpProjection on this group, on its device.
@@ -310,5 +462,8 @@ func (g *ExternalGroup) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closed = true
+	if g.fds != nil {
+		return g.fds.close()
+	}
 	return nil
 }

@@ -59,18 +59,50 @@ func (c *fixedCollectives) Barrier(ctx context.Context) error {
 
 // onExternalRanks makes an ExternalGroup for every rank of a fresh hub
 // (rank r says it is claim(r)) and runs fn with it, each rank on its own
-// goroutine; it returns the errors, index = rank.
+// goroutine; it returns the errors, index = rank. The ranks find
+// themselves on this node, as NewExternalGroup sees it.
 func onExternalRanks(size int, claim func(r int) int, fn func(r int, g *ExternalGroup) error) []error {
+	return onExternalRanksAt(size, claim, nil, fn)
+}
+
+// onExternalRanksAt is onExternalRanks where rank r finds itself at
+// site(r) (nil: where NewExternalGroup does).
+func onExternalRanksAt(size int, claim func(r int) int, site func(r int) externalSite, fn func(r int, g *ExternalGroup) error) []error {
 	return exchangetest.Run(size, func(r int, ex *exchangetest.Rank) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		g, err := NewExternalGroup(ctx, claim(r), size, r%2, r%2, &fixedCollectives{r: ex})
+		c := &fixedCollectives{r: ex}
+		var g *ExternalGroup
+		var err error
+		if site == nil {
+			g, err = NewExternalGroup(ctx, claim(r), size, r%2, r%2, c)
+		} else {
+			g, err = newExternalGroup(ctx, claim(r), size, r%2, r%2, c, site(r))
+		}
 		if err != nil {
 			return err
 		}
 		defer g.Close()
 		return fn(r, g)
 	})
+}
+
+// apart puts every rank on a node of its own (odd ranks on "node-b" with
+// no identity at all, as a rank that could not read its own): the group
+// spans nodes.
+func apart(r int) externalSite {
+	if r%2 == 1 {
+		return externalSite{host: "node-b", timeout: time.Minute}
+	}
+	return externalSite{host: "node-a", node: "node-a boot net", timeout: time.Minute}
+}
+
+// split puts rank 0 on one node and the others on another, both known.
+func split(r int) externalSite {
+	if r == 0 {
+		return externalSite{host: "node-a", node: "node-a boot net", timeout: time.Minute}
+	}
+	return externalSite{host: "node-b", node: "node-b boot net", timeout: time.Minute}
 }
 
 func same(r int) int { return r }
@@ -102,7 +134,7 @@ func TestExternalGroupCollectives(t *testing.T) {
 			}
 			errs := onExternalRanks(size, same, func(r int, g *ExternalGroup) error {
 				ctx := context.Background()
-				if g.Rank() != r || g.Size() != size || !g.SpansNodes() || g.Device() != r%2 {
+				if g.Rank() != r || g.Size() != size || g.SpansNodes() || g.Device() != r%2 {
 					return fmt.Errorf("rank %d, size %d, spans %v, device %d", g.Rank(), g.Size(), g.SpansNodes(), g.Device())
 				}
 				for q, p := range g.Peers() {
@@ -139,31 +171,18 @@ func TestExternalGroupCollectives(t *testing.T) {
 // that says why and what to use instead, on every rank, and leaves the
 // group usable where the ranks failed together.
 func TestExternalGroupRefusals(t *testing.T) {
-	t.Run("descriptors and the host backend", func(t *testing.T) {
-		errs := onExternalRanks(2, same, func(r int, g *ExternalGroup) error {
-			ctx := context.Background()
-			if _, err := g.AllGatherFDs(ctx, 0); !errors.Is(err, ErrCrossNode) || !strings.Contains(err.Error(), "descriptors cannot travel through the framework's collectives") {
-				return fmt.Errorf("AllGatherFDs: %v", err)
-			}
-			if _, err := g.BroadcastFDs(ctx, 0, []int{0}); !errors.Is(err, ErrCrossNode) {
-				return fmt.Errorf("BroadcastFDs: %v", err)
-			}
-			_, err := g.NewUpProjection(ctx, 16, 8, 2, WithBackend(BackendHost))
-			if !errors.Is(err, ErrBackendUnavailable) || !strings.Contains(err.Error(), "the host backend cannot run on this route") {
-				return fmt.Errorf("host op: %v", err)
-			}
-			// Every rank failed in the same place: the group goes on.
-			got, err := g.AllGather(ctx, []byte{byte(r + 1)})
-			if err != nil || len(got) != 2 || got[1-r][0] != byte(2-r) {
-				return fmt.Errorf("all-gather after the refusal: %v %v", got, err)
-			}
-			return nil
-		})
-		for r, err := range errs {
-			if err != nil {
-				t.Errorf("rank %d: %v", r, err)
-			}
-		}
+	for _, tc := range []struct {
+		desc string
+		site func(r int) externalSite
+	}{
+		{"across nodes: descriptors and the host backend", split},
+		{"a rank without a node identity: descriptors and the host backend", apart},
+	} {
+		t.Run(tc.desc, func(t *testing.T) { refusedAcrossNodes(t, tc.site) })
+	}
+	t.Run("forced node", func(t *testing.T) {
+		t.Setenv(EnvForceNode, "node-x")
+		refusedAcrossNodes(t, nil)
 	})
 	t.Run("a contribution over the limit", func(t *testing.T) {
 		errs := onExternalRanks(3, same, func(r int, g *ExternalGroup) error {
@@ -219,6 +238,7 @@ func TestExternalGroupFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer g.Close()
 	cause := errors.New("connection reset by the framework's peer")
 	c.fail = cause
 	_, err = g.AllGather(ctx, []byte("x"))
@@ -239,6 +259,7 @@ func TestExternalGroupFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer g2.Close()
 	if err := g2.Abort("weights did not load"); err != nil {
 		t.Fatal(err)
 	}
@@ -256,37 +277,48 @@ func TestExternalGroupFailures(t *testing.T) {
 }
 
 // TestExternalGroupFabricMailbox: the GPU mailbox set up through the
-// framework's collectives shares FABRIC handles (the fake driver's fabric
-// is a directory of files), no descriptor crossing; without a fabric (no
-// IMEX channel) every rank fails setup with the refusal that names what
-// the administrator must provide.
+// framework's collectives on one node shares POSIX descriptor handles over
+// the node's sockets, no fabric needed, as under Join; when the ranks span
+// nodes it shares FABRIC handles (the fake driver's fabric is a directory
+// of files), and without a fabric (no IMEX channel) every rank fails
+// setup with the refusal that names what the administrator must provide.
 func TestExternalGroupFabricMailbox(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the fake driver")
 	}
 	drv := fakeCUDADriver(t)
-	for _, fabric := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fabric=%v", fabric), func(t *testing.T) {
+	for _, tc := range []struct {
+		desc   string
+		site   func(r int) externalSite
+		fabric bool
+		want   cuda.HandleType // 0: every rank refused with a *FabricError
+	}{
+		{desc: "one node, no fabric", want: cuda.HandleTypePOSIXFD},
+		{desc: "across nodes, fabric", site: split, fabric: true, want: cuda.HandleTypeFabric},
+		{desc: "across nodes, no fabric", site: split},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
 			dir := t.TempDir()
-			if fabric {
+			if tc.fabric {
 				t.Setenv(cudatest.FabricDirEnv, dir)
 			} else {
 				t.Setenv(cudatest.FabricDirEnv, "")
 				os.Unsetenv(cudatest.FabricDirEnv)
 			}
+			before := openFDs(t)
 			var mu sync.Mutex
 			var peers [][]cuda.DevicePtr
-			errs := onExternalRanks(2, same, func(r int, g *ExternalGroup) error {
+			errs := onExternalRanksAt(2, same, tc.site, func(r int, g *ExternalGroup) error {
 				ctx := context.Background()
 				u, err := mailbox.NewUnicast(ctx, g, drv, cuda.Device(r), mailbox.Config{Hidden: 64, Capacity: 2})
 				if err != nil {
 					return err
 				}
 				defer u.Close()
-				if u.HandleType() != cuda.HandleTypeFabric {
-					return fmt.Errorf("handle type %v", u.HandleType())
+				if u.HandleType() != tc.want {
+					return fmt.Errorf("handle type %v, want %v", u.HandleType(), tc.want)
 				}
-				if ents, err := os.ReadDir(dir); err != nil || len(ents) == 0 {
+				if ents, err := os.ReadDir(dir); tc.fabric && (err != nil || len(ents) == 0) {
 					return fmt.Errorf("no fabric allocation in %s while the mailbox is open (%v)", dir, err)
 				}
 				mu.Lock()
@@ -298,26 +330,65 @@ func TestExternalGroupFabricMailbox(t *testing.T) {
 			for r, err := range errs {
 				var fe *mailbox.FabricError
 				switch {
-				case fabric && err != nil:
+				case tc.want != 0 && err != nil:
 					t.Errorf("rank %d: %v", r, err)
-				case !fabric && err == nil:
+				case tc.want == 0 && err == nil:
 					t.Errorf("rank %d: setup worked without a fabric", r)
-				case !fabric && errors.As(err, &fe):
+				case tc.want == 0 && errors.As(err, &fe):
 					refused++
 					if !strings.Contains(err.Error(), "/dev/nvidia-caps-imex-channels/channel0") {
 						t.Errorf("rank %d: the refusal does not say what the administrator must provide: %v", r, err)
 					}
 				}
 			}
-			if !fabric && refused == 0 {
+			if tc.want == 0 && refused == 0 {
 				t.Errorf("no rank refused with a *FabricError: %v", errs)
 			}
-			if fabric && len(peers) != 2 {
+			if tc.want != 0 && len(peers) != 2 {
 				t.Errorf("%d ranks mapped the mailboxes", len(peers))
 			}
 			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 				t.Errorf("fabric allocations left: %d", len(ents))
 			}
+			if after := openFDs(t); after != before {
+				t.Errorf("%d descriptors open before, %d after", before, after)
+			}
 		})
+	}
+}
+
+// refusedAcrossNodes: ranks that span nodes refuse the descriptor
+// collectives and the host backend, say so, and go on.
+func refusedAcrossNodes(t *testing.T, site func(r int) externalSite) {
+	errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+		ctx := context.Background()
+		if !g.SpansNodes() {
+			return errors.New("the group says it is on one node")
+		}
+		if _, err := g.AllGatherFDs(ctx, 0); !errors.Is(err, ErrCrossNode) || !strings.Contains(err.Error(), "descriptors cannot travel through the framework's collectives") {
+			return fmt.Errorf("AllGatherFDs: %v", err)
+		}
+		if _, err := g.BroadcastFDs(ctx, 0, []int{0}); !errors.Is(err, ErrCrossNode) {
+			return fmt.Errorf("BroadcastFDs: %v", err)
+		}
+		_, err := g.NewUpProjection(ctx, 16, 8, 2, WithBackend(BackendHost))
+		// The ranks say different hosts (split, apart) and Resolve refuses
+		// the host backend; or they say one host (forced) and the
+		// descriptor collective refuses it.
+		if !errors.Is(err, ErrBackendUnavailable) || (!strings.Contains(err.Error(), "the host backend cannot run on this route") &&
+			!strings.Contains(err.Error(), "the ranks run on 2 nodes")) {
+			return fmt.Errorf("host op: %v", err)
+		}
+		// Every rank failed in the same place: the group goes on.
+		got, err := g.AllGather(ctx, []byte{byte(r + 1)})
+		if err != nil || len(got) != 2 || got[1-r][0] != byte(2-r) {
+			return fmt.Errorf("all-gather after the refusal: %v %v", got, err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -13,17 +14,26 @@ import (
 // processes, standing in for a framework's process group) instead of
 // tprun's rendezvous: tprun_group_from_collectives through
 // tprun.join_collectives, the callbacks on the caller's thread, the host
-// backend refused naming the route, bad ranks and a failing callback.
+// backend on one node (steps checked against the reference), bad ranks and
+// a failing callback; and with TPRUN_FORCE_NODE, as if across nodes, the
+// host backend refused naming the route.
 func TestPythonCollectivesRoute(t *testing.T) {
 	py, env := python(t)
-	for _, n := range []int{1, 2, 3} {
+	for _, tc := range []struct {
+		n      int
+		across bool
+	}{{1, false}, {2, false}, {3, false}, {2, true}} {
 		seed := rand.Uint32()
-		j := launch(t, n, env, time.Minute, py, "python/tests/collectives_rank.py", t.TempDir(), strconv.FormatUint(uint64(seed), 10))
+		env, host := env, "host backend: 3 steps checked"
+		if tc.across {
+			env, host = append(slices.Clone(env), "TPRUN_FORCE_NODE=node-b"), "host backend refused across nodes"
+		}
+		j := launch(t, tc.n, env, time.Minute, py, "python/tests/collectives_rank.py", t.TempDir(), strconv.FormatUint(uint64(seed), 10))
 		if j.code != 0 {
-			t.Errorf("tp %d, seed %d: exit status %d:\n%s", n, seed, j.code, j.out)
+			t.Errorf("tp %d (across nodes %v), seed %d: exit status %d:\n%s", tc.n, tc.across, seed, j.code, j.out)
 			continue
 		}
-		everyRankSays(t, j, n, `(?m)^\[rank %d\] rank %[1]d: ok: group on the caller's collectives, 5 all-gathers checked, host backend refused, bad ranks refused, callback failure raised with its cause$`)
+		everyRankSays(t, j, tc.n, `(?m)^\[rank %d\] rank %[1]d: ok: group on the caller's collectives, 5 all-gathers checked, `+host+`, bad ranks refused, callback failure raised with its cause$`)
 	}
 }
 
@@ -39,5 +49,5 @@ func TestPythonTorchCollectivesRoute(t *testing.T) {
 	if j.code != 0 {
 		t.Fatalf("seed %d: exit status %d:\n%s", seed, j.code, j.out)
 	}
-	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: ok: group on torch.distributed \(gloo\), \d+ all-gathers checked, host backend refused$`)
+	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: ok: group on torch.distributed \(gloo\), \d+ all-gathers checked, host backend: 3 steps checked$`)
 }

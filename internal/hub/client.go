@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tprun/tprun/internal/fdpass"
 )
 
 // Client is one rank's connection to the hub. Collective calls are made
@@ -131,7 +133,7 @@ func connect(ctx context.Context, path string) (*net.UnixConn, error) {
 }
 
 func handshake(ctx context.Context, fc *frameConn, path string, h Hello, uid int) (*Client, error) {
-	cred, err := peerCred(fc.uc)
+	cred, err := fdpass.PeerCred(fc.uc)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +146,7 @@ func handshake(ctx context.Context, fc *frameConn, path string, h Hello, uid int
 // handshakeHello sends the hello and waits for the rendezvous; k is the
 // keepalive of a TCP connection, nil on a Unix socket.
 func handshakeHello(ctx context.Context, fc *frameConn, path string, h Hello, wmu *sync.Mutex, k *keepalive) (*Client, error) {
-	release := interruptOn(ctx, fc.c.SetDeadline)
+	release := fdpass.InterruptOn(ctx, fc.c.SetDeadline)
 	m, err := hello(fc, h, wmu, k)
 	if release() {
 		return nil, fmt.Errorf("waiting for the rendezvous at %s: %w", path, ctx.Err())
@@ -192,7 +194,7 @@ func hello(fc *frameConn, h Hello, wmu *sync.Mutex, k *keepalive) (message, erro
 		// A hub that refuses us before reading (foreign uid) has closed
 		// its end, so the write fails; its reason is still there to read.
 		m, fds, err := fc.readMessage()
-		closeFDs(fds)
+		fdpass.Close(fds)
 		if err != nil && werr != nil {
 			return nil, werr
 		}
@@ -300,7 +302,7 @@ func (c *Client) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
 		return nil, err
 	}
 	if len(fds) != c.Size() {
-		closeFDs(fds)
+		fdpass.Close(fds)
 		return nil, c.broken(fmt.Errorf("%w: AllGatherFDs result has %d descriptors for %d ranks", ErrProtocol, len(fds), c.Size()))
 	}
 	return fds, nil
@@ -331,7 +333,7 @@ func (c *Client) BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, 
 		return nil, err
 	}
 	if c.Rank() == root && len(got) != len(fds) {
-		closeFDs(got)
+		fdpass.Close(got)
 		return nil, c.broken(fmt.Errorf("%w: BroadcastFDs returned %d descriptors, root sent %d", ErrProtocol, len(got), len(fds)))
 	}
 	return got, nil
@@ -499,7 +501,7 @@ func (c *Client) giveUp(reason string) {
 
 func (c *Client) check(kind opKind, seq uint64, d delivery, wrap func(error) error) (*resultMsg, []int, error) {
 	if d.res.kind != kind {
-		closeFDs(d.fds)
+		fdpass.Close(d.fds)
 		return nil, nil, wrap(c.broken(fmt.Errorf("%w: result #%d is for %s", ErrProtocol, seq, d.res.kind)))
 	}
 	return d.res, d.fds, nil
@@ -524,7 +526,7 @@ func (c *Client) forget(seq uint64, ch chan delivery) (delivery, bool) {
 func (c *Client) send(ctx context.Context, m message, fds []int) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	release := interruptOn(ctx, c.fc.c.SetWriteDeadline)
+	release := fdpass.InterruptOn(ctx, c.fc.c.SetWriteDeadline)
 	err := c.fc.writeMessage(m, fds)
 	release()
 	return err
@@ -574,7 +576,7 @@ func (c *Client) readLoop() {
 		case *resultMsg:
 			c.deliver(m, fds)
 		case *failMsg:
-			closeFDs(fds)
+			fdpass.Close(fds)
 			err := m.err(c.path)
 			var ce *CollectiveTimeoutError
 			if errors.As(err, &ce) && ce.Knob == "" {
@@ -584,7 +586,7 @@ func (c *Client) readLoop() {
 			}
 			c.setErr(err)
 		default:
-			closeFDs(fds)
+			fdpass.Close(fds)
 			c.broken(&lostError{err: fmt.Errorf("%w: unexpected %s frame from the hub", ErrProtocol, m.typ())})
 			return
 		}
@@ -597,7 +599,7 @@ func (c *Client) deliver(m *resultMsg, fds []int) {
 	ch, ok := c.waiters[m.seq]
 	if !ok {
 		// The call was cancelled; nobody takes these.
-		closeFDs(fds)
+		fdpass.Close(fds)
 		return
 	}
 	delete(c.waiters, m.seq)
@@ -607,7 +609,7 @@ func (c *Client) deliver(m *resultMsg, fds []int) {
 func drain(ch chan delivery) {
 	select {
 	case d := <-ch:
-		closeFDs(d.fds)
+		fdpass.Close(d.fds)
 	default:
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tprun/tprun/internal/fdpass"
 )
 
 // callKind makes collective k on c with valid arguments for rank r.
@@ -32,18 +34,18 @@ func callKind(ctx context.Context, c *Client, k opKind, r int) error {
 		if err != nil {
 			return err
 		}
-		defer closeFDs([]int{fd})
+		defer fdpass.Close([]int{fd})
 		fds, err := c.AllGatherFDs(ctx, fd)
-		closeFDs(fds)
+		fdpass.Close(fds)
 		return err
 	case opBroadcastFDs:
 		fd, err := unix.MemfdCreate("hub-test", unix.MFD_CLOEXEC)
 		if err != nil {
 			return err
 		}
-		defer closeFDs([]int{fd})
+		defer fdpass.Close([]int{fd})
 		fds, err := c.BroadcastFDs(ctx, 0, []int{fd})
-		closeFDs(fds)
+		fdpass.Close(fds)
 		return err
 	}
 	return fmt.Errorf("no such collective %v", k)
@@ -292,7 +294,7 @@ func TestHubSilence(t *testing.T) {
 				served <- nil
 				return
 			} else {
-				closeFDs(fds)
+				fdpass.Close(fds)
 			}
 		}
 	}()

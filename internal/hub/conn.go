@@ -1,16 +1,15 @@
 package hub
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tprun/tprun/internal/fdpass"
 )
 
 // frameConn reads and writes frames on a stream connection: a Unix socket,
@@ -84,7 +83,7 @@ func (fc *frameConn) readMessage() (message, []int, error) {
 	// With nothing buffered, any descriptor still queued came with bytes
 	// that are already consumed: the peer sent descriptors no frame claims.
 	if fc.r == fc.w && len(fc.fdq) > 0 {
-		closeFDs(fds)
+		fdpass.Close(fds)
 		return nil, nil, fmt.Errorf("%w: %d descriptors arrived that no frame announced", ErrProtocol, len(fc.fdq))
 	}
 	return m, fds, nil
@@ -139,23 +138,15 @@ func (fc *frameConn) fill(n int) error {
 // ReadMsgUnix passes MSG_CMSG_CLOEXEC on Linux, so they arrive
 // close-on-exec.
 func (fc *frameConn) takeRights(oob []byte) error {
-	msgs, err := unix.ParseSocketControlMessage(oob)
+	fds, err := fdpass.ParseRights(oob)
+	fc.fdq = append(fc.fdq, fds...)
 	if err != nil {
 		return fmt.Errorf("%w: control message: %w", ErrProtocol, err)
-	}
-	var bad error
-	for i := range msgs {
-		fds, err := unix.ParseUnixRights(&msgs[i])
-		if err != nil {
-			bad = fmt.Errorf("%w: control message: %w", ErrProtocol, err)
-			continue
-		}
-		fc.fdq = append(fc.fdq, fds...)
 	}
 	if len(fc.fdq) > 2*MaxFDs {
 		return fmt.Errorf("%w: %d unclaimed descriptors", ErrProtocol, len(fc.fdq))
 	}
-	return bad
+	return nil
 }
 
 // writeMessage writes m with fds attached to its first byte. The caller
@@ -176,102 +167,14 @@ func (fc *frameConn) writeFrame(b []byte, fds []int) error {
 		_, err := fc.c.Write(b)
 		return err
 	}
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
-	}
-	n, _, err := fc.uc.WriteMsgUnix(b, oob, nil)
-	if err != nil {
-		return err
-	}
-	// A stream socket may take part of a large frame; the descriptors went
-	// with the first part, the rest follows as plain bytes.
-	if n < len(b) {
-		_, err = fc.uc.Write(b[n:])
-	}
-	return err
+	return fdpass.Send(fc.uc, b, fds)
 }
 
 // releaseFDs closes every descriptor no frame claimed. Only the reading
 // goroutine may call it, after its last read.
 func (fc *frameConn) releaseFDs() {
-	closeFDs(fc.fdq)
+	fdpass.Close(fc.fdq)
 	fc.fdq = nil
-}
-
-// longAgo is a deadline in the past: it makes blocked I/O return at once.
-var longAgo = time.Unix(1, 0)
-
-// interruptOn makes blocking I/O through set (SetReadDeadline,
-// SetWriteDeadline or SetDeadline) fail once ctx is done. The returned
-// release undoes it and reports whether ctx fired; it waits for a firing
-// in progress, so no stale deadline is left behind.
-func interruptOn(ctx context.Context, set func(time.Time) error) (release func() (fired bool)) {
-	done := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		_ = set(longAgo)
-		close(done)
-	})
-	return func() bool {
-		if stop() {
-			return false
-		}
-		<-done
-		_ = set(time.Time{})
-		return true
-	}
-}
-
-// peerCred returns the credentials of the process at the other end
-// (SO_PEERCRED): its pid, uid and gid when it connected.
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	if cerr != nil {
-		return nil, os.NewSyscallError("getsockopt SO_PEERCRED", cerr)
-	}
-	return cred, nil
-}
-
-// dupFD returns a close-on-exec duplicate of fd.
-func dupFD(fd int) (int, error) {
-	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return -1, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
-	}
-	return nfd, nil
-}
-
-// dupFDs duplicates every fd, or none: on error the copies made so far are
-// closed.
-func dupFDs(fds []int) ([]int, error) {
-	out := make([]int, 0, len(fds))
-	for _, fd := range fds {
-		nfd, err := dupFD(fd)
-		if err != nil {
-			closeFDs(out)
-			return nil, err
-		}
-		out = append(out, nfd)
-	}
-	return out, nil
-}
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		// Nothing useful can be done about a failed close of a descriptor
-		// we are discarding.
-		_ = unix.Close(fd)
-	}
 }
 
 // isRetryableDial reports whether a Dial error means the hub is not there

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tprun/tprun/internal/fdpass"
 )
 
 // logBuf collects a server's log lines.
@@ -254,7 +256,7 @@ func TestCollectives(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				defer closeFDs(fds)
+				defer fdpass.Close(fds)
 				for q, got := range fds {
 					if got == fd {
 						return fmt.Errorf("AllGatherFDs returned the caller's own descriptor")
@@ -279,13 +281,13 @@ func TestCollectives(t *testing.T) {
 					for i := range 3 {
 						mine = append(mine, memfdWith(t, fmt.Appendf(nil, "buffer %d salt %x", i, salt)))
 					}
-					defer closeFDs(mine)
+					defer fdpass.Close(mine)
 				}
 				fds, err := c.BroadcastFDs(ctx, root, mine)
 				if err != nil {
 					return err
 				}
-				defer closeFDs(fds)
+				defer fdpass.Close(fds)
 				if len(fds) != 3 {
 					return fmt.Errorf("BroadcastFDs: got %d descriptors, want 3", len(fds))
 				}
@@ -349,7 +351,7 @@ func TestNoDescriptorLeak(t *testing.T) {
 				fd := memfdWith(t, []byte{byte(r)})
 				defer unix.Close(fd)
 				fds, err := c.AllGatherFDs(ctx, fd)
-				closeFDs(fds)
+				fdpass.Close(fds)
 				return err
 			})
 		}
@@ -721,7 +723,7 @@ func rawHello(t *testing.T, path string, h Hello) message {
 		t.Fatal(err)
 	}
 	m, fds, err := fc.readMessage()
-	closeFDs(fds)
+	fdpass.Close(fds)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tprun/tprun/internal/fdpass"
 )
 
 // Hello is what a rank says when it connects.
@@ -161,7 +163,7 @@ func (c *collective) release() {
 		c.timer.Stop()
 	}
 	for _, f := range c.fds {
-		closeFDs(f)
+		fdpass.Close(f)
 	}
 	c.fds = nil
 }
@@ -797,7 +799,7 @@ func (s *Server) handle(p *peer) {
 			return
 		}
 	} else {
-		cred, err := peerCred(p.fc.uc)
+		cred, err := fdpass.PeerCred(p.fc.uc)
 		if err != nil {
 			s.logf("hub: refused a connection: %v", err)
 			return
@@ -811,7 +813,7 @@ func (s *Server) handle(p *peer) {
 		_ = p.fc.c.SetReadDeadline(time.Now().Add(s.helloTimeout))
 	}
 	m, fds, err := p.fc.readMessage()
-	closeFDs(fds)
+	fdpass.Close(fds)
 	if err != nil {
 		if !s.isClosing() {
 			s.refuse(p, fmt.Sprintf("no valid hello: %v", err))
@@ -852,7 +854,7 @@ func (s *Server) authenticate(p *peer) bool {
 		return false
 	}
 	m, fds, err := p.fc.readMessage()
-	closeFDs(fds)
+	fdpass.Close(fds)
 	if err != nil {
 		if !s.isClosing() {
 			s.refuse(p, fmt.Sprintf("no valid proof of the job secret: %v", err))
@@ -958,18 +960,18 @@ func (s *Server) readLoop(p *peer) bool {
 			// Logged, unlike the launcher's Abort: nobody else reports a
 			// rank's own reason (a collective it gave up on, its program's
 			// Group.Abort).
-			closeFDs(fds)
+			fdpass.Close(fds)
 			s.mu.Lock()
 			s.failLocked(&RankError{Rank: p.rank, Host: s.hostLocked(p.rank), Reason: "aborted: " + m.reason})
 			s.mu.Unlock()
 		case *byeMsg:
 			// Nothing may follow a goodbye; the client waits for the
 			// connection to close, which tells it the hub has seen it go.
-			closeFDs(fds)
+			fdpass.Close(fds)
 			s.leave(p.rank)
 			return true
 		default:
-			closeFDs(fds)
+			fdpass.Close(fds)
 			s.mu.Lock()
 			s.failLocked(&RankError{Rank: p.rank, Host: s.hostLocked(p.rank), Reason: fmt.Sprintf("sent an unexpected %s frame", m.typ())})
 			s.mu.Unlock()
@@ -1029,12 +1031,12 @@ func (s *Server) op(rank int, m *opMsg, fds []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fail := func(reason string, args ...any) {
-		closeFDs(fds)
+		fdpass.Close(fds)
 		s.failLocked(&RankError{Rank: rank, Host: s.hostLocked(rank), Reason: fmt.Sprintf(reason, args...)})
 	}
 	if s.failure != nil || s.closing {
 		// The client learns the failure from the fail frame already queued.
-		closeFDs(fds)
+		fdpass.Close(fds)
 		return
 	}
 	switch {
@@ -1058,7 +1060,7 @@ func (s *Server) op(rank int, m *opMsg, fds []int) {
 	}
 	for q, gone := range s.left {
 		if gone && s.lastSeq[q] < m.seq {
-			closeFDs(fds)
+			fdpass.Close(fds)
 			s.failLocked(s.leftError(q, rank, m.kind, m.seq))
 			return
 		}
@@ -1192,7 +1194,7 @@ func (s *Server) completeLocked(c *collective) {
 			continue
 		}
 		// Each connection's writer owns (and closes) its own copies.
-		dups, err := dupFDs(fds)
+		dups, err := fdpass.DupAll(fds)
 		if err != nil {
 			s.failLocked(&JobError{Reason: fmt.Sprintf("%s #%d: duplicating descriptors for rank %d: %v", c.kind, c.seq, r, err)})
 			return
@@ -1316,7 +1318,7 @@ type outFrame struct {
 func (p *peer) enqueue(m message, fds []int) {
 	b, err := encodeFrame(m)
 	if err != nil {
-		closeFDs(fds)
+		fdpass.Close(fds)
 		p.s.logf("hub: rank %d: %v", p.rank, err)
 		return
 	}
@@ -1327,7 +1329,7 @@ func (p *peer) enqueueFrame(b []byte, fds []int) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		closeFDs(fds)
+		fdpass.Close(fds)
 		return
 	}
 	p.out = append(p.out, outFrame{b: b, fds: fds})
@@ -1370,7 +1372,7 @@ func (p *peer) writeLoop() {
 			p.writing = true
 			p.mu.Unlock()
 			err := p.fc.writeFrame(f.b, f.fds)
-			closeFDs(f.fds)
+			fdpass.Close(f.fds)
 			if err != nil {
 				// The reading side sees the broken connection and reports it.
 				p.close()
@@ -1420,6 +1422,6 @@ func (p *peer) close() {
 	close(p.done)
 	_ = p.fc.c.Close()
 	for _, f := range q {
-		closeFDs(f.fds)
+		fdpass.Close(f.fds)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tprun/tprun/internal/fdpass"
 )
 
 // TCPConfig is what a client of a TCP hub needs beyond the address.
@@ -125,7 +127,7 @@ func retryableTCP(err error) bool {
 // moment the hub has proved itself.
 func handshakeTCP(ctx context.Context, fc *frameConn, addr string, h Hello, cfg TCPConfig) (*Client, error) {
 	_ = fc.c.SetDeadline(time.Now().Add(handshakeTimeout))
-	release := interruptOn(ctx, fc.c.SetDeadline)
+	release := fdpass.InterruptOn(ctx, fc.c.SetDeadline)
 	err := prove(fc, addr, cfg)
 	if release() {
 		return nil, fmt.Errorf("handshake with the hub at %s: %w", addr, ctx.Err())

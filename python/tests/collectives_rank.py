@@ -8,7 +8,10 @@ own all-gather and barrier over a Unix socket in DIR (rank 0 gathers and
 sends the result back), as a framework's process group would offer them,
 and make their tprun group on it with tprun.join_collectives. Then: the
 group's collectives with fresh bytes from SEED, on the caller's thread
-only; the host backend refused with an error that names the route; a rank
+only; the host backend on one node, its mailboxes passed as descriptors
+over the node's sockets, every step of fresh inputs checked against
+tprun.reference and equal on every rank (or, with TPRUN_FORCE_NODE set,
+as if across nodes: refused with an error that names the route); a rank
 that passes another rank than its own refused, naming it; a callback that
 fails raising the library's error with the Python exception as its
 cause, and the group refusing further collectives. Prints "rank R: ok ..."
@@ -23,7 +26,10 @@ import sys
 import threading
 import time
 
+from array import array
+
 import tprun
+from tprun import reference
 
 failures = []
 
@@ -113,6 +119,42 @@ class SocketCollectives:
         self.allgather(b"")
 
 
+def host_steps(g, seed, steps=3):
+    """The op on the host backend through g: steps of fresh inputs from
+    seed (the same on every rank), every element checked against the
+    reference, every rank's block the same. Returns the steps checked."""
+    rng = random.Random(seed)
+    hidden, latent, max_m = 16 * g.size, 8, 4
+    shard = hidden // g.size
+
+    def draw(n, scale=1.0):
+        vals = array("H")
+        for _ in range(n):
+            v = tprun.bf16_from_float(rng.gauss(0.0, scale))
+            if v & 0x7FFF == 0:  # never zero: no result may hinge on zeros
+                v |= tprun.bf16_from_float(scale)
+            vals.append(v)
+        return vals
+
+    op = g.up_projection(hidden, latent, max_m, device="host")
+    if op.backend != "host":
+        fail(f"the op runs on {op.backend!r}, not the host backend")
+    weight = draw(hidden * latent, latent**-0.5)
+    op.set_weight(weight[g.rank * shard * latent:(g.rank + 1) * shard * latent])
+    for i in range(steps):
+        m = rng.randint(1, max_m)
+        lat, shared = draw(m * latent), draw(m * hidden)
+        out = op(lat, shared, out=array("H", [0xFFFF]) * (m * hidden))  # NaN: what the op leaves unwritten fails
+        wrong = reference.check_block(out, lat, weight, shared, m, hidden, latent)
+        if wrong:
+            fail(f"host step {i} (M {m}): {len(wrong)} wrong, first {wrong[0]}")
+        for r, b in enumerate(g.all_gather(out.tobytes())):
+            if b != out.tobytes():
+                fail(f"host step {i}: rank {r}'s block differs from rank {g.rank}'s")
+    op.close()
+    return steps
+
+
 def main():
     sockdir, seed = sys.argv[1], int(sys.argv[2])
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -135,18 +177,23 @@ def main():
         checked += 1
         g.barrier()
 
-    # The host backend needs a shared memory descriptor, which cannot
-    # travel through these collectives.
-    try:
-        op = g.up_projection(16 * size, 8, 2, device="host")
-        fail(f"the host backend ran on the caller's collectives: {op.backend}")
-        op.close()
-    except tprun.BackendUnavailableError as e:
-        if "descriptors cannot travel through the framework's collectives" not in str(e):
-            fail(f"host backend refused, but the error does not name the route: {e}")
-    # Every rank failed in the same place: the group goes on.
+    # The host backend shares memory descriptors: over the node's sockets
+    # on one node; across nodes they cannot travel.
+    across = bool(os.environ.get("TPRUN_FORCE_NODE"))
+    if not across:
+        host = f"host backend: {host_steps(g, seed)} steps checked"
+    else:
+        host = "host backend refused across nodes"
+        try:
+            op = g.up_projection(16 * size, 8, 2, device="host")
+            fail(f"the host backend ran across nodes: {op.backend}")
+            op.close()
+        except tprun.BackendUnavailableError as e:
+            if "descriptors cannot travel through the framework's collectives" not in str(e):
+                fail(f"host backend refused, but the error does not name the route: {e}")
+    # Every rank passed the same place: the group goes on.
     if g.all_gather(bytes([rank])) != [bytes([r]) for r in range(size)]:
-        fail("all_gather after the refused op")
+        fail("all_gather after the host backend")
 
     if coll.threads != {main_thread}:
         fail(f"the callbacks ran on {len(coll.threads)} threads, not only the caller's")
@@ -195,7 +242,7 @@ def main():
     if failures:
         print(f"rank {rank}: {len(failures)} failures", flush=True)
         sys.exit(1)
-    print(f"rank {rank}: ok: group on the caller's collectives, {checked} all-gathers checked, host backend refused, "
+    print(f"rank {rank}: ok: group on the caller's collectives, {checked} all-gathers checked, {host}, "
           f"bad ranks refused, callback failure raised with its cause", flush=True)
 
 

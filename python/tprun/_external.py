@@ -98,9 +98,14 @@ def join_collectives(collectives, *, rank, size, local_rank=None, device=None):
     use. A collective: every rank calls it.
 
     The callbacks run on the thread that makes the tprun call needing them,
-    during that call. Memory handles travel as bytes on this route, so the
-    GPU mailbox uses CUDA fabric handles (an IMEX channel on every node);
-    the host backend cannot run (BackendUnavailableError)."""
+    during that call. Memory handles cannot travel through the callbacks:
+    when every rank runs on this node, the group passes them as descriptors
+    over node-local Unix sockets of its own (the callbacks carry only a
+    random key and the word that every rank listens), so the GPU mailbox
+    shares POSIX handles and the host backend runs, as with join(). Across
+    nodes they travel as bytes: the GPU mailbox uses CUDA fabric handles
+    (an IMEX channel on every node), and the host backend cannot run
+    (BackendUnavailableError)."""
     for name, v in (("rank", rank), ("size", size)):
         if not isinstance(v, int) or isinstance(v, bool):
             raise ValueError(f"{name}: want an int, got {type(v).__name__}")
@@ -200,9 +205,10 @@ def join_torch(group=None, *, local_rank=None, device=None):
     group's; local_rank defaults to $LOCAL_RANK (else the rank), device to
     the current CUDA device where CUDA is available (else local_rank).
 
-    See join_collectives for what this route can and cannot do: GPU
-    mailboxes through CUDA fabric handles only (an IMEX channel on every
-    node), no host backend."""
+    See join_collectives for what this route can and cannot do: on one
+    node, memory handles as descriptors over node-local sockets and the
+    host backend; across nodes, GPU mailboxes through CUDA fabric handles
+    only (an IMEX channel on every node), no host backend."""
     coll = TorchCollectives(group)
     if device is None:
         torch = coll.torch

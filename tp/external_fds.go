@@ -1,0 +1,487 @@
+package tp
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tprun/tprun/internal/fdpass"
+	"github.com/tprun/tprun/internal/hub"
+)
+
+// externalPeer is what a rank says in NewExternalGroup's all-gather: its
+// Peer (the JSON of a Peer, which a decoder of a plain Peer still reads),
+// the node it runs on, and on rank 0 the key of the descriptor route.
+type externalPeer struct {
+	Peer
+	// Node is this rank's node identity (nodeIdentity); empty when it
+	// could not tell, or TPRUN_FORCE_NODE made it act as on a node of its
+	// own. Ranks whose Node is one non-empty value share a kernel and a
+	// network namespace.
+	Node string `json:",omitempty"`
+	// FDKey: rank 0's fdKeyLen random bytes, hex: the first half names the
+	// ranks' sockets, the second half is the secret each connection
+	// presents.
+	FDKey string `json:",omitempty"`
+}
+
+const fdKeyLen = 32
+
+// nodeIdentity names what abstract Unix sockets, SO_PEERCRED and
+// descriptor passing need shared between two processes: the kernel (its
+// boot id), the network namespace (abstract socket names live in it), and
+// the pid and user namespaces (the pids and uids a peer's credentials are
+// compared with). "" when any of it cannot be read: such a rank is taken
+// to be on a node of its own.
+func nodeIdentity() string {
+	host, _ := os.Hostname()
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil || len(strings.TrimSpace(string(boot))) == 0 {
+		return ""
+	}
+	id := []string{host, strings.TrimSpace(string(boot))}
+	for _, ns := range []string{"net", "pid", "user"} {
+		l, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			return ""
+		}
+		id = append(id, l)
+	}
+	return strings.Join(id, " ")
+}
+
+// fdRoute passes descriptors among the ranks of an ExternalGroup on one
+// node: each rank listens on an abstract Unix socket named from rank 0's
+// key, and a rank sends its descriptors by connecting to each receiver
+// (SCM_RIGHTS), one connection per receiver and call. The framework's
+// collectives only told the ranks the key and that everyone listens; no
+// descriptor travels through them.
+//
+// Every accepted connection must come from this uid, present the secret,
+// and come from the pid its rank said it has; others are refused and
+// closed, and the call goes on waiting for its ranks. A call waits at most
+// until its deadline (the collective timeout) or ctx.
+type fdRoute struct {
+	rank    int
+	peers   []Peer
+	prefix  string // of the socket names: "@tprun-fd-<hex>-"
+	secret  []byte
+	ln      *net.UnixListener
+	timeout time.Duration
+
+	seq     uint64          // of the next call, the same on every rank
+	early   map[early][]int // descriptors of the next call, sent while this rank was in the one before
+	refused int             // connections refused so far
+	closed  bool
+}
+
+func has[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// fdRouteError is a descriptor collective of an ExternalGroup on one node
+// that failed on this rank. It matches ErrAborted: the ranks may have
+// stopped at different points of the call, so the group is unusable after
+// it.
+type fdRouteError struct {
+	rank int
+	err  error
+}
+
+func (e *fdRouteError) Error() string {
+	return fmt.Sprintf("tp: rank %d: passing descriptors over the node's sockets: %v", e.rank, e.err)
+}
+
+func (e *fdRouteError) Unwrap() error { return e.err }
+
+// Is makes errors.Is(err, ErrAborted) true.
+func (e *fdRouteError) Is(target error) bool { return target == ErrAborted }
+
+type early struct {
+	seq  uint64
+	from int
+}
+
+// fdKind tells the two descriptor collectives apart on the wire.
+type fdKind uint8
+
+const (
+	fdAllGather fdKind = 1 + iota
+	fdBroadcast
+	// fdGaveUp: the sender's descriptor collective failed; it takes part
+	// in no further call.
+	fdGaveUp
+)
+
+func (k fdKind) String() string {
+	switch k {
+	case fdBroadcast:
+		return "BroadcastFDs"
+	case fdGaveUp:
+		return "a failed descriptor collective"
+	}
+	return "AllGatherFDs"
+}
+
+// maxEarly bounds the descriptors kept for later calls: a root runs ahead
+// through its broadcasts (it waits for nobody), but not without end.
+const maxEarly = 1024
+
+// The header of one connection: magic, secret, call, sender, kind, root,
+// descriptor count. The descriptors come with its first byte.
+const (
+	fdMagic     = "tprunfd1"
+	fdHeaderLen = len(fdMagic) + fdKeyLen/2 + 8 + 4 + 1 + 4 + 4
+)
+
+// newFDKey draws rank 0's key.
+func newFDKey() (string, error) {
+	b := make([]byte, fdKeyLen)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// listenFDs makes this rank's end of the route from rank 0's key.
+func listenFDs(rank int, peers []Peer, key string, timeout time.Duration) (*fdRoute, error) {
+	k, err := hex.DecodeString(key)
+	if err != nil || len(k) != fdKeyLen {
+		return nil, fmt.Errorf("%w: rank 0 sent a descriptor route key of %d characters that is not %d hex bytes", ErrPeer, len(key), fdKeyLen)
+	}
+	r := &fdRoute{rank: rank, peers: peers, prefix: "@tprun-fd-" + hex.EncodeToString(k[:fdKeyLen/2]) + "-",
+		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early][]int{}}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.name(rank), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listening for descriptors: %w", err)
+	}
+	// An abstract socket has no file: nothing to remove when it closes.
+	r.ln = ln
+	return r, nil
+}
+
+func (r *fdRoute) name(rank int) string { return fmt.Sprintf("%s%d", r.prefix, rank) }
+
+// giveUp tells every other rank, as far as it can within a second, that
+// this rank's descriptor collective failed, so that a rank waiting for
+// its descriptors fails now instead of at its deadline.
+func (r *fdRoute) giveUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	for q := range r.peers {
+		if q != r.rank {
+			// A rank that cannot be told learns it at its deadline.
+			_ = r.send(ctx, deadline, q, r.seq, fdGaveUp, 0, nil)
+		}
+	}
+}
+
+// close closes the listener and every descriptor that arrived early;
+// idempotent.
+func (r *fdRoute) close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	for k, fds := range r.early {
+		fdpass.Close(fds)
+		delete(r.early, k)
+	}
+	return r.ln.Close()
+}
+
+// allGather is AllGatherFDs: fd to every other rank, one new descriptor
+// per rank back, own a dup.
+func (r *fdRoute) allGather(ctx context.Context, fd int) ([]int, error) {
+	deadline := r.deadline(ctx)
+	seq := r.seq
+	r.seq++
+	own, err := fdpass.Dup(fd)
+	if err != nil {
+		return nil, fmt.Errorf("AllGatherFDs: descriptor %d: %w", fd, err)
+	}
+	out := make([]int, len(r.peers))
+	for i := range out {
+		out[i] = -1
+	}
+	out[r.rank] = own
+	from := make([]int, 0, len(r.peers)-1)
+	for q := range r.peers {
+		if q == r.rank {
+			continue
+		}
+		from = append(from, q)
+		if err := r.send(ctx, deadline, q, seq, fdAllGather, 0, []int{fd}); err != nil {
+			fdpass.Close(out[r.rank : r.rank+1])
+			return nil, err
+		}
+	}
+	got, err := r.receive(ctx, deadline, seq, fdAllGather, 0, from)
+	if err != nil {
+		fdpass.Close(out[r.rank : r.rank+1])
+		return nil, err
+	}
+	for q, fds := range got {
+		out[q] = fds[0]
+	}
+	return out, nil
+}
+
+// broadcast is BroadcastFDs: root's fds to every other rank; every rank,
+// root too, gets new descriptors.
+func (r *fdRoute) broadcast(ctx context.Context, root int, fds []int) ([]int, error) {
+	deadline := r.deadline(ctx)
+	seq := r.seq
+	r.seq++
+	if r.rank != root {
+		got, err := r.receive(ctx, deadline, seq, fdBroadcast, root, []int{root})
+		if err != nil {
+			return nil, err
+		}
+		return got[root], nil
+	}
+	for q := range r.peers {
+		if q == r.rank {
+			continue
+		}
+		if err := r.send(ctx, deadline, q, seq, fdBroadcast, root, fds); err != nil {
+			return nil, err
+		}
+	}
+	if len(fds) == 0 {
+		return nil, nil
+	}
+	return fdpass.DupAll(fds)
+}
+
+// deadline is when a call gives up: the collective timeout from now, or
+// ctx's deadline when sooner.
+func (r *fdRoute) deadline(ctx context.Context) time.Time {
+	d := time.Now().Add(r.timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	return d
+}
+
+// send connects to rank to and sends it fds as call seq. The receiver's
+// socket must be held by rank to's pid under this uid.
+func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint64, kind fdKind, root int, fds []int) error {
+	fail := func(err error) error {
+		return fmt.Errorf("%s #%d: sending to rank %d (pid %d): %w", kind, seq, to, r.peers[to].PID, err)
+	}
+	d := net.Dialer{Deadline: deadline}
+	var c *net.UnixConn
+	for {
+		nc, err := d.DialContext(ctx, "unix", r.name(to))
+		if err == nil {
+			c = nc.(*net.UnixConn)
+			break
+		}
+		// EAGAIN: the receiver's backlog is full; it drains as it accepts.
+		if !errors.Is(err, syscall.EAGAIN) || ctx.Err() != nil || time.Now().After(deadline) {
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				err = fmt.Errorf("%w (its group is closed, or the process ended)", err)
+			}
+			return fail(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	defer c.Close()
+	cred, err := fdpass.PeerCred(c)
+	if err != nil {
+		return fail(err)
+	}
+	if int(cred.Uid) != os.Getuid() || int(cred.Pid) != r.peers[to].PID {
+		return fail(fmt.Errorf("%w: its socket is held by pid %d of uid %d, not by pid %d of uid %d", ErrPeer, cred.Pid, cred.Uid, r.peers[to].PID, os.Getuid()))
+	}
+	h := make([]byte, 0, fdHeaderLen)
+	h = append(h, fdMagic...)
+	h = append(h, r.secret...)
+	h = binary.LittleEndian.AppendUint64(h, seq)
+	h = binary.LittleEndian.AppendUint32(h, uint32(r.rank))
+	h = append(h, byte(kind))
+	h = binary.LittleEndian.AppendUint32(h, uint32(root))
+	h = binary.LittleEndian.AppendUint32(h, uint32(len(fds)))
+	if err := c.SetDeadline(deadline); err != nil {
+		return fail(err)
+	}
+	release := fdpass.InterruptOn(ctx, c.SetDeadline)
+	err = fdpass.Send(c, h, fds)
+	if release() {
+		return fail(ctx.Err())
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// receive accepts connections until every rank in from has sent call seq
+// and returns their descriptors, index = rank. A sender one call ahead is
+// kept for the next call; anything else from a rank of the group fails the
+// call; connections that are not from a rank of the group are refused and
+// closed.
+func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, kind fdKind, root int, from []int) (got map[int][]int, err error) {
+	start := time.Now()
+	got = map[int][]int{}
+	defer func() {
+		if err != nil {
+			for _, fds := range got {
+				fdpass.Close(fds)
+			}
+			got = nil
+		}
+	}()
+	for _, q := range from {
+		if fds, ok := r.early[early{seq, q}]; ok {
+			got[q] = fds
+			delete(r.early, early{seq, q})
+		}
+	}
+	if err := r.ln.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	release := fdpass.InterruptOn(ctx, r.ln.SetDeadline)
+	defer release()
+	var refused []string
+	for len(got) < len(from) {
+		c, err := r.ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, ctx.Err())
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return got, r.timedOut(seq, kind, time.Since(start), from, got, refused)
+			}
+			return got, fmt.Errorf("%s #%d: accepting: %w", kind, seq, err)
+		}
+		h, fds, q, why, err := r.admit(ctx, deadline, c)
+		if why != "" {
+			r.refused++
+			refused = append(refused, why)
+			continue
+		}
+		if err != nil {
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
+		}
+		if err := r.take(h, fds, q, seq, kind, root, from, got); err != nil {
+			fdpass.Close(fds)
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
+		}
+	}
+	return got, nil
+}
+
+// fdHeader is a decoded connection header.
+type fdHeader struct {
+	seq   uint64
+	kind  fdKind
+	root  int
+	count int
+}
+
+// admit reads one connection's header and descriptors and closes it. A
+// connection that is not from a rank of the group (another uid, a pid no
+// rank has, a wrong secret) comes back as why, refused; an error is a rank
+// of the group that failed to send.
+func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn) (h fdHeader, fds []int, from int, why string, err error) {
+	defer c.Close()
+	cred, err := fdpass.PeerCred(c)
+	if err != nil {
+		return h, nil, 0, fmt.Sprintf("a connection whose credentials could not be read (%v)", err), nil
+	}
+	if int(cred.Uid) != os.Getuid() {
+		return h, nil, 0, fmt.Sprintf("pid %d of uid %d (not this uid, %d)", cred.Pid, cred.Uid, os.Getuid()), nil
+	}
+	if !slices.ContainsFunc(r.peers, func(p Peer) bool { return p.PID == int(cred.Pid) }) {
+		return h, nil, 0, fmt.Sprintf("pid %d, which is no rank's", cred.Pid), nil
+	}
+	if err := c.SetReadDeadline(deadline); err != nil {
+		return h, nil, 0, "", err
+	}
+	release := fdpass.InterruptOn(ctx, c.SetReadDeadline)
+	b := make([]byte, fdHeaderLen)
+	fds, err = fdpass.Recv(c, b, hub.MaxFDs)
+	if release() {
+		fdpass.Close(fds)
+		return h, nil, 0, "", ctx.Err()
+	}
+	if err != nil {
+		return h, nil, 0, fmt.Sprintf("pid %d, which sent no header (%v)", cred.Pid, err), nil
+	}
+	refuse := func(what string) (fdHeader, []int, int, string, error) {
+		fdpass.Close(fds)
+		return fdHeader{}, nil, 0, fmt.Sprintf("pid %d, which %s", cred.Pid, what), nil
+	}
+	p := b[len(fdMagic):]
+	if string(b[:len(fdMagic)]) != fdMagic || subtle.ConstantTimeCompare(p[:len(r.secret)], r.secret) != 1 {
+		return refuse("did not present the group's secret")
+	}
+	p = p[len(r.secret):]
+	h.seq = binary.LittleEndian.Uint64(p)
+	from = int(binary.LittleEndian.Uint32(p[8:]))
+	h.kind = fdKind(p[12])
+	h.root = int(binary.LittleEndian.Uint32(p[13:]))
+	h.count = int(binary.LittleEndian.Uint32(p[17:]))
+	if from >= len(r.peers) || from == r.rank || r.peers[from].PID != int(cred.Pid) {
+		return refuse(fmt.Sprintf("says it is rank %d, whose pid is not its own", from))
+	}
+	if h.count != len(fds) {
+		fdpass.Close(fds)
+		return h, nil, from, "", fmt.Errorf("%w: rank %d announced %d descriptors and sent %d", ErrPeer, from, h.count, len(fds))
+	}
+	return h, fds, from, "", nil
+}
+
+// take files rank q's connection under the call it belongs to.
+func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, root int, from []int, got map[int][]int) error {
+	switch {
+	case h.kind == fdGaveUp:
+		return fmt.Errorf("%w: rank %d gave up on a descriptor collective, and the group is unusable there", ErrPeer, q)
+	case h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly:
+		r.early[early{h.seq, q}] = fds
+		return nil
+	case h.seq != seq:
+		return fmt.Errorf("%w: rank %d sent descriptors of call #%d during call #%d", ErrPeer, q, h.seq, seq)
+	case h.kind != kind:
+		return fmt.Errorf("%w: rank %d called %s where rank %d calls %s", ErrPeer, q, h.kind, r.rank, kind)
+	case h.kind == fdBroadcast && h.root != root:
+		return fmt.Errorf("%w: rank %d called BroadcastFDs with root %d, rank %d with root %d", ErrPeer, q, h.root, r.rank, root)
+	case !slices.Contains(from, q) || has(got, q):
+		return fmt.Errorf("%w: rank %d sent descriptors it should not have in %s #%d", ErrPeer, q, kind, seq)
+	case h.kind == fdAllGather && len(fds) != 1:
+		return fmt.Errorf("%w: rank %d sent %d descriptors to AllGatherFDs, not 1", ErrPeer, q, len(fds))
+	}
+	got[q] = fds
+	return nil
+}
+
+// timedOut names the ranks whose descriptors never came, and what was
+// refused meanwhile.
+func (r *fdRoute) timedOut(seq uint64, kind fdKind, waited time.Duration, from []int, got map[int][]int, refused []string) error {
+	var missing []string
+	for _, q := range from {
+		if !has(got, q) {
+			missing = append(missing, fmt.Sprintf("rank %d (pid %d)", q, r.peers[q].PID))
+		}
+	}
+	msg := fmt.Sprintf("%s #%d: no descriptors from %s after %v", kind, seq, strings.Join(missing, ", "), waited.Round(time.Millisecond))
+	if len(refused) > 0 {
+		msg += fmt.Sprintf("; refused %d connections meanwhile: %s", len(refused), strings.Join(refused, "; "))
+	}
+	return fmt.Errorf("%w: %s", ErrCollectiveTimeout, msg)
+}

@@ -1,0 +1,431 @@
+package tp
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tprun/tprun/kernel"
+)
+
+// openFDs counts this process's open sockets and memfds: what the
+// descriptor route and these tests open. (The Go runtime opens and closes
+// files of its own, such as the cgroup's CPU limits, meanwhile.)
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		if strings.HasPrefix(l, "socket:") || strings.HasPrefix(l, "/memfd:") {
+			n++
+		}
+	}
+	return n
+}
+
+// memfdWith is a fresh memfd holding b.
+func memfdWith(t *testing.T, b []byte) (int, error) {
+	fd, err := unix.MemfdCreate("tprun-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	if _, err := unix.Pwrite(fd, b, 0); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// sameFile checks that fd is a new close-on-exec descriptor of the file
+// that src is, holding want.
+func sameFile(fd, src int, want []byte) error {
+	if fd == src {
+		return fmt.Errorf("descriptor %d is the sender's own, not a new one", fd)
+	}
+	var a, b unix.Stat_t
+	if err := unix.Fstat(fd, &a); err != nil {
+		return err
+	}
+	if err := unix.Fstat(src, &b); err != nil {
+		return err
+	}
+	if a.Dev != b.Dev || a.Ino != b.Ino {
+		return fmt.Errorf("descriptor %d is inode %d, the sender's is %d", fd, a.Ino, b.Ino)
+	}
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC == 0 {
+		return fmt.Errorf("descriptor %d is not close-on-exec (%v)", fd, err)
+	}
+	got := make([]byte, len(want))
+	if n, err := unix.Pread(fd, got, 0); err != nil || n != len(want) || !bytes.Equal(got, want) {
+		return fmt.Errorf("descriptor %d reads %d bytes that differ from the sender's (%v)", fd, n, err)
+	}
+	return nil
+}
+
+// TestExternalGroupFDs: on one node the descriptor collectives pass each
+// rank's file to every rank (fresh bytes written through the sender's
+// memfd read back through every received descriptor), as new descriptors
+// the receiver owns, in rank order, root's in order for a broadcast; calls
+// follow each other without a barrier between them, so a fast rank's next
+// call meets a slow rank's current one; closing what was received leaves
+// the senders' files alone, and nothing leaks.
+func TestExternalGroupFDs(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	for _, size := range []int{1, 2, 3, 5} {
+		t.Run(fmt.Sprintf("size%d", size), func(t *testing.T) {
+			before := openFDs(t)
+			const rounds = 6
+			// data[round][rank][i]: what rank writes into its i-th file.
+			rng := rand.New(rand.NewPCG(seed, uint64(size)))
+			data := make([][][][]byte, rounds)
+			nb := make([]int, rounds) // descriptors root broadcasts
+			for i := range data {
+				nb[i] = rng.IntN(4)
+				data[i] = make([][][]byte, size)
+				for r := range size {
+					data[i][r] = make([][]byte, max(nb[i], 1))
+					for k := range data[i][r] {
+						data[i][r][k] = make([]byte, 1+rng.IntN(5000))
+						for j := range data[i][r][k] {
+							data[i][r][k][j] = byte(rng.Uint32())
+						}
+					}
+				}
+			}
+			var mu sync.Mutex
+			files := make([][][]int, rounds) // files[round][rank]: the senders' memfds, kept open until every rank is done
+			for i := range files {
+				files[i] = make([][]int, size)
+			}
+			errs := onExternalRanks(size, same, func(r int, g *ExternalGroup) error {
+				ctx := context.Background()
+				if g.SpansNodes() {
+					return errors.New("ranks of one process say they span nodes")
+				}
+				jitter := rand.New(rand.NewPCG(seed, uint64(r)))
+				for i := range rounds {
+					mine := make([]int, len(data[i][r]))
+					for k, b := range data[i][r] {
+						fd, err := memfdWith(t, b)
+						if err != nil {
+							return err
+						}
+						mine[k] = fd
+					}
+					mu.Lock()
+					files[i][r] = mine
+					mu.Unlock()
+					time.Sleep(time.Duration(jitter.IntN(3)) * time.Millisecond)
+					got, err := g.AllGatherFDs(ctx, mine[0])
+					if err != nil {
+						return fmt.Errorf("round %d: AllGatherFDs: %w", i, err)
+					}
+					if len(got) != size {
+						return fmt.Errorf("round %d: %d descriptors for %d ranks", i, len(got), size)
+					}
+					for q, fd := range got {
+						mu.Lock()
+						src := files[i][q][0]
+						mu.Unlock()
+						if err := sameFile(fd, src, data[i][q][0]); err != nil {
+							return fmt.Errorf("round %d: AllGatherFDs: rank %d's: %w", i, q, err)
+						}
+					}
+					closeAll(got)
+					root := i % size
+					pass := mine[:nb[i]]
+					if r != root {
+						pass = mine // ignored
+					}
+					got, err = g.BroadcastFDs(ctx, root, pass)
+					if err != nil {
+						return fmt.Errorf("round %d: BroadcastFDs from %d: %w", i, root, err)
+					}
+					if len(got) != nb[i] {
+						return fmt.Errorf("round %d: BroadcastFDs: %d descriptors, root sent %d", i, len(got), nb[i])
+					}
+					for k, fd := range got {
+						mu.Lock()
+						src := files[i][root][k]
+						mu.Unlock()
+						if err := sameFile(fd, src, data[i][root][k]); err != nil {
+							return fmt.Errorf("round %d: BroadcastFDs: root's %d: %w", i, k, err)
+						}
+					}
+					closeAll(got)
+					// The sender's files are whole after the receivers closed theirs.
+					for k, fd := range mine {
+						b := make([]byte, len(data[i][r][k]))
+						if n, err := unix.Pread(fd, b, 0); err != nil || n != len(b) || !bytes.Equal(b, data[i][r][k]) {
+							return fmt.Errorf("round %d: own file %d after the receivers closed theirs: %d bytes (%v)", i, k, n, err)
+						}
+					}
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			for _, round := range files {
+				for _, fds := range round {
+					closeAll(fds)
+				}
+			}
+			if after := openFDs(t); after != before {
+				t.Errorf("%d descriptors open before, %d after", before, after)
+			}
+		})
+	}
+}
+
+// TestExternalGroupFDsGiveUp: a descriptor collective that a rank never
+// joins ends promptly on every rank that waits in it when their ctx ends,
+// or at the collective timeout naming the missing rank; the group is then
+// unusable there, and the rank that comes late fails at once instead of
+// waiting, since the others closed their sockets. Nothing leaks.
+func TestExternalGroupFDsGiveUp(t *testing.T) {
+	for _, tc := range []struct {
+		desc    string
+		timeout time.Duration
+		cancel  time.Duration // cancel the waiting ranks' ctx after this; 0: never
+		want    error
+	}{
+		{desc: "ctx cancelled", timeout: time.Minute, cancel: 200 * time.Millisecond, want: context.Canceled},
+		{desc: "collective timeout", timeout: 300 * time.Millisecond, want: ErrCollectiveTimeout},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			before := openFDs(t)
+			const size = 3
+			var waited sync.WaitGroup // the ranks that wait
+			waited.Add(size - 1)
+			site := func(int) externalSite { return externalSite{host: "h", node: "one node", timeout: tc.timeout} }
+			errs := onExternalRanksAt(size, same, site, func(r int, g *ExternalGroup) error {
+				fd, err := memfdWith(t, []byte{byte(r)})
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				if r == size-1 {
+					// The late rank: comes once the others gave up.
+					waited.Wait()
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					start := time.Now()
+					_, err := g.AllGatherFDs(ctx, fd)
+					if err == nil || !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "sending to rank 0") || time.Since(start) > 2*time.Second {
+						return fmt.Errorf("the late rank after %v: %v", time.Since(start), err)
+					}
+					return nil
+				}
+				defer waited.Done()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tc.cancel > 0 {
+					time.AfterFunc(tc.cancel, cancel)
+				}
+				start := time.Now()
+				_, err = g.AllGatherFDs(ctx, fd)
+				took := time.Since(start)
+				limit := max(tc.cancel, tc.timeout)
+				// The first rank to give up tells the other, which may hear
+				// it before its own ctx or deadline fires.
+				gaveUp := errors.Is(err, ErrPeer) && strings.Contains(err.Error(), "gave up on a descriptor collective")
+				if !(errors.Is(err, tc.want) || gaveUp) || !errors.Is(err, ErrAborted) || took > limit+time.Second {
+					return fmt.Errorf("after %v (limit %v): %v", took, limit, err)
+				}
+				if tc.want == ErrCollectiveTimeout && !gaveUp && !strings.Contains(err.Error(), fmt.Sprintf("no descriptors from rank %d (pid %d)", size-1, os.Getpid())) {
+					return fmt.Errorf("the timeout does not name the missing rank: %v", err)
+				}
+				if _, err := g.AllGatherFDs(context.Background(), fd); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "unusable") {
+					return fmt.Errorf("a call after the failed one: %v", err)
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			if after := openFDs(t); after != before {
+				t.Errorf("%d descriptors open before, %d after", before, after)
+			}
+		})
+	}
+}
+
+// strangerHeader is a connection header as a sender writes it, with the
+// given secret.
+func strangerHeader(secret []byte, from int) []byte {
+	h := append([]byte(fdMagic), secret...)
+	h = binary.LittleEndian.AppendUint64(h, 0)
+	h = binary.LittleEndian.AppendUint32(h, uint32(from))
+	h = append(h, byte(fdAllGather))
+	h = binary.LittleEndian.AppendUint32(h, 0)
+	return binary.LittleEndian.AppendUint32(h, 1)
+}
+
+// TestExternalGroupFDsRefuseStrangers: a connection to a rank's socket
+// that does not present the group's secret (here, with a descriptor
+// attached, from this very process, whose pid is a rank's), and one from
+// another uid that presents it, are refused and closed, and the call goes
+// on to complete with the ranks' descriptors; nothing leaks.
+func TestExternalGroupFDsRefuseStrangers(t *testing.T) {
+	before := openFDs(t)
+	var py string
+	if _, err := os.Stat("/usr/bin/python3"); err == nil && os.Getuid() == 0 {
+		py = "/usr/bin/python3"
+	}
+	errs := onExternalRanks(2, same, func(r int, g *ExternalGroup) error {
+		ctx := context.Background()
+		strangers := 0
+		if r == 1 {
+			name := g.fds.name(1)
+			wrong := bytes.Clone(g.fds.secret)
+			wrong[0] ^= 1
+			c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: name, Net: "unix"})
+			if err != nil {
+				return err
+			}
+			fd, err := memfdWith(t, []byte("not for the group"))
+			if err != nil {
+				return err
+			}
+			_, _, err = c.WriteMsgUnix(strangerHeader(wrong, 0), unix.UnixRights(fd), nil)
+			unix.Close(fd)
+			c.Close()
+			if err != nil {
+				return err
+			}
+			strangers++
+			if py != "" {
+				// Another uid, with the right secret: refused on its credentials.
+				hdr := strangerHeader(g.fds.secret, 0)
+				cmd := exec.Command(py, "-c", `import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("\0" + sys.argv[1][1:])
+s.sendall(bytes.fromhex(sys.argv[2]))
+s.close()`, name, fmt.Sprintf("%x", hdr))
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("the connection from uid 65534: %v: %s", err, out)
+				}
+				strangers++
+			}
+		}
+		// The strangers wait in rank 1's backlog before rank 0 sends.
+		if err := g.Barrier(ctx); err != nil {
+			return err
+		}
+		fd, err := memfdWith(t, []byte{byte(r + 1)})
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		got, err := g.AllGatherFDs(ctx, fd)
+		if err != nil {
+			return err
+		}
+		defer closeAll(got)
+		b := make([]byte, 1)
+		if _, err := unix.Pread(got[1-r], b, 0); err != nil || b[0] != byte(2-r) {
+			return fmt.Errorf("rank %d's descriptor reads %v (%v)", 1-r, b, err)
+		}
+		if g.fds.refused != strangers {
+			return fmt.Errorf("%d connections refused, %d strangers connected", g.fds.refused, strangers)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if py == "" {
+		t.Log("not root or no python3: the connection from another uid was not tried")
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open before, %d after", before, after)
+	}
+}
+
+// TestExternalGroupHostOp: the op on the host backend through an
+// ExternalGroup on one node, its mailboxes shared over the node's
+// sockets: every step of fresh inputs matches the float64 reference, and
+// every rank holds the same block.
+func TestExternalGroupHostOp(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	const size, hidden, latent, maxM = 3, 96, 40, 9
+	ms := []int{9, 1, 4, 9, 2, 8, 3}
+	steps := newUpSteps(t, seed, hidden, latent, ms)
+	shard := hidden / size
+	got := make([][][]kernel.BF16, size)
+	before := openFDs(t)
+	errs := onExternalRanks(size, same, func(r int, g *ExternalGroup) (err error) {
+		ctx := context.Background()
+		up, err := g.NewUpProjection(ctx, hidden, latent, maxM, WithBackend(BackendHost), WithDeadline(10*time.Second))
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, up.Close()) }()
+		if up.Backend() != "host" {
+			return fmt.Errorf("backend %q", up.Backend())
+		}
+		for i, d := range steps {
+			out := make([]kernel.BF16, maxM*hidden+3)
+			for j := range out {
+				out[j] = poison
+			}
+			in := UpInputs{M: d.m, Latent: append([]kernel.BF16(nil), d.latent...),
+				Weight: append([]kernel.BF16(nil), d.weight[r*shard*latent:(r+1)*shard*latent]...),
+				Shared: append([]kernel.BF16(nil), d.shared[r*shard:]...), SharedStride: hidden}
+			if err := up.Step(ctx, in, out); err != nil {
+				return fmt.Errorf("step %d: %w", i, err)
+			}
+			if err := keepBlock(i, d.m, hidden, out, &got[r]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range steps {
+		res, err := d.want.Check(got[0][i], hidden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Wrong > 0 || res.Checked != d.m*hidden {
+			t.Errorf("step %d (M=%d): %d of %d wrong, first %v", i, d.m, res.Wrong, res.Checked, res.First)
+		}
+		for r := 1; r < size; r++ {
+			if !equalBlocks(got[0][i], got[r][i]) {
+				t.Errorf("step %d: rank %d's block differs from rank 0's", i, r)
+			}
+		}
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open before, %d after", before, after)
+	}
+}
