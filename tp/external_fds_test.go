@@ -40,19 +40,6 @@ func openFDs(t *testing.T) int {
 	return n
 }
 
-// memfdWith is a fresh memfd holding b.
-func memfdWith(t *testing.T, b []byte) (int, error) {
-	fd, err := unix.MemfdCreate("tprun-test", unix.MFD_CLOEXEC)
-	if err != nil {
-		return -1, err
-	}
-	if _, err := unix.Pwrite(fd, b, 0); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
-
 // sameFile checks that fd is a new close-on-exec descriptor of the file
 // that src is, holding want.
 func sameFile(fd, src int, want []byte) error {
@@ -124,7 +111,7 @@ func TestExternalGroupFDs(t *testing.T) {
 				for i := range rounds {
 					mine := make([]int, len(data[i][r]))
 					for k, b := range data[i][r] {
-						fd, err := memfdWith(t, b)
+						fd, err := memfd(b)
 						if err != nil {
 							return err
 						}
@@ -220,7 +207,7 @@ func TestExternalGroupFDsGiveUp(t *testing.T) {
 			waited.Add(size - 1)
 			site := func(int) externalSite { return externalSite{host: "h", node: "one node", timeout: tc.timeout} }
 			errs := onExternalRanksAt(size, same, site, func(r int, g *ExternalGroup) error {
-				fd, err := memfdWith(t, []byte{byte(r)})
+				fd, err := memfd([]byte{byte(r)})
 				if err != nil {
 					return err
 				}
@@ -306,7 +293,7 @@ func TestExternalGroupFDsRefuseStrangers(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			fd, err := memfdWith(t, []byte("not for the group"))
+			fd, err := memfd([]byte("not for the group"))
 			if err != nil {
 				return err
 			}
@@ -336,7 +323,7 @@ s.close()`, name, fmt.Sprintf("%x", hdr))
 		if err := g.Barrier(ctx); err != nil {
 			return err
 		}
-		fd, err := memfdWith(t, []byte{byte(r + 1)})
+		fd, err := memfd([]byte{byte(r + 1)})
 		if err != nil {
 			return err
 		}
@@ -411,20 +398,7 @@ func TestExternalGroupHostOp(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	for i, d := range steps {
-		res, err := d.want.Check(got[0][i], hidden)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Wrong > 0 || res.Checked != d.m*hidden {
-			t.Errorf("step %d (M=%d): %d of %d wrong, first %v", i, d.m, res.Wrong, res.Checked, res.First)
-		}
-		for r := 1; r < size; r++ {
-			if !equalBlocks(got[0][i], got[r][i]) {
-				t.Errorf("step %d: rank %d's block differs from rank 0's", i, r)
-			}
-		}
-	}
+	checkBlocks(t, steps, got, hidden)
 	if after := openFDs(t); after != before {
 		t.Errorf("%d descriptors open before, %d after", before, after)
 	}
