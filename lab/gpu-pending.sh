@@ -16,9 +16,11 @@
 #   sweep    scripts/bigm-sweep (SWEEP_BUDGET seconds, default 300): the
 #            larger-M table, PyTorch mm + add and the floor beside it
 #   py       the PyTorch rank program: tp 1 every M with --compile, tp 4 on
-#            one GPU, a captured step replayed GRAPH_REPLAYS (10000) times;
-#            the Go example's test
-#   torchrun the captured step under torchrun, tp 4 on one GPU
+#            one GPU, a captured step replayed GRAPH_REPLAYS (10000) times,
+#            the same joined through a gloo group (--join torch); the Go
+#            example's test
+#   torchrun the captured step under torchrun, tp 4 on one GPU, and
+#            --join torch under torchrun
 #   opbench  tp 1, shards 7168 and 896: tprun bench --graph capture,
 #            enqueue, enqueue-ops and torch_rank.py --bench
 #   shmab    shard 896, tp 1: the tree's binaries against those built with
@@ -114,12 +116,16 @@ for st in "${stages[@]}"; do
 		pyrun py-tp4 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --rows 1,8,128
 		pyrun py-tp4-graph 300 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
 		pyrun py-tp4-graph-large 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph 1000 --rows 64,128
+		# tprun.join_torch on a gloo group: the GPU mailbox's descriptors over the node's sockets.
+		store=$(mktemp -d)
+		pyrun py-join-torch 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --join torch --store "$store" --check --iters 20 --graph 1000 --rows 1,8,64
 		TPRUN_BIN=$PWD/bin/tprun TPRUN_EXAMPLE_RANK_BIN=$PWD/bin/rank pyrun example-go 120 bin/rank.test -test.v -test.count=1
 		unset TPRUN_LIB PYTHONPATH
 		;;
 	torchrun)
 		export TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
 		TPRUN_DEVICES=0,0,0,0 pyrun py-torchrun 300 torchrun --nproc-per-node 4 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
+		TPRUN_DEVICES=0,0,0,0 pyrun py-torchrun-join-torch 120 torchrun --nproc-per-node 4 examples/python/torch_rank.py --join torch --check --iters 20 --rows 1,8,64
 		unset TPRUN_LIB PYTHONPATH
 		;;
 	opbench)

@@ -239,6 +239,17 @@ func TestPythonTorchCPU(t *testing.T) {
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: check: all 10 blocks identical on every rank$`)
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: check: [1-9]\d* of the steps passed a second layer's packed weight`)
 	everyRankSays(t, j, 2, `(?m)^\[rank %d\] rank %[1]d: PASS$`)
+	// The same through tprun.join_torch on a gloo group, as an engine's
+	// worker processes join: on one node the mailboxes travel over the
+	// node's sockets.
+	j = launch(t, 3, env, 2*time.Minute, py, "examples/python/torch_rank.py", "--cpu", "--check", "--rows", "2,17",
+		"--hidden", "96", "--latent", "64", "--iters", "2", "--seed", strconv.FormatUint(uint64(seed), 10),
+		"--join", "torch", "--store", t.TempDir())
+	if j.code != 0 {
+		t.Fatalf("torch_rank.py --join torch --cpu --check, seed %d: exit status %d:\n%s", seed, j.code, j.out)
+	}
+	everyRankSays(t, j, 3, `(?m)^\[rank %d\] rank %[1]d: check, M \[2, 17\], 2 steps each: \d+ elements checked, 0 wrong$`)
+	everyRankSays(t, j, 3, `(?m)^\[rank %d\] rank %[1]d: PASS$`)
 }
 
 // TestPythonLibraryMissing: what `import tprun` says when it finds no

@@ -18,6 +18,7 @@ GPU, or several ranks on one GPU:
     ./tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --graph 10000
     torchrun --nproc-per-node 4 examples/python/torch_rank.py --check
     TPRUN_DEVICES=0,0,0,0 torchrun --nproc-per-node 4 examples/python/torch_rank.py --graph 10000 --rows 1,8
+    torchrun --nproc-per-node 4 examples/python/torch_rank.py --join torch --check   # tprun.join_torch on a gloo group
     ./tprun --tp 1 -- python3 examples/python/torch_rank.py --bench [--hidden 896]
 
 Without a GPU, --cpu runs --check (and --compile) on CPU tensors and the
@@ -55,6 +56,7 @@ Each rank prints its findings; the program exits 1 if anything was wrong.
 
 import argparse
 import math
+import os
 import statistics
 import struct
 import sys
@@ -72,6 +74,13 @@ def parse_args():
                    help="comma list of M values (rows per step, 1..128)")
     p.add_argument("--seed", type=int, default=1, help="seed of the inputs (the same on every rank)")
     p.add_argument("--backend", default="auto", help="mailbox backend: auto, unicast or host")
+    p.add_argument("--join", choices=("tprun", "torch"), default="tprun",
+                   help="how the ranks make their tprun group: tprun.join() (tprun's rendezvous, under tprun, torchrun, "
+                        "srun or mpirun), or tprun.join_torch() on a torch.distributed gloo group, as the worker "
+                        "processes of an inference engine would")
+    p.add_argument("--store", metavar="DIR",
+                   help="--join torch without torchrun's MASTER_ADDR: a fresh directory every rank sees, for the "
+                        "gloo group's file store")
     p.add_argument("--deadline", type=float, default=None, help="seconds a step waits for the peers (default 10)")
     p.add_argument("--check", action="store_true")
     p.add_argument("--iters", type=int, default=20, help="--check: steps per M")
@@ -88,6 +97,8 @@ def parse_args():
         a.check = True
     if a.cpu and (a.graph or a.bench):
         p.error("--graph and --bench need CUDA, not --cpu")
+    if a.join == "torch" and not a.store and "MASTER_ADDR" not in os.environ:
+        p.error("--join torch needs torchrun's MASTER_ADDR, or --store DIR")
     return a
 
 
@@ -178,10 +189,30 @@ def digest(torch, block, coeff):
     return (bits * coeff[: bits.numel()]).sum()
 
 
+def join_through_torch(torch, tprun, a):
+    """The tprun group on a torch.distributed gloo group, as processes that
+    an inference engine spawns (and that already share such a group) make
+    it: RANK, WORLD_SIZE and LOCAL_RANK from the launcher; the GPU of this
+    local rank from TPRUN_DEVICES where set (ranks sharing a GPU), else
+    the local rank's own."""
+    import torch.distributed as dist
+
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    init = "env://" if "MASTER_ADDR" in os.environ else "file://" + os.path.join(a.store, "store")
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size)
+    device = None
+    if not a.cpu:
+        devs = os.environ.get("TPRUN_DEVICES")
+        device = int(devs.split(",")[local]) if devs else local
+        torch.cuda.set_device(device)
+    return tprun.join_torch(device=device)
+
+
 class Rank:
     def __init__(self, torch, tprun, a):
         self.torch, self.tprun, self.a = torch, tprun, a
-        self.g = tprun.join()
+        self.g = tprun.join() if a.join == "tprun" else join_through_torch(torch, tprun, a)
         if a.cpu:
             self.dev = torch.device("cpu")
         else:
@@ -459,6 +490,11 @@ def main():
         sys.exit(1)
     r.op.close()
     r.g.close()
+    if a.join == "torch":
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
     r.say("FAIL" if r.failed else "PASS")
     sys.exit(1 if r.failed else 0)
 
