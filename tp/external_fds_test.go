@@ -403,3 +403,99 @@ func TestExternalGroupHostOp(t *testing.T) {
 		t.Errorf("%d descriptors open before, %d after", before, after)
 	}
 }
+
+// TestFDRouteEarlyCallChecked: a connection that came for a later call
+// while this rank was in an earlier one is checked against that later
+// call as this rank makes it: a rank that ran ahead into another
+// collective (another kind, another root, a rank that should not send)
+// fails the call naming it, instead of its descriptors standing for what
+// this rank called (or an AllGatherFDs result missing a rank's). Nothing
+// leaks.
+func TestFDRouteEarlyCallChecked(t *testing.T) {
+	type msg struct {
+		from       int
+		kind       fdKind
+		root, nfds int
+	}
+	for _, tc := range []struct {
+		desc  string
+		ahead msg // rank 1 or 2's call #1, sent while rank 0 is in call #0
+		kind  fdKind
+		root  int
+		want  string
+	}{
+		{desc: "broadcast met by all-gather", ahead: msg{1, fdBroadcast, 1, 0}, kind: fdAllGather,
+			want: "rank 1 called BroadcastFDs where rank 0 calls AllGatherFDs"},
+		{desc: "all-gather met by broadcast", ahead: msg{1, fdAllGather, 0, 1}, kind: fdBroadcast, root: 1,
+			want: "rank 1 called AllGatherFDs where rank 0 calls BroadcastFDs"},
+		{desc: "another root", ahead: msg{2, fdBroadcast, 2, 1}, kind: fdBroadcast, root: 1,
+			want: "rank 2 called BroadcastFDs with root 2, rank 0 with root 1"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			before := openFDs(t)
+			key, err := newFDKey()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peers := make([]Peer, 3)
+			routes := make([]*fdRoute, len(peers))
+			for r := range peers {
+				peers[r] = Peer{Rank: r, WorldSize: len(peers), PID: os.Getpid()}
+			}
+			for r := range routes {
+				if routes[r], err = listenFDs(r, peers, key, 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				defer routes[r].close()
+			}
+			fd, err := memfd([]byte{byte(rand.Uint32())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			deadline := time.Now().Add(2 * time.Second)
+			send := func(m msg, seq uint64, kind fdKind, root, nfds int) {
+				t.Helper()
+				fds := make([]int, nfds)
+				for i := range fds {
+					fds[i] = fd
+				}
+				if err := routes[m.from].send(ctx, deadline, 0, seq, kind, root, fds); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Call #0, AllGatherFDs: rank ahead.from sends its #0, then its #1
+			// ahead of the other rank's #0.
+			other := 3 - tc.ahead.from
+			send(tc.ahead, 0, fdAllGather, 0, 1)
+			send(tc.ahead, 1, tc.ahead.kind, tc.ahead.root, tc.ahead.nfds)
+			send(msg{from: other}, 0, fdAllGather, 0, 1)
+			got, err := routes[0].allGather(ctx, fd)
+			if err != nil {
+				t.Fatalf("call #0: %v", err)
+			}
+			closeAll(got)
+			// Call #1 as rank 0 (and the other rank) make it.
+			if tc.kind == fdAllGather || tc.root == other {
+				send(msg{from: other}, 1, tc.kind, tc.root, 1)
+			}
+			var out []int
+			if tc.kind == fdAllGather {
+				out, err = routes[0].allGather(ctx, fd)
+			} else {
+				out, err = routes[0].broadcast(ctx, tc.root, nil)
+			}
+			closeAll(out)
+			if err == nil || !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("call #1: got %d descriptors, error %v; want %q", len(out), err, tc.want)
+			}
+			for _, r := range routes {
+				r.close()
+			}
+			unix.Close(fd)
+			if after := openFDs(t); after != before {
+				t.Errorf("%d descriptors open before, %d after", before, after)
+			}
+		})
+	}
+}
