@@ -499,3 +499,82 @@ func TestFDRouteEarlyCallChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestFDRouteSendFullBacklog: a receiver whose backlog is full (it does
+// not accept) holds a sender at most until the call's deadline, or until
+// its ctx ends, not for ever.
+func TestFDRouteSendFullBacklog(t *testing.T) {
+	key, err := newFDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
+	r0, err := listenFDs(0, peers, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r0.close()
+	// Rank 1's socket, made by hand with a backlog of nothing, filled.
+	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ln)
+	name := r0.name(1)
+	if err := unix.Bind(ln, &unix.SockaddrUnix{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(ln, 0); err != nil {
+		t.Fatal(err)
+	}
+	var fill []int
+	defer func() { closeAll(fill) }()
+	for {
+		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Connect(c, &unix.SockaddrUnix{Name: name})
+		fill = append(fill, c)
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fill) > 100 {
+			t.Fatal("the backlog never filled")
+		}
+	}
+	for _, tc := range []struct {
+		desc   string
+		wait   time.Duration // the deadline
+		cancel time.Duration // ctx ends after this; 0: never
+		want   error
+	}{
+		{desc: "deadline", wait: 300 * time.Millisecond},
+		{desc: "ctx", wait: time.Minute, cancel: 300 * time.Millisecond, want: context.Canceled},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel > 0 {
+				time.AfterFunc(tc.cancel, cancel)
+			}
+			start := time.Now()
+			err := r0.send(ctx, start.Add(tc.wait), 1, 0, fdAllGather, 0, nil)
+			took := time.Since(start)
+			limit := tc.wait
+			if tc.cancel > 0 {
+				limit = tc.cancel
+			}
+			if err == nil || took > limit+time.Second || took < limit/2 {
+				t.Fatalf("after %v: %v", took, err)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("after %v: %v, want %v", took, err, tc.want)
+			}
+			t.Logf("after %v: %v", took, err)
+		})
+	}
+}
