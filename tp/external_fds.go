@@ -371,7 +371,8 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 	}
 	release := fdpass.InterruptOn(ctx, r.ln.SetDeadline)
 	defer release()
-	var refused []string
+	var refused []string // the first maxRefusedNamed reasons
+	nrefused := 0
 	for len(got) < len(from) {
 		c, err := r.ln.AcceptUnix()
 		if err != nil {
@@ -380,14 +381,17 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return got, r.timedOut(seq, kind, time.Since(start), from, got, refused)
+				return got, r.timedOut(seq, kind, time.Since(start), from, got, nrefused, refused)
 			}
 			return got, fmt.Errorf("%s #%d: accepting: %w", kind, seq, err)
 		}
 		h, fds, q, why, err := r.admit(ctx, deadline, c)
 		if why != "" {
 			r.refused++
-			refused = append(refused, why)
+			nrefused++
+			if len(refused) < maxRefusedNamed {
+				refused = append(refused, why)
+			}
 			continue
 		}
 		if err != nil {
@@ -497,9 +501,13 @@ func (r *fdRoute) check(h fdHeader, n, q int, seq uint64, kind fdKind, root int,
 	return nil
 }
 
+// maxRefusedNamed bounds the refused connections a timeout names: a
+// stranger may connect without end.
+const maxRefusedNamed = 8
+
 // timedOut names the ranks whose descriptors never came, and what was
-// refused meanwhile.
-func (r *fdRoute) timedOut(seq uint64, kind fdKind, waited time.Duration, from []int, got map[int][]int, refused []string) error {
+// refused meanwhile (n connections, the first of them why).
+func (r *fdRoute) timedOut(seq uint64, kind fdKind, waited time.Duration, from []int, got map[int][]int, n int, why []string) error {
 	var missing []string
 	for _, q := range from {
 		if !has(got, q) {
@@ -507,8 +515,11 @@ func (r *fdRoute) timedOut(seq uint64, kind fdKind, waited time.Duration, from [
 		}
 	}
 	msg := fmt.Sprintf("%s #%d: no descriptors from %s after %v", kind, seq, strings.Join(missing, ", "), waited.Round(time.Millisecond))
-	if len(refused) > 0 {
-		msg += fmt.Sprintf("; refused %d connections meanwhile: %s", len(refused), strings.Join(refused, "; "))
+	if n > 0 {
+		msg += fmt.Sprintf("; refused %d connections meanwhile: %s", n, strings.Join(why, "; "))
+		if n > len(why) {
+			msg += fmt.Sprintf("; and %d more", n-len(why))
+		}
 	}
 	return fmt.Errorf("%w: %s", ErrCollectiveTimeout, msg)
 }

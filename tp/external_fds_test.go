@@ -578,3 +578,50 @@ func TestFDRouteSendFullBacklog(t *testing.T) {
 		})
 	}
 }
+
+// TestFDRouteRefusedFlood: many connections that do not present the
+// group's secret are each refused and closed; the call still waits for
+// its rank until the deadline, and the timeout counts them all but names
+// only the first few, so its message stays short. Nothing leaks.
+func TestFDRouteRefusedFlood(t *testing.T) {
+	before := openFDs(t)
+	key, err := newFDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
+	r0, err := listenFDs(0, peers, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := bytes.Clone(r0.secret)
+	wrong[rand.IntN(len(wrong))] ^= byte(1 + rand.IntN(255))
+	n := 50 + rand.IntN(150)
+	for range n {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: r0.name(0), Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Write(strangerHeader(wrong, 1))
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	got, err := r0.receive(context.Background(), start.Add(500*time.Millisecond), 0, fdAllGather, 0, []int{1})
+	if err == nil || !errors.Is(err, ErrCollectiveTimeout) || len(got) != 0 {
+		t.Fatalf("got %d, %v", len(got), err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, fmt.Sprintf("refused %d connections", n)) || !strings.Contains(msg, fmt.Sprintf("and %d more", n-maxRefusedNamed)) ||
+		strings.Count(msg, "did not present the group's secret") != maxRefusedNamed {
+		t.Fatalf("%d strangers: %s", n, msg)
+	}
+	if err := r0.close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open before, %d after", before, after)
+	}
+}
