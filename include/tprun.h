@@ -276,9 +276,11 @@ typedef struct tprun_collectives {
  * framework: rank and size as the framework numbers its ranks, local_rank
  * among the ranks of this node, device the CUDA ordinal this rank uses
  * (tprun_group_device, the ops' default). It is a collective of the
- * framework (an all-gather of each rank's host, pid and device): ranks that
- * disagree about size, or whose rank is not their place in the
- * framework's all-gather, fail with TPRUN_EINVAL naming them. The struct
+ * framework (an all-gather of each rank's host, pid and device, and when
+ * every rank is on this node a second one saying that each listens for
+ * descriptors): ranks that disagree about size, or whose rank is not
+ * their place in the framework's all-gather, fail with TPRUN_EINVAL
+ * naming them. The struct
  * is copied; user must stay valid until tprun_group_close.
  *
  * The callbacks run only on the thread that made the tprun call needing
