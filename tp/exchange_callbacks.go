@@ -445,12 +445,17 @@ func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, max
 // Abort marks this rank's group failed: its later collectives fail with
 // an error naming reason (ErrAborted). The peers are not told (the
 // framework's collectives have no such message): end the framework's
-// group, or the process, for that.
+// group, or the process, for that. On one node it closes this rank's
+// descriptor socket, so that a peer's descriptor collective that sends to
+// this rank fails at once instead of at its collective timeout.
 func (g *ExternalGroup) Abort(reason string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failed == nil {
 		g.failed = fmt.Errorf("%w: tp: rank %d aborted its external group: %s", ErrAborted, g.rank, reason)
+	}
+	if g.fds != nil {
+		return g.fds.close()
 	}
 	return nil
 }

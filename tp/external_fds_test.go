@@ -625,3 +625,50 @@ func TestFDRouteRefusedFlood(t *testing.T) {
 		t.Errorf("%d descriptors open before, %d after", before, after)
 	}
 }
+
+// TestExternalGroupFDsAfterAbort: a rank that aborted closes its
+// descriptor socket: a peer's AllGatherFDs that sends to it fails at
+// once, naming it, instead of waiting out its collective timeout; the
+// aborted rank's own calls fail with its reason. Nothing leaks.
+func TestExternalGroupFDsAfterAbort(t *testing.T) {
+	before := openFDs(t)
+	site := func(int) externalSite { return externalSite{host: "h", node: "one node", timeout: 10 * time.Second} }
+	var aborted, tried sync.WaitGroup // rank 1 aborted; rank 0 tried (rank 1's Close would close its socket too)
+	aborted.Add(1)
+	tried.Add(1)
+	errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+		fd, err := memfd([]byte{byte(r)})
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		ctx := context.Background()
+		if r == 1 {
+			if err := g.Abort("weights did not load"); err != nil {
+				return err
+			}
+			aborted.Done()
+			if _, err := g.AllGatherFDs(ctx, fd); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "weights did not load") {
+				return fmt.Errorf("AllGatherFDs after Abort: %v", err)
+			}
+			tried.Wait()
+			return nil
+		}
+		aborted.Wait()
+		start := time.Now()
+		_, err = g.AllGatherFDs(ctx, fd)
+		tried.Done()
+		if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "sending to rank 1") || time.Since(start) > 5*time.Second {
+			return fmt.Errorf("AllGatherFDs to an aborted rank, after %v: %v", time.Since(start), err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open before, %d after", before, after)
+	}
+}
