@@ -289,13 +289,14 @@ typedef struct tprun_collectives {
  * checks are on), during that call, and never after tprun_group_close.
  *
  * Memory handles cannot travel as file descriptors through a framework's
- * collectives. When every rank runs on this node (one kernel, one network
- * namespace), the group passes them itself: each rank listens on an
- * abstract Unix socket named from a random key that rank 0 drew (the
- * framework's all-gather carries the key), and accepts only this uid, the
- * ranks' pids and the key's secret. There the group acts as tprun_join's
- * on one node: the GPU mailbox shares POSIX descriptor handles (no IMEX
- * channel needed) and the host backend (TPRUN_DEVICE_HOST) runs.
+ * collectives. When every rank runs on this node (one kernel, the same
+ * network, pid and user namespaces), the group passes them itself: each
+ * rank listens on an abstract Unix socket named from a random key that
+ * rank 0 drew (the framework's all-gather carries the key), and accepts
+ * only this uid, the ranks' pids and the key's secret. There the group
+ * acts as tprun_join's on one node: the GPU mailbox shares POSIX
+ * descriptor handles (no IMEX channel needed) and the host backend
+ * (TPRUN_DEVICE_HOST) runs.
  *
  * What differs from tprun_join:
  *   - Across nodes (or where TPRUN_FORCE_NODE makes a rank act so) the GPU
