@@ -276,9 +276,11 @@ typedef struct tprun_collectives {
  * framework: rank and size as the framework numbers its ranks, local_rank
  * among the ranks of this node, device the CUDA ordinal this rank uses
  * (tprun_group_device, the ops' default). It is a collective of the
- * framework (an all-gather of each rank's host, pid and device): ranks that
- * disagree about size, or whose rank is not their place in the
- * framework's all-gather, fail with TPRUN_EINVAL naming them. The struct
+ * framework (an all-gather of each rank's host, pid and device, and when
+ * every rank is on this node a second one saying that each listens for
+ * descriptors): ranks that disagree about size, or whose rank is not
+ * their place in the framework's all-gather, fail with TPRUN_EINVAL
+ * naming them. The struct
  * is copied; user must stay valid until tprun_group_close.
  *
  * The callbacks run only on the thread that made the tprun call needing
@@ -287,13 +289,14 @@ typedef struct tprun_collectives {
  * checks are on), during that call, and never after tprun_group_close.
  *
  * Memory handles cannot travel as file descriptors through a framework's
- * collectives. When every rank runs on this node (one kernel, one network
- * namespace), the group passes them itself: each rank listens on an
- * abstract Unix socket named from a random key that rank 0 drew (the
- * framework's all-gather carries the key), and accepts only this uid, the
- * ranks' pids and the key's secret. There the group acts as tprun_join's
- * on one node: the GPU mailbox shares POSIX descriptor handles (no IMEX
- * channel needed) and the host backend (TPRUN_DEVICE_HOST) runs.
+ * collectives. When every rank runs on this node (one kernel, the same
+ * network, pid and user namespaces), the group passes them itself: each
+ * rank listens on an abstract Unix socket named from a random key that
+ * rank 0 drew (the framework's all-gather carries the key), and accepts
+ * only this uid, the ranks' pids and the key's secret. There the group
+ * acts as tprun_join's on one node: the GPU mailbox shares POSIX
+ * descriptor handles (no IMEX channel needed) and the host backend
+ * (TPRUN_DEVICE_HOST) runs.
  *
  * What differs from tprun_join:
  *   - Across nodes (or where TPRUN_FORCE_NODE makes a rank act so) the GPU

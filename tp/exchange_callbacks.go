@@ -69,7 +69,7 @@ type descriptorError struct{ rank int }
 
 func (e descriptorError) Error() string {
 	return fmt.Sprintf("tp: rank %d: descriptors cannot travel through the framework's collectives, and this group's ranks span nodes "+
-		"(or do not share a kernel and network namespace), so they cannot pass them over node-local sockets either: "+
+		"(or do not share a kernel and its network, pid and user namespaces), so they cannot pass them over node-local sockets either: "+
 		"across nodes the GPU mailbox shares CUDA fabric handles, which travel as bytes (the host backend cannot run on this route)", e.rank)
 }
 
@@ -94,8 +94,8 @@ func (e descriptorError) Is(target error) bool {
 //
 // What differs from a Group joined with Join:
 //
-//   - Ranks that do not all share one kernel and one network namespace
-//     (other nodes, other containers), or that TPRUN_FORCE_NODE makes act
+//   - Ranks that do not all share one kernel and its network, pid and
+//     user namespaces (other nodes, other containers), or that TPRUN_FORCE_NODE makes act
 //     so, span nodes (SpansNodes): memory handles must travel as bytes, so
 //     the GPU mailbox shares CUDA fabric handles (an IMEX channel on every
 //     node), and a driver that refuses them fails setup with a
@@ -279,7 +279,7 @@ func (g *ExternalGroup) Device() int { return g.device }
 func (g *ExternalGroup) Peers() []Peer { return append([]Peer(nil), g.peers...) }
 
 // SpansNodes reports whether the ranks do not all share this node (its
-// kernel and network namespace), or TPRUN_FORCE_NODE made them act so:
+// kernel and its network, pid and user namespaces), or TPRUN_FORCE_NODE made them act so:
 // memory handles then travel only as bytes, so the GPU mailbox shares
 // fabric handles, and the descriptor collectives are refused (see
 // ExternalGroup).
@@ -445,12 +445,17 @@ func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, max
 // Abort marks this rank's group failed: its later collectives fail with
 // an error naming reason (ErrAborted). The peers are not told (the
 // framework's collectives have no such message): end the framework's
-// group, or the process, for that.
+// group, or the process, for that. On one node it closes this rank's
+// descriptor socket, so that a peer's descriptor collective that sends to
+// this rank fails at once instead of at its collective timeout.
 func (g *ExternalGroup) Abort(reason string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failed == nil {
 		g.failed = fmt.Errorf("%w: tp: rank %d aborted its external group: %s", ErrAborted, g.rank, reason)
+	}
+	if g.fds != nil {
+		return g.fds.close()
 	}
 	return nil
 }

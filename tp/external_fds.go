@@ -79,9 +79,9 @@ type fdRoute struct {
 	ln      *net.UnixListener
 	timeout time.Duration
 
-	seq     uint64          // of the next call, the same on every rank
-	early   map[early][]int // descriptors of the next call, sent while this rank was in the one before
-	refused int             // connections refused so far
+	seq     uint64              // of the next call, the same on every rank
+	early   map[early]earlyCall // connections of later calls, sent while this rank was in an earlier one
+	refused int                 // connections refused so far
 	closed  bool
 }
 
@@ -111,6 +111,13 @@ func (e *fdRouteError) Is(target error) bool { return target == ErrAborted }
 type early struct {
 	seq  uint64
 	from int
+}
+
+// earlyCall is a connection kept for a later call: its header, checked
+// against that call when it comes, and its descriptors.
+type earlyCall struct {
+	h   fdHeader
+	fds []int
 }
 
 // fdKind tells the two descriptor collectives apart on the wire.
@@ -161,7 +168,7 @@ func listenFDs(rank int, peers []Peer, key string, timeout time.Duration) (*fdRo
 		return nil, fmt.Errorf("%w: rank 0 sent a descriptor route key of %d characters that is not %d hex bytes", ErrPeer, len(key), fdKeyLen)
 	}
 	r := &fdRoute{rank: rank, peers: peers, prefix: "@tprun-fd-" + hex.EncodeToString(k[:fdKeyLen/2]) + "-",
-		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early][]int{}}
+		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early]earlyCall{}}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.name(rank), Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listening for descriptors: %w", err)
@@ -195,8 +202,8 @@ func (r *fdRoute) close() error {
 		return nil
 	}
 	r.closed = true
-	for k, fds := range r.early {
-		fdpass.Close(fds)
+	for k, e := range r.early {
+		fdpass.Close(e.fds)
 		delete(r.early, k)
 	}
 	return r.ln.Close()
@@ -345,18 +352,27 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 			got = nil
 		}
 	}()
-	for _, q := range from {
-		if fds, ok := r.early[early{seq, q}]; ok {
-			got[q] = fds
-			delete(r.early, early{seq, q})
+	// What came early for this call is checked as if it came now; what
+	// came for it from a rank this rank expects nothing from is a rank
+	// that called another collective.
+	for k, e := range r.early {
+		if k.seq > seq {
+			continue
 		}
+		delete(r.early, k)
+		if err := r.check(e.h, len(e.fds), k.from, seq, kind, root, from, got); err != nil {
+			fdpass.Close(e.fds)
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
+		}
+		got[k.from] = e.fds
 	}
 	if err := r.ln.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
 	release := fdpass.InterruptOn(ctx, r.ln.SetDeadline)
 	defer release()
-	var refused []string
+	var refused []string // the first maxRefusedNamed reasons
+	nrefused := 0
 	for len(got) < len(from) {
 		c, err := r.ln.AcceptUnix()
 		if err != nil {
@@ -365,14 +381,17 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return got, r.timedOut(seq, kind, time.Since(start), from, got, refused)
+				return got, r.timedOut(seq, kind, time.Since(start), from, got, nrefused, refused)
 			}
 			return got, fmt.Errorf("%s #%d: accepting: %w", kind, seq, err)
 		}
 		h, fds, q, why, err := r.admit(ctx, deadline, c)
 		if why != "" {
 			r.refused++
-			refused = append(refused, why)
+			nrefused++
+			if len(refused) < maxRefusedNamed {
+				refused = append(refused, why)
+			}
 			continue
 		}
 		if err != nil {
@@ -447,14 +466,27 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 	return h, fds, from, "", nil
 }
 
-// take files rank q's connection under the call it belongs to.
+// take files rank q's connection under the call it belongs to, or keeps
+// it for a later call.
 func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, root int, from []int, got map[int][]int) error {
+	if h.kind != fdGaveUp && h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly {
+		r.early[early{h.seq, q}] = earlyCall{h, fds}
+		return nil
+	}
+	if err := r.check(h, len(fds), q, seq, kind, root, from, got); err != nil {
+		return err
+	}
+	got[q] = fds
+	return nil
+}
+
+// check reports why rank q's connection, carrying n descriptors, does not
+// belong to call seq (kind, root, from) as this rank calls it, having got
+// got so far.
+func (r *fdRoute) check(h fdHeader, n, q int, seq uint64, kind fdKind, root int, from []int, got map[int][]int) error {
 	switch {
 	case h.kind == fdGaveUp:
 		return fmt.Errorf("%w: rank %d gave up on a descriptor collective, and the group is unusable there", ErrPeer, q)
-	case h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly:
-		r.early[early{h.seq, q}] = fds
-		return nil
 	case h.seq != seq:
 		return fmt.Errorf("%w: rank %d sent descriptors of call #%d during call #%d", ErrPeer, q, h.seq, seq)
 	case h.kind != kind:
@@ -463,16 +495,19 @@ func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, ro
 		return fmt.Errorf("%w: rank %d called BroadcastFDs with root %d, rank %d with root %d", ErrPeer, q, h.root, r.rank, root)
 	case !slices.Contains(from, q) || has(got, q):
 		return fmt.Errorf("%w: rank %d sent descriptors it should not have in %s #%d", ErrPeer, q, kind, seq)
-	case h.kind == fdAllGather && len(fds) != 1:
-		return fmt.Errorf("%w: rank %d sent %d descriptors to AllGatherFDs, not 1", ErrPeer, q, len(fds))
+	case h.kind == fdAllGather && n != 1:
+		return fmt.Errorf("%w: rank %d sent %d descriptors to AllGatherFDs, not 1", ErrPeer, q, n)
 	}
-	got[q] = fds
 	return nil
 }
 
+// maxRefusedNamed bounds the refused connections a timeout names: a
+// stranger may connect without end.
+const maxRefusedNamed = 8
+
 // timedOut names the ranks whose descriptors never came, and what was
-// refused meanwhile.
-func (r *fdRoute) timedOut(seq uint64, kind fdKind, waited time.Duration, from []int, got map[int][]int, refused []string) error {
+// refused meanwhile (n connections, the first of them why).
+func (r *fdRoute) timedOut(seq uint64, kind fdKind, waited time.Duration, from []int, got map[int][]int, n int, why []string) error {
 	var missing []string
 	for _, q := range from {
 		if !has(got, q) {
@@ -480,8 +515,11 @@ func (r *fdRoute) timedOut(seq uint64, kind fdKind, waited time.Duration, from [
 		}
 	}
 	msg := fmt.Sprintf("%s #%d: no descriptors from %s after %v", kind, seq, strings.Join(missing, ", "), waited.Round(time.Millisecond))
-	if len(refused) > 0 {
-		msg += fmt.Sprintf("; refused %d connections meanwhile: %s", len(refused), strings.Join(refused, "; "))
+	if n > 0 {
+		msg += fmt.Sprintf("; refused %d connections meanwhile: %s", n, strings.Join(why, "; "))
+		if n > len(why) {
+			msg += fmt.Sprintf("; and %d more", n-len(why))
+		}
 	}
 	return fmt.Errorf("%w: %s", ErrCollectiveTimeout, msg)
 }

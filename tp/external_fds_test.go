@@ -403,3 +403,272 @@ func TestExternalGroupHostOp(t *testing.T) {
 		t.Errorf("%d descriptors open before, %d after", before, after)
 	}
 }
+
+// TestFDRouteEarlyCallChecked: a connection that came for a later call
+// while this rank was in an earlier one is checked against that later
+// call as this rank makes it: a rank that ran ahead into another
+// collective (another kind, another root, a rank that should not send)
+// fails the call naming it, instead of its descriptors standing for what
+// this rank called (or an AllGatherFDs result missing a rank's). Nothing
+// leaks.
+func TestFDRouteEarlyCallChecked(t *testing.T) {
+	type msg struct {
+		from       int
+		kind       fdKind
+		root, nfds int
+	}
+	for _, tc := range []struct {
+		desc  string
+		ahead msg // rank 1 or 2's call #1, sent while rank 0 is in call #0
+		kind  fdKind
+		root  int
+		want  string
+	}{
+		{desc: "broadcast met by all-gather", ahead: msg{1, fdBroadcast, 1, 0}, kind: fdAllGather,
+			want: "rank 1 called BroadcastFDs where rank 0 calls AllGatherFDs"},
+		{desc: "all-gather met by broadcast", ahead: msg{1, fdAllGather, 0, 1}, kind: fdBroadcast, root: 1,
+			want: "rank 1 called AllGatherFDs where rank 0 calls BroadcastFDs"},
+		{desc: "another root", ahead: msg{2, fdBroadcast, 2, 1}, kind: fdBroadcast, root: 1,
+			want: "rank 2 called BroadcastFDs with root 2, rank 0 with root 1"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			before := openFDs(t)
+			key, err := newFDKey()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peers := make([]Peer, 3)
+			routes := make([]*fdRoute, len(peers))
+			for r := range peers {
+				peers[r] = Peer{Rank: r, WorldSize: len(peers), PID: os.Getpid()}
+			}
+			for r := range routes {
+				if routes[r], err = listenFDs(r, peers, key, 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				defer routes[r].close()
+			}
+			fd, err := memfd([]byte{byte(rand.Uint32())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			deadline := time.Now().Add(2 * time.Second)
+			send := func(m msg, seq uint64, kind fdKind, root, nfds int) {
+				t.Helper()
+				fds := make([]int, nfds)
+				for i := range fds {
+					fds[i] = fd
+				}
+				if err := routes[m.from].send(ctx, deadline, 0, seq, kind, root, fds); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Call #0, AllGatherFDs: rank ahead.from sends its #0, then its #1
+			// ahead of the other rank's #0.
+			other := 3 - tc.ahead.from
+			send(tc.ahead, 0, fdAllGather, 0, 1)
+			send(tc.ahead, 1, tc.ahead.kind, tc.ahead.root, tc.ahead.nfds)
+			send(msg{from: other}, 0, fdAllGather, 0, 1)
+			got, err := routes[0].allGather(ctx, fd)
+			if err != nil {
+				t.Fatalf("call #0: %v", err)
+			}
+			closeAll(got)
+			// Call #1 as rank 0 (and the other rank) make it.
+			if tc.kind == fdAllGather || tc.root == other {
+				send(msg{from: other}, 1, tc.kind, tc.root, 1)
+			}
+			var out []int
+			if tc.kind == fdAllGather {
+				out, err = routes[0].allGather(ctx, fd)
+			} else {
+				out, err = routes[0].broadcast(ctx, tc.root, nil)
+			}
+			closeAll(out)
+			if err == nil || !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("call #1: got %d descriptors, error %v; want %q", len(out), err, tc.want)
+			}
+			for _, r := range routes {
+				r.close()
+			}
+			unix.Close(fd)
+			if after := openFDs(t); after != before {
+				t.Errorf("%d descriptors open before, %d after", before, after)
+			}
+		})
+	}
+}
+
+// TestFDRouteSendFullBacklog: a receiver whose backlog is full (it does
+// not accept) holds a sender at most until the call's deadline, or until
+// its ctx ends, not for ever.
+func TestFDRouteSendFullBacklog(t *testing.T) {
+	key, err := newFDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
+	r0, err := listenFDs(0, peers, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r0.close()
+	// Rank 1's socket, made by hand with a backlog of nothing, filled.
+	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ln)
+	name := r0.name(1)
+	if err := unix.Bind(ln, &unix.SockaddrUnix{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(ln, 0); err != nil {
+		t.Fatal(err)
+	}
+	var fill []int
+	defer func() { closeAll(fill) }()
+	for {
+		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Connect(c, &unix.SockaddrUnix{Name: name})
+		fill = append(fill, c)
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fill) > 100 {
+			t.Fatal("the backlog never filled")
+		}
+	}
+	for _, tc := range []struct {
+		desc   string
+		wait   time.Duration // the deadline
+		cancel time.Duration // ctx ends after this; 0: never
+		want   error
+	}{
+		{desc: "deadline", wait: 300 * time.Millisecond},
+		{desc: "ctx", wait: time.Minute, cancel: 300 * time.Millisecond, want: context.Canceled},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel > 0 {
+				time.AfterFunc(tc.cancel, cancel)
+			}
+			start := time.Now()
+			err := r0.send(ctx, start.Add(tc.wait), 1, 0, fdAllGather, 0, nil)
+			took := time.Since(start)
+			limit := tc.wait
+			if tc.cancel > 0 {
+				limit = tc.cancel
+			}
+			if err == nil || took > limit+time.Second || took < limit/2 {
+				t.Fatalf("after %v: %v", took, err)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("after %v: %v, want %v", took, err, tc.want)
+			}
+			t.Logf("after %v: %v", took, err)
+		})
+	}
+}
+
+// TestFDRouteRefusedFlood: many connections that do not present the
+// group's secret are each refused and closed; the call still waits for
+// its rank until the deadline, and the timeout counts them all but names
+// only the first few, so its message stays short. Nothing leaks.
+func TestFDRouteRefusedFlood(t *testing.T) {
+	before := openFDs(t)
+	key, err := newFDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
+	r0, err := listenFDs(0, peers, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := bytes.Clone(r0.secret)
+	wrong[rand.IntN(len(wrong))] ^= byte(1 + rand.IntN(255))
+	n := 50 + rand.IntN(150)
+	for range n {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: r0.name(0), Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Write(strangerHeader(wrong, 1))
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	got, err := r0.receive(context.Background(), start.Add(500*time.Millisecond), 0, fdAllGather, 0, []int{1})
+	if err == nil || !errors.Is(err, ErrCollectiveTimeout) || len(got) != 0 {
+		t.Fatalf("got %d, %v", len(got), err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, fmt.Sprintf("refused %d connections", n)) || !strings.Contains(msg, fmt.Sprintf("and %d more", n-maxRefusedNamed)) ||
+		strings.Count(msg, "did not present the group's secret") != maxRefusedNamed {
+		t.Fatalf("%d strangers: %s", n, msg)
+	}
+	if err := r0.close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open before, %d after", before, after)
+	}
+}
+
+// TestExternalGroupFDsAfterAbort: a rank that aborted closes its
+// descriptor socket: a peer's AllGatherFDs that sends to it fails at
+// once, naming it, instead of waiting out its collective timeout; the
+// aborted rank's own calls fail with its reason. Nothing leaks.
+func TestExternalGroupFDsAfterAbort(t *testing.T) {
+	before := openFDs(t)
+	site := func(int) externalSite { return externalSite{host: "h", node: "one node", timeout: 10 * time.Second} }
+	var aborted, tried sync.WaitGroup // rank 1 aborted; rank 0 tried (rank 1's Close would close its socket too)
+	aborted.Add(1)
+	tried.Add(1)
+	errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+		fd, err := memfd([]byte{byte(r)})
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		ctx := context.Background()
+		if r == 1 {
+			if err := g.Abort("weights did not load"); err != nil {
+				return err
+			}
+			aborted.Done()
+			if _, err := g.AllGatherFDs(ctx, fd); !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "weights did not load") {
+				return fmt.Errorf("AllGatherFDs after Abort: %v", err)
+			}
+			tried.Wait()
+			return nil
+		}
+		aborted.Wait()
+		start := time.Now()
+		_, err = g.AllGatherFDs(ctx, fd)
+		tried.Done()
+		if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "sending to rank 1") || time.Since(start) > 5*time.Second {
+			return fmt.Errorf("AllGatherFDs to an aborted rank, after %v: %v", time.Since(start), err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open before, %d after", before, after)
+	}
+}
