@@ -447,8 +447,12 @@ func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, max
 // framework's collectives have no such message): end the framework's
 // group, or the process, for that. On one node it closes this rank's
 // descriptor socket, so that a peer's descriptor collective that sends to
-// this rank fails at once instead of at its collective timeout.
+// this rank fails at once instead of at its collective timeout, and so
+// does this rank's own descriptor call waiting for its peers.
 func (g *ExternalGroup) Abort(reason string) error {
+	if g.fds != nil {
+		g.fds.interrupt() // a descriptor call in progress holds the lock
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failed == nil {
@@ -460,10 +464,14 @@ func (g *ExternalGroup) Abort(reason string) error {
 	return nil
 }
 
-// Close ends the group: later collectives fail with ErrGroupClosed. The
-// framework's group is the caller's and stays as it is. Close ops made
-// from the group first.
+// Close ends the group: later collectives fail with ErrGroupClosed, and a
+// descriptor collective of this rank that waits for its peers fails at
+// once. The framework's group is the caller's and stays as it is. Close
+// ops made from the group first.
 func (g *ExternalGroup) Close() error {
+	if g.fds != nil {
+		g.fds.interrupt() // a descriptor call in progress holds the lock
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closed = true

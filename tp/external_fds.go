@@ -206,7 +206,18 @@ func (r *fdRoute) close() error {
 		fdpass.Close(e.fds)
 		delete(r.early, k)
 	}
-	return r.ln.Close()
+	if err := r.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// interrupt closes the listener without the group's lock, from Close or
+// Abort while a descriptor call of this rank may be waiting in Accept:
+// that call then fails at once instead of at its deadline. close still
+// releases the rest.
+func (r *fdRoute) interrupt() {
+	_ = r.ln.Close()
 }
 
 // allGather is AllGatherFDs: fd to every other rank, one new descriptor
@@ -382,6 +393,9 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				return got, r.timedOut(seq, kind, time.Since(start), from, got, nrefused, refused)
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return got, fmt.Errorf("%s #%d: the group was closed or aborted on this rank during the call", kind, seq)
 			}
 			return got, fmt.Errorf("%s #%d: accepting: %w", kind, seq, err)
 		}

@@ -672,3 +672,57 @@ func TestExternalGroupFDsAfterAbort(t *testing.T) {
 		t.Errorf("%d descriptors open before, %d after", before, after)
 	}
 }
+
+// TestExternalGroupFDsInterrupted: Close or Abort while this rank's
+// descriptor call waits for a peer that never comes ends the call at once
+// (not at its collective timeout), returns promptly itself, and leaves no
+// descriptor open.
+func TestExternalGroupFDsInterrupted(t *testing.T) {
+	for _, how := range []string{"Close", "Abort"} {
+		t.Run(how, func(t *testing.T) {
+			before := openFDs(t)
+			site := func(int) externalSite { return externalSite{host: "h", node: "one node", timeout: 20 * time.Second} }
+			var done sync.WaitGroup // rank 0 finished; rank 1 stays in the group until then
+			done.Add(1)
+			errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+				if r == 1 {
+					done.Wait()
+					return nil
+				}
+				defer done.Done()
+				fd, err := memfd([]byte{byte(r)})
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				called := make(chan error, 1)
+				start := time.Now()
+				go func() {
+					_, err := g.AllGatherFDs(context.Background(), fd)
+					called <- err
+				}()
+				time.Sleep(200 * time.Millisecond)
+				var herr error
+				if how == "Close" {
+					herr = g.Close()
+				} else {
+					herr = g.Abort("the engine is shutting down")
+				}
+				err = <-called
+				took := time.Since(start)
+				if herr != nil || err == nil || !strings.Contains(err.Error(), "closed or aborted on this rank") || took > 5*time.Second {
+					return fmt.Errorf("%s after %v: %v; the waiting AllGatherFDs: %v", how, took, herr, err)
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			if after := openFDs(t); after != before {
+				t.Errorf("%d descriptors open before, %d after", before, after)
+			}
+		})
+	}
+}
