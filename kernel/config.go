@@ -404,21 +404,22 @@ func ConfigTableOverride() string { return os.Getenv(ConfigTableEnv) }
 
 // measured parses the config table once; the result is never modified.
 var measured = sync.OnceValues(func() ([]tableEntry, error) {
-	return loadTable(ConfigTableEnv, "config_table.tsv", configTableTSV)
+	return loadTable(ConfigTableEnv, "config_table.tsv", configTableTSV, parseTable)
 })
 
-// loadTable parses the file named by the environment variable env, or else
-// the embedded text; name is the table's file name, for errors.
-func loadTable(env, name, embedded string) ([]tableEntry, error) {
+// loadTable parses, with parse, the file named by the environment variable
+// env, or else the embedded text; name is the table's file name, for
+// errors.
+func loadTable[E any](env, name, embedded string, parse func(name, text string) ([]E, error)) ([]E, error) {
 	path := os.Getenv(env)
 	if path == "" {
-		return parseTable(name, embedded)
+		return parse(name, embedded)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %s: %w", env, err)
 	}
-	e, err := parseTable(name, string(b))
+	e, err := parse(name, string(b))
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %s=%s: %w", env, path, err)
 	}
@@ -451,7 +452,7 @@ func StepTableOverride() string { return os.Getenv(StepTableEnv) }
 
 // stepMeasured parses the step table once; the result is never modified.
 var stepMeasured = sync.OnceValues(func() ([]tableEntry, error) {
-	return loadTable(StepTableEnv, "step_table.tsv", stepTableTSV)
+	return loadTable(StepTableEnv, "step_table.tsv", stepTableTSV, parseTable)
 })
 
 // StepConfigFor is the launch config of a skinny kernel with a fused
@@ -631,15 +632,7 @@ type bigmEntry struct {
 // bigmMeasured parses the larger-M table once; the result is never
 // modified.
 var bigmMeasured = sync.OnceValues(func() ([]bigmEntry, error) {
-	text, name := bigmTableTSV, "bigm_table.tsv"
-	if path := BigmTableOverride(); path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("kernel: %s: %w", BigmTableEnv, err)
-		}
-		text, name = string(b), path
-	}
-	return parseBigmTable(name, text)
+	return loadTable(BigmTableEnv, "bigm_table.tsv", bigmTableTSV, parseBigmTable)
 })
 
 // parseBigmTable parses a table in bigm_table.tsv's format.
@@ -713,8 +706,7 @@ func BigmConfigFor(m, shard, latent int) LaunchConfig {
 	if entries, err := bigmMeasured(); err == nil {
 		d := math.Inf(1)
 		for _, e := range entries {
-			x := math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
-			if e.mt == mt && x < d {
+			if x := shapeDist(shard, latent, e.shard, e.latent); e.mt == mt && x < d {
 				d, best = x, e
 			}
 		}
@@ -737,9 +729,7 @@ func nearestEntry(m, shard, latent int) tableEntry {
 
 // nearestIn is nearestEntry over the given entries.
 func nearestIn(entries []tableEntry, m, shard, latent int) tableEntry {
-	dist := func(e tableEntry) float64 {
-		return math.Abs(math.Log(float64(shard)/float64(e.shard))) + math.Abs(math.Log(float64(latent)/float64(e.latent)))
-	}
+	dist := func(e tableEntry) float64 { return shapeDist(shard, latent, e.shard, e.latent) }
 	best, found := fallbackConfig, false
 	d := math.Inf(1)
 	var near tableEntry
@@ -768,6 +758,12 @@ func nearestIn(entries []tableEntry, m, shard, latent int) tableEntry {
 		best.carveout = 0
 	}
 	return best
+}
+
+// shapeDist is how far the shape shard×latent is from a measured shape
+// in the launch tables' lookups: |log(shard/s)| + |log(latent/l)|.
+func shapeDist(shard, latent, s, l int) float64 {
+	return math.Abs(math.Log(float64(shard)/float64(s))) + math.Abs(math.Log(float64(latent)/float64(l)))
 }
 
 func configFrom(e tableEntry, m, shard int) LaunchConfig {

@@ -334,7 +334,9 @@ func TestConfigTableOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(ConfigTableEnv, good)
-	loadConfigTable := func() ([]tableEntry, error) { return loadTable(ConfigTableEnv, "config_table.tsv", configTableTSV) }
+	loadConfigTable := func() ([]tableEntry, error) {
+		return loadTable(ConfigTableEnv, "config_table.tsv", configTableTSV, parseTable)
+	}
 	e, err := loadConfigTable()
 	if err != nil || len(e) != 1 || e[0].prefetch != plan || e[0].f.name != "d8p1" {
 		t.Errorf("override table: %+v, %v", e, err)
@@ -378,7 +380,9 @@ func TestStepConfig(t *testing.T) {
 			t.Errorf("StepConfigFor(%d, %d, %d) = %+v, want ConfigFor's %+v", tc.m, tc.shard, tc.latent, got, want)
 		}
 	}
-	loadStepTable := func() ([]tableEntry, error) { return loadTable(StepTableEnv, "step_table.tsv", stepTableTSV) }
+	loadStepTable := func() ([]tableEntry, error) {
+		return loadTable(StepTableEnv, "step_table.tsv", stepTableTSV, parseTable)
+	}
 	dir := t.TempDir()
 	good := filepath.Join(dir, "step.tsv")
 	if err := os.WriteFile(good, []byte(TableHeader+"\n3584\t896\t2\tt32p\t8\t2\t0\t0\t0\t8.0\n"), 0o644); err != nil {
