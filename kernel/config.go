@@ -263,7 +263,7 @@ func bigmMaxShared(f family) int {
 	for _, mt := range BigmCodes {
 		for w := 1; w <= f.maxWarps; w++ {
 			for ks := 1; ks <= w; ks++ {
-				if w%ks == 0 && bigmSplitOK(mt, f, ks) {
+				if bigmSplitOK(mt, f, w, ks) {
 					n = max(n, BigmSharedBytes(mt, f.tileRows*w/ks, ks))
 				}
 			}
@@ -272,11 +272,12 @@ func bigmMaxShared(f family) int {
 	return n
 }
 
-// bigmSplitOK says whether ksplit warp groups can split K in the code of
-// size mt (bigm.cu traps otherwise): each group's steps in a latent window
-// are whole turns of its weight ring.
-func bigmSplitOK(mt int, f family, ksplit int) bool {
-	return ksplit >= 1 && bigmWindowChunks(mt)%(ksplit*f.depth) == 0
+// bigmSplitOK says whether ksplit groups of a CTA's warps can split K in
+// the code of size mt (bigm.cu traps otherwise): ksplit divides the warps,
+// and each group's steps in a latent window are whole turns of its weight
+// ring.
+func bigmSplitOK(mt int, f family, warps, ksplit int) bool {
+	return ksplit >= 1 && warps%ksplit == 0 && bigmWindowChunks(mt)%(ksplit*f.depth) == 0
 }
 
 // makeBigmConfig is the launch config of a larger-M family for m rows:
@@ -346,7 +347,7 @@ func (c LaunchConfig) Validate(m, shard, latent int) error {
 	}
 	want := makeConfig(m, shard, f, c.Warps, c.Cluster)
 	if f.smem {
-		if c.KSplit < 1 || c.Warps%c.KSplit != 0 || !bigmSplitOK(BigmCode(m), f, c.KSplit) {
+		if !bigmSplitOK(BigmCode(m), f, c.Warps, c.KSplit) {
 			return fmt.Errorf("kernel: K split %d: it must divide the %d warps, and %d times depth %d must divide the %d-chunk latent window of code size %d",
 				c.KSplit, c.Warps, c.KSplit, f.depth, bigmWindowChunks(BigmCode(m)), BigmCode(m))
 		}
@@ -668,15 +669,15 @@ func parseBigmTable(name, text string) ([]bigmEntry, error) {
 			return nil, bad("shape latent %d shard %d is not one the kernel takes", e.latent, e.shard)
 		case e.warps < 1 || e.warps > fam.maxWarps:
 			return nil, bad("%d warps, family %s takes 1..%d", e.warps, fam.name, fam.maxWarps)
-		case e.ksplit < 1 || e.warps%e.ksplit != 0 || !bigmSplitOK(e.mt, fam, e.ksplit):
+		case !bigmSplitOK(e.mt, fam, e.warps, e.ksplit):
 			return nil, bad("ksplit %d does not divide %d warps, or times depth %d not the %d-chunk window of mt %d", e.ksplit, e.warps, fam.depth, bigmWindowChunks(e.mt), e.mt)
 		case e.cluster < 1 || e.cluster > MaxCluster:
 			return nil, bad("cluster %d is not 1..%d", e.cluster, MaxCluster)
 		case e.prefetch != 0 && e.prefetch != bigmPrefetch:
 			return nil, bad("l2_prefetch %d is not 0 or %d", e.prefetch, bigmPrefetch)
-		case BigmSharedBytes(e.mt, fam.tileRows*e.warps/e.ksplit, e.ksplit) > MaxSharedOptIn:
-			return nil, bad("needs %d bytes of shared memory, more than %d", BigmSharedBytes(e.mt, fam.tileRows*e.warps/e.ksplit, e.ksplit), MaxSharedOptIn)
 		}
+		// The shared memory fits: parseFamilies bounds bigmMaxShared, the
+		// most of any warps and K split the checks above let through.
 		if slices.ContainsFunc(out, func(o bigmEntry) bool { return o.latent == e.latent && o.shard == e.shard && o.mt == e.mt }) {
 			return nil, bad("latent %d shard %d mt %d twice", e.latent, e.shard, e.mt)
 		}
