@@ -77,45 +77,41 @@ func run(args []string, stderr io.Writer) error {
 }
 
 func drawKernel(in, out string, latent int) error {
-	b, err := os.ReadFile(in)
-	if err != nil {
-		return fmt.Errorf("-kernel: %w", err)
-	}
-	rows, err := ParseKernel(bytes.NewReader(b))
-	if err != nil {
-		return fmt.Errorf("-kernel %s: %w", in, err)
-	}
-	m := ReadMeta(b)
-	title := fmt.Sprintf("Kernel alone, latent %d: µs per launch against M (%s, %s)", latent, m.GPU, m.Date)
-	return writeFile(out, func(w io.Writer) error { return KernelFigure(w, rows, latent, title, benchName(in)) })
+	return drawFile("kernel", in, out, ParseKernel, func(w io.Writer, rows []KernelRow, m Meta, source string) error {
+		title := fmt.Sprintf("Kernel alone, latent %d: µs per launch against M (%s, %s)", latent, m.GPU, m.Date)
+		return KernelFigure(w, rows, latent, title, source)
+	})
 }
 
 func drawStep(in, out string) error {
-	b, err := os.ReadFile(in)
-	if err != nil {
-		return fmt.Errorf("-step: %w", err)
-	}
-	rows, err := ParseStep(bytes.NewReader(b))
-	if err != nil {
-		return fmt.Errorf("-step %s: %w", in, err)
-	}
-	m := ReadMeta(b)
-	title := fmt.Sprintf("Fused step, tp %s, shard %s: µs per step against M (%d × %s, %s)", m.TP, m.Shard, m.GPUs, m.GPU, m.Date)
-	return writeFile(out, func(w io.Writer) error { return StepFigure(w, rows, title, benchName(in)) })
+	return drawFile("step", in, out, ParseStep, func(w io.Writer, rows []StepRow, m Meta, source string) error {
+		title := fmt.Sprintf("Fused step, tp %s, shard %s: µs per step against M (%d × %s, %s)", m.TP, m.Shard, m.GPUs, m.GPU, m.Date)
+		return StepFigure(w, rows, title, source)
+	})
 }
 
 func drawBigm(in, out string) error {
+	return drawFile("bigm", in, out, ParseBigm, func(w io.Writer, rows []BigmRow, m Meta, source string) error {
+		title := fmt.Sprintf("Larger M, tp %s, latent %s: µs per step against M (%s, %s)", m.TP, m.Latent, m.GPU, m.Date)
+		return BigmFigure(w, rows, title, source)
+	})
+}
+
+// drawFile reads the bench file in (given with -flag), parses its rows
+// and writes the PNG out that figure draws from them, the file's Meta and
+// its benchName.
+func drawFile[T any](flag, in, out string, parse func(io.Reader) ([]T, error),
+	figure func(w io.Writer, rows []T, m Meta, source string) error) error {
 	b, err := os.ReadFile(in)
 	if err != nil {
-		return fmt.Errorf("-bigm: %w", err)
+		return fmt.Errorf("-%s: %w", flag, err)
 	}
-	rows, err := ParseBigm(bytes.NewReader(b))
+	rows, err := parse(bytes.NewReader(b))
 	if err != nil {
-		return fmt.Errorf("-bigm %s: %w", in, err)
+		return fmt.Errorf("-%s %s: %w", flag, in, err)
 	}
 	m := ReadMeta(b)
-	title := fmt.Sprintf("Larger M, tp %s, latent %s: µs per step against M (%s, %s)", m.TP, m.Latent, m.GPU, m.Date)
-	return writeFile(out, func(w io.Writer) error { return BigmFigure(w, rows, title, benchName(in)) })
+	return writeFile(out, func(w io.Writer) error { return figure(w, rows, m, benchName(in)) })
 }
 
 // benchName is how a key names an input: from its bench/ folder on, if it

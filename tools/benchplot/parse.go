@@ -188,6 +188,7 @@ func (r rowCells) fill(ints []intCol, floats []floatCol, dashNaN bool) error {
 	}
 	return nil
 }
+
 func positiveInt(name, s string) (int, error) {
 	v, err := strconv.Atoi(s)
 	if err != nil || v <= 0 {
