@@ -431,8 +431,8 @@ type fakeDriver struct {
 	funcs    map[string]cuda.Function
 	unloaded []cuda.Module
 	launches []fakeLaunch
-	fail     error                 // returned by LaunchKernelEx when set
-	shared   map[cuda.Function]int // max dynamic shared memory set by FuncSetAttribute
+	fail     error      // returned by LaunchKernelEx when set
+	shared   funcShared // max dynamic shared memory set by FuncSetAttribute
 }
 
 type fakeLaunch struct {
@@ -482,22 +482,34 @@ func (d *fakeDriver) ModuleGetFunction(m cuda.Module, name string) (cuda.Functio
 }
 
 func (d *fakeDriver) FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error {
+	return d.shared.set(f, attr, v)
+}
+
+// funcShared is, per function, the max dynamic shared memory a fake
+// driver's FuncSetAttribute allowed it.
+type funcShared map[cuda.Function]int
+
+// set records v for f, or refuses what the driver refuses.
+func (s *funcShared) set(f cuda.Function, attr cuda.FuncAttribute, v int) error {
 	if attr != cuda.FuncAttrMaxDynamicSharedSizeBytes || v < 0 || v > MaxSharedOptIn {
 		return cuda.ErrInvalidValue
 	}
-	if d.shared == nil {
-		d.shared = map[cuda.Function]int{}
+	if *s == nil {
+		*s = funcShared{}
 	}
-	d.shared[f] = v
+	(*s)[f] = v
 	return nil
 }
+
+// allows is the most dynamic shared memory a launch of f may take.
+func (s funcShared) allows(f cuda.Function) int { return max(DefaultSharedLimit, s[f]) }
 
 func (d *fakeDriver) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
 	if d.fail != nil {
 		return d.fail
 	}
-	if int(cfg.SharedMem) > max(DefaultSharedLimit, d.shared[f]) {
-		return fmt.Errorf("fake: %d bytes of dynamic shared memory, the function allows %d: %w", cfg.SharedMem, max(DefaultSharedLimit, d.shared[f]), cuda.ErrInvalidValue)
+	if int(cfg.SharedMem) > d.shared.allows(f) {
+		return fmt.Errorf("fake: %d bytes of dynamic shared memory, the function allows %d: %w", cfg.SharedMem, d.shared.allows(f), cuda.ErrInvalidValue)
 	}
 	var cp [][]byte
 	for _, p := range params {
@@ -681,7 +693,7 @@ type emuDevice struct {
 	bug string
 	// afterKernel: the last work queued was a kernel (what PDL overlaps).
 	afterKernel bool
-	shared      map[cuda.Function]int // max dynamic shared memory set by FuncSetAttribute
+	shared      funcShared // max dynamic shared memory set by FuncSetAttribute
 }
 
 var _ device = (*emuDevice)(nil)
@@ -871,14 +883,10 @@ func (d *emuDevice) GraphExecDestroy(x cuda.GraphExec) error { delete(d.execs, x
 func (d *emuDevice) GraphDestroy(g cuda.Graph) error         { delete(d.graphs, g); return nil }
 
 func (d *emuDevice) FuncSetAttribute(f cuda.Function, attr cuda.FuncAttribute, v int) error {
-	if _, ok := d.funcs[f]; !ok || attr != cuda.FuncAttrMaxDynamicSharedSizeBytes || v < 0 || v > MaxSharedOptIn {
+	if _, ok := d.funcs[f]; !ok {
 		return cuda.ErrInvalidValue
 	}
-	if d.shared == nil {
-		d.shared = map[cuda.Function]int{}
-	}
-	d.shared[f] = v
-	return nil
+	return d.shared.set(f, attr, v)
 }
 
 func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, params ...[]byte) error {
@@ -886,8 +894,8 @@ func (d *emuDevice) LaunchKernelEx(cfg cuda.LaunchConfig, f cuda.Function, param
 	if !ok {
 		return fmt.Errorf("emu: launch of unknown function %#x: %w", uintptr(f), cuda.ErrInvalidHandle)
 	}
-	if int(cfg.SharedMem) > max(DefaultSharedLimit, d.shared[f]) {
-		return fmt.Errorf("emu: %s with %d bytes of dynamic shared memory, the function allows %d: %w", name, cfg.SharedMem, max(DefaultSharedLimit, d.shared[f]), cuda.ErrInvalidValue)
+	if int(cfg.SharedMem) > d.shared.allows(f) {
+		return fmt.Errorf("emu: %s with %d bytes of dynamic shared memory, the function allows %d: %w", name, cfg.SharedMem, d.shared.allows(f), cuda.ErrInvalidValue)
 	}
 	if len(params) != 1 {
 		return fmt.Errorf("emu: %s takes one parameter block, got %d", name, len(params))
