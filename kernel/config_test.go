@@ -261,6 +261,14 @@ func TestFamilies(t *testing.T) {
 	if f, ok := findFamily(fallbackConfig.f.name); !ok || f != fallbackConfig.f {
 		t.Errorf("fallbackConfig's family %+v is not families.tsv's %+v", fallbackConfig.f, f)
 	}
+	if f, ok := findFamily(bigmFallback.f.name); !ok || f != bigmFallback.f {
+		t.Errorf("bigmFallback's family %+v is not families.tsv's %+v", bigmFallback.f, f)
+	}
+	for _, mt := range BigmCodes {
+		if !bigmSplitOK(mt, bigmFallback.f, bigmFallback.warps, bigmFallback.ksplit) {
+			t.Errorf("bigmFallback's K split %d does not fit code size %d", bigmFallback.ksplit, mt)
+		}
+	}
 	const good = "d8p\t16\t8\tring\t0\t0\t0\t16"
 	spec := func(rows ...string) string { return familiesHeader + "\n" + strings.Join(rows, "\n") + "\n" }
 	if f, err := parseFamilies(spec(good, "x1\t32\t4\tlines\t0\t0\t0\t8")); err != nil || len(f) != 2 || !f[1].lines || f[1].maxWarps != 8 {
