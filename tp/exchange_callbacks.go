@@ -142,7 +142,7 @@ var (
 // their place in the framework's all-gather, fail on every rank with
 // ErrConfig, naming them.
 func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c Collectives) (*ExternalGroup, error) {
-	timeout, err := envDuration(os.LookupEnv, EnvCollectiveTimeout, DefaultCollectiveTimeout, "90s or 10m")
+	timeout, err := collectiveTimeout(joinConfig{lookup: os.LookupEnv})
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package tp
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -263,12 +262,7 @@ func TestExternalGroupFDsGiveUp(t *testing.T) {
 // strangerHeader is a connection header as a sender writes it, with the
 // given secret.
 func strangerHeader(secret []byte, from int) []byte {
-	h := append([]byte(fdMagic), secret...)
-	h = binary.LittleEndian.AppendUint64(h, 0)
-	h = binary.LittleEndian.AppendUint32(h, uint32(from))
-	h = append(h, byte(fdAllGather))
-	h = binary.LittleEndian.AppendUint32(h, 0)
-	return binary.LittleEndian.AppendUint32(h, 1)
+	return fdHeader{kind: fdAllGather, count: 1}.encode(secret, from)
 }
 
 // TestExternalGroupFDsRefuseStrangers: a connection to a rank's socket
