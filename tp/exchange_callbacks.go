@@ -147,7 +147,7 @@ func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	node := nodeIdentity()
+	node := nodeIdentity(host)
 	if forced := os.Getenv(EnvForceNode); forced != "" {
 		host, node = forced, ""
 	}

@@ -42,9 +42,8 @@ const fdKeyLen = 32
 // boot id), the network namespace (abstract socket names live in it), and
 // the pid and user namespaces (the pids and uids a peer's credentials are
 // compared with). "" when any of it cannot be read: such a rank is taken
-// to be on a node of its own.
-func nodeIdentity() string {
-	host, _ := os.Hostname()
+// to be on a node of its own. host is this rank's host name.
+func nodeIdentity(host string) string {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil || len(strings.TrimSpace(string(boot))) == 0 {
 		return ""
