@@ -149,11 +149,12 @@ func newLaunchUp(ctx context.Context, gpu *fakeGPU, hidden, latent, maxM int) (*
 }
 
 // TestEnqueueLaunchesAsCapture: at tp 1 (where `tprun bench --tp 1` and a
-// framework's graph of Enqueue calls are compared), for every M, K steps queued with Enqueue (on one op, and on K ops with a weight
-// each, as a model's layers are) put on the stream, step for step, the
-// launch Capture's graph of K steps holds, with programmatic dependent
-// launch on each, and no other work; the launches read the operands and
-// the counter of their own op.
+// framework's graph of Enqueue calls are compared), for every M, K steps
+// queued with Enqueue (on one op, and on K ops with a weight each, as a
+// model's layers are) put on the stream, step for step, the launch
+// Capture's graph of K steps holds, with programmatic dependent launch on
+// each, and no other work; the launches read the operands and the counter
+// of their own op.
 func TestEnqueueLaunchesAsCapture(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)

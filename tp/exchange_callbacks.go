@@ -95,13 +95,13 @@ func (e descriptorError) Is(target error) bool {
 // What differs from a Group joined with Join:
 //
 //   - Ranks that do not all share one kernel and its network, pid and
-//     user namespaces (other nodes, other containers), or that TPRUN_FORCE_NODE makes act
-//     so, span nodes (SpansNodes): memory handles must travel as bytes, so
-//     the GPU mailbox shares CUDA fabric handles (an IMEX channel on every
-//     node), and a driver that refuses them fails setup with a
-//     *mailbox.FabricError naming the cause. The descriptor collectives,
-//     and with them the host backend, are then refused (errors.Is
-//     ErrCrossNode and ErrBackendUnavailable).
+//     user namespaces (other nodes, other containers), or that
+//     TPRUN_FORCE_NODE makes act so, span nodes (SpansNodes): memory
+//     handles must travel as bytes, so the GPU mailbox shares CUDA fabric
+//     handles (an IMEX channel on every node), and a driver that refuses
+//     them fails setup with a *mailbox.FabricError naming the cause. The
+//     descriptor collectives, and with them the host backend, are then
+//     refused (errors.Is ErrCrossNode and ErrBackendUnavailable).
 //   - A descriptor collective that fails on a rank (ctx, the collective
 //     timeout TPRUN_COLLECTIVE_TIMEOUT, a peer that gave up) leaves the
 //     group unusable on that rank (errors.Is ErrAborted); the rank tells
@@ -142,12 +142,12 @@ var (
 // their place in the framework's all-gather, fail on every rank with
 // ErrConfig, naming them.
 func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c Collectives) (*ExternalGroup, error) {
-	timeout, err := envDuration(os.LookupEnv, EnvCollectiveTimeout, DefaultCollectiveTimeout, "90s or 10m")
+	timeout, err := collectiveTimeout(joinConfig{lookup: os.LookupEnv})
 	if err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	node := nodeIdentity()
+	node := nodeIdentity(host)
 	if forced := os.Getenv(EnvForceNode); forced != "" {
 		host, node = forced, ""
 	}
@@ -279,10 +279,10 @@ func (g *ExternalGroup) Device() int { return g.device }
 func (g *ExternalGroup) Peers() []Peer { return append([]Peer(nil), g.peers...) }
 
 // SpansNodes reports whether the ranks do not all share this node (its
-// kernel and its network, pid and user namespaces), or TPRUN_FORCE_NODE made them act so:
-// memory handles then travel only as bytes, so the GPU mailbox shares
-// fabric handles, and the descriptor collectives are refused (see
-// ExternalGroup).
+// kernel and its network, pid and user namespaces), or TPRUN_FORCE_NODE
+// made them act so: memory handles then travel only as bytes, so the GPU
+// mailbox shares fabric handles, and the descriptor collectives are
+// refused (see ExternalGroup).
 func (g *ExternalGroup) SpansNodes() bool { return g.fds == nil }
 
 // enter takes the collective lock and reports why no collective may run.

@@ -158,11 +158,7 @@ func TestExternalGroupCollectives(t *testing.T) {
 				}
 				return nil
 			})
-			for r, err := range errs {
-				if err != nil {
-					t.Errorf("rank %d: %v", r, err)
-				}
-			}
+			noErrors(t, errs)
 		})
 	}
 }
@@ -200,11 +196,7 @@ func TestExternalGroupRefusals(t *testing.T) {
 			}
 			return nil
 		})
-		for r, err := range errs {
-			if err != nil {
-				t.Errorf("rank %d: %v", r, err)
-			}
-		}
+		noErrors(t, errs)
 	})
 	t.Run("two ranks claim rank 0", func(t *testing.T) {
 		errs := onExternalRanks(3, func(r int) int { return r &^ 1 }, func(int, *ExternalGroup) error { return nil })
@@ -350,9 +342,7 @@ func TestExternalGroupFabricMailbox(t *testing.T) {
 			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 				t.Errorf("fabric allocations left: %d", len(ents))
 			}
-			if after := openFDs(t); after != before {
-				t.Errorf("%d descriptors open before, %d after", before, after)
-			}
+			sameFDs(t, before)
 		})
 	}
 }
@@ -386,9 +376,5 @@ func refusedAcrossNodes(t *testing.T, site func(r int) externalSite) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, errs)
 }

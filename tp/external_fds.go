@@ -42,9 +42,8 @@ const fdKeyLen = 32
 // boot id), the network namespace (abstract socket names live in it), and
 // the pid and user namespaces (the pids and uids a peer's credentials are
 // compared with). "" when any of it cannot be read: such a rank is taken
-// to be on a node of its own.
-func nodeIdentity() string {
-	host, _ := os.Hostname()
+// to be on a node of its own. host is this rank's host name.
+func nodeIdentity(host string) string {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil || len(strings.TrimSpace(string(boot))) == 0 {
 		return ""
@@ -325,14 +324,7 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	if int(cred.Uid) != os.Getuid() || int(cred.Pid) != r.peers[to].PID {
 		return fail(fmt.Errorf("%w: its socket is held by pid %d of uid %d, not by pid %d of uid %d", ErrPeer, cred.Pid, cred.Uid, r.peers[to].PID, os.Getuid()))
 	}
-	h := make([]byte, 0, fdHeaderLen)
-	h = append(h, fdMagic...)
-	h = append(h, r.secret...)
-	h = binary.LittleEndian.AppendUint64(h, seq)
-	h = binary.LittleEndian.AppendUint32(h, uint32(r.rank))
-	h = append(h, byte(kind))
-	h = binary.LittleEndian.AppendUint32(h, uint32(root))
-	h = binary.LittleEndian.AppendUint32(h, uint32(len(fds)))
+	h := fdHeader{seq: seq, kind: kind, root: root, count: len(fds)}.encode(r.secret, r.rank)
 	if err := c.SetDeadline(deadline); err != nil {
 		return fail(err)
 	}
@@ -425,6 +417,18 @@ type fdHeader struct {
 	kind  fdKind
 	root  int
 	count int
+}
+
+// encode is h as rank from sends it, presenting secret (admit decodes it).
+func (h fdHeader) encode(secret []byte, from int) []byte {
+	b := make([]byte, 0, fdHeaderLen)
+	b = append(b, fdMagic...)
+	b = append(b, secret...)
+	b = binary.LittleEndian.AppendUint64(b, h.seq)
+	b = binary.LittleEndian.AppendUint32(b, uint32(from))
+	b = append(b, byte(h.kind))
+	b = binary.LittleEndian.AppendUint32(b, uint32(h.root))
+	return binary.LittleEndian.AppendUint32(b, uint32(h.count))
 }
 
 // admit reads one connection's header and descriptors and closes it. A

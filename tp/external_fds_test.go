@@ -3,7 +3,6 @@ package tp
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -38,6 +37,15 @@ func openFDs(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// sameFDs fails t unless as many sockets and memfds are open as before
+// (openFDs).
+func sameFDs(t *testing.T, before int) {
+	t.Helper()
+	if after := openFDs(t); after != before {
+		t.Errorf("%d descriptors open before, %d after", before, after)
+	}
 }
 
 // sameFile checks that fd is a new close-on-exec descriptor of the file
@@ -168,19 +176,13 @@ func TestExternalGroupFDs(t *testing.T) {
 				}
 				return nil
 			})
-			for r, err := range errs {
-				if err != nil {
-					t.Errorf("rank %d: %v", r, err)
-				}
-			}
+			noErrors(t, errs)
 			for _, round := range files {
 				for _, fds := range round {
 					closeAll(fds)
 				}
 			}
-			if after := openFDs(t); after != before {
-				t.Errorf("%d descriptors open before, %d after", before, after)
-			}
+			sameFDs(t, before)
 		})
 	}
 }
@@ -248,14 +250,8 @@ func TestExternalGroupFDsGiveUp(t *testing.T) {
 				}
 				return nil
 			})
-			for r, err := range errs {
-				if err != nil {
-					t.Errorf("rank %d: %v", r, err)
-				}
-			}
-			if after := openFDs(t); after != before {
-				t.Errorf("%d descriptors open before, %d after", before, after)
-			}
+			noErrors(t, errs)
+			sameFDs(t, before)
 		})
 	}
 }
@@ -263,12 +259,7 @@ func TestExternalGroupFDsGiveUp(t *testing.T) {
 // strangerHeader is a connection header as a sender writes it, with the
 // given secret.
 func strangerHeader(secret []byte, from int) []byte {
-	h := append([]byte(fdMagic), secret...)
-	h = binary.LittleEndian.AppendUint64(h, 0)
-	h = binary.LittleEndian.AppendUint32(h, uint32(from))
-	h = append(h, byte(fdAllGather))
-	h = binary.LittleEndian.AppendUint32(h, 0)
-	return binary.LittleEndian.AppendUint32(h, 1)
+	return fdHeader{kind: fdAllGather, count: 1}.encode(secret, from)
 }
 
 // TestExternalGroupFDsRefuseStrangers: a connection to a rank's socket
@@ -342,17 +333,11 @@ s.close()`, name, fmt.Sprintf("%x", hdr))
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, errs)
 	if py == "" {
 		t.Log("not root or no python3: the connection from another uid was not tried")
 	}
-	if after := openFDs(t); after != before {
-		t.Errorf("%d descriptors open before, %d after", before, after)
-	}
+	sameFDs(t, before)
 }
 
 // TestExternalGroupHostOp: the op on the host backend through an
@@ -365,7 +350,6 @@ func TestExternalGroupHostOp(t *testing.T) {
 	const size, hidden, latent, maxM = 3, 96, 40, 9
 	ms := []int{9, 1, 4, 9, 2, 8, 3}
 	steps := newUpSteps(t, seed, hidden, latent, ms)
-	shard := hidden / size
 	got := make([][][]kernel.BF16, size)
 	before := openFDs(t)
 	errs := onExternalRanks(size, same, func(r int, g *ExternalGroup) (err error) {
@@ -379,14 +363,8 @@ func TestExternalGroupHostOp(t *testing.T) {
 			return fmt.Errorf("backend %q", up.Backend())
 		}
 		for i, d := range steps {
-			out := make([]kernel.BF16, maxM*hidden+3)
-			for j := range out {
-				out[j] = poison
-			}
-			in := UpInputs{M: d.m, Latent: append([]kernel.BF16(nil), d.latent...),
-				Weight: append([]kernel.BF16(nil), d.weight[r*shard*latent:(r+1)*shard*latent]...),
-				Shared: append([]kernel.BF16(nil), d.shared[r*shard:]...), SharedStride: hidden}
-			if err := up.Step(ctx, in, out); err != nil {
+			out := poisonBlock(maxM*hidden + 3)
+			if err := up.Step(ctx, hostInputs(d, r, size, hidden, latent), out); err != nil {
 				return fmt.Errorf("step %d: %w", i, err)
 			}
 			if err := keepBlock(i, d.m, hidden, out, &got[r]); err != nil {
@@ -399,9 +377,7 @@ func TestExternalGroupHostOp(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkBlocks(t, steps, got, hidden)
-	if after := openFDs(t); after != before {
-		t.Errorf("%d descriptors open before, %d after", before, after)
-	}
+	sameFDs(t, before)
 }
 
 // TestFDRouteEarlyCallChecked: a connection that came for a later call
@@ -493,9 +469,7 @@ func TestFDRouteEarlyCallChecked(t *testing.T) {
 				r.close()
 			}
 			unix.Close(fd)
-			if after := openFDs(t); after != before {
-				t.Errorf("%d descriptors open before, %d after", before, after)
-			}
+			sameFDs(t, before)
 		})
 	}
 }
@@ -621,9 +595,7 @@ func TestFDRouteRefusedFlood(t *testing.T) {
 	if err := r0.close(); err != nil {
 		t.Fatal(err)
 	}
-	if after := openFDs(t); after != before {
-		t.Errorf("%d descriptors open before, %d after", before, after)
-	}
+	sameFDs(t, before)
 }
 
 // TestExternalGroupFDsAfterAbort: a rank that aborted closes its
@@ -663,14 +635,8 @@ func TestExternalGroupFDsAfterAbort(t *testing.T) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	if after := openFDs(t); after != before {
-		t.Errorf("%d descriptors open before, %d after", before, after)
-	}
+	noErrors(t, errs)
+	sameFDs(t, before)
 }
 
 // TestExternalGroupFDsInterrupted: Close or Abort while this rank's
@@ -715,14 +681,8 @@ func TestExternalGroupFDsInterrupted(t *testing.T) {
 				}
 				return nil
 			})
-			for r, err := range errs {
-				if err != nil {
-					t.Errorf("rank %d: %v", r, err)
-				}
-			}
-			if after := openFDs(t); after != before {
-				t.Errorf("%d descriptors open before, %d after", before, after)
-			}
+			noErrors(t, errs)
+			sameFDs(t, before)
 		})
 	}
 }

@@ -654,13 +654,14 @@ func (e *cudaEngine) begin() (end func(), err error) {
 	return end, nil
 }
 
-// launch queues a step (skinny into every destination, then the receive
-// of the local slot: in the skinny kernel's receive CTAs when fused, else a
+// launch queues a step (skinny into every destination, then the receive of
+// the local slot: in the skinny kernel's receive CTAs when fused, else a
 // receive kernel) on stream. A step of M above kernel.MaxSkinnyM runs the
 // larger-M kernel, which has no fused receive: its receive is always the
-// receive kernel, which advances the slot rotation. The addresses are slot 0's: the kernels add
-// the slot the counter names (kernel.SlotRotation). A zero in.Weight is
-// the op's own weight. Call with e.mu held and the context bound.
+// receive kernel, which advances the slot rotation. The addresses are slot
+// 0's: the kernels add the slot the counter names (kernel.SlotRotation). A
+// zero in.Weight is the op's own weight. Call with e.mu held and the
+// context bound.
 func (e *cudaEngine) launch(stream cuda.Stream, s kernel.Shape, in DeviceInputs, out cuda.DevicePtr, pdl bool) error {
 	off := cuda.DevicePtr(e.layout.RegionOffset(s.M))
 	rot := kernel.SlotRotation{Counter: e.counter, Slots: e.layout.Slots, Stride: uint64(e.layout.SlotBytes)}

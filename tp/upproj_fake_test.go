@@ -101,16 +101,15 @@ func TestCUDAEngineLargeM(t *testing.T) {
 		}
 		defer func() { err = errors.Join(err, up.Close()) }()
 		for i, d := range steps {
-			out := make([]kernel.BF16, d.m*hidden)
-			in := UpInputs{M: d.m, Latent: d.latent, Weight: d.weight[r*32*latent : (r+1)*32*latent], Shared: d.shared[r*32:], SharedStride: hidden}
-			if err := up.Step(ctx, in, out); err != nil {
+			out := poisonBlock(d.m * hidden)
+			if err := up.Step(ctx, hostInputs(d, r, 2, hidden, latent), out); err != nil {
 				return fmt.Errorf("step %d (M %d): %w", i, d.m, err)
 			}
 			if err := keepBlock(i, d.m, hidden, out, &got[r]); err != nil {
 				return err
 			}
 		}
-		k := up.eng.(*cudaEngine).kern.(*fakeKernels)
+		_, _, k := fakeParts(up)
 		small := 0
 		for _, m := range ms {
 			if m <= kernel.MaxSkinnyM {
