@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -119,14 +120,7 @@ func readWheel(t *testing.T, path string) wheel {
 	return w
 }
 
-func names(m map[string][]byte) []string {
-	var s []string
-	for n := range m {
-		s = append(s, n)
-	}
-	slices.Sort(s)
-	return s
-}
+func names(m map[string][]byte) []string { return slices.Sorted(maps.Keys(m)) }
 
 // header returns the value of a "Key: value" line of an email-style file.
 func header(t *testing.T, file, text, key string) string {

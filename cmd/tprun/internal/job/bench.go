@@ -337,20 +337,11 @@ func bench(ctx context.Context, g group, bc *BenchConfig, stdout, stderr io.Writ
 	}
 	out.printf("# per rank: weight shard %.1f MB, %s, rotated through %d copies (%.0f MB) so that it streams from HBM;\n",
 		float64(sb)/1e6, layout, rig.k, float64(rig.k*rig.shardBytes)/1e6)
-	if f := kernel.FatbinOverride(); f != "" {
-		out.printf("# kernels from %s=%s, not the embedded build\n", kernel.FatbinEnv, f)
+	for _, l := range kernelOverrides() {
+		out.printf("%s\n", l)
 	}
 	if v := os.Getenv(tp.ReceiveModeEnv); v != "" {
 		out.printf("# receive: %s=%s\n", tp.ReceiveModeEnv, v)
-	}
-	if f := kernel.ConfigTableOverride(); f != "" {
-		out.printf("# launch table from %s=%s, not the embedded one\n", kernel.ConfigTableEnv, f)
-	}
-	if f := kernel.StepTableOverride(); f != "" {
-		out.printf("# step launch table from %s=%s, not the embedded one\n", kernel.StepTableEnv, f)
-	}
-	if f := kernel.BigmTableOverride(); f != "" {
-		out.printf("# launch table for M above 8 from %s=%s, not the embedded one\n", kernel.BigmTableEnv, f)
 	}
 	out.printf("# one CUDA graph = %d steps (kernel + stores to every rank + receive, PDL-chained: the skinny kernel up to M 8, the tensor-core kernel then the receive kernel above), %d warm-up and %d timed replays per M\n",
 		rig.k, bc.Warmup, bc.Replays)

@@ -246,21 +246,31 @@ func (p *printer) header(pl *plan) {
 	p.printf("# tprun default job: tp %d, hidden %d, latent %d, shard %d, M %s, %d steps per M\n",
 		pl.size, c.Hidden, c.Latent, pl.shape.Shard(), mList(c.M).String(), c.Iters)
 	p.printf("# backend %s, mailbox %s (%d slots, receive deadline %v)\n", pl.backend, pl.mailbox, c.Slots, c.Deadline)
-	if f := kernel.FatbinOverride(); f != "" && pl.backend == "cuda" {
-		p.printf("# kernels from %s=%s, not the embedded build\n", kernel.FatbinEnv, f)
-	}
-	if f := kernel.ConfigTableOverride(); f != "" && pl.backend == "cuda" {
-		p.printf("# launch table from %s=%s, not the embedded one\n", kernel.ConfigTableEnv, f)
-	}
-	if f := kernel.StepTableOverride(); f != "" && pl.backend == "cuda" {
-		p.printf("# step launch table from %s=%s, not the embedded one\n", kernel.StepTableEnv, f)
-	}
-	if f := kernel.BigmTableOverride(); f != "" && pl.backend == "cuda" {
-		p.printf("# launch table for M above 8 from %s=%s, not the embedded one\n", kernel.BigmTableEnv, f)
+	if pl.backend == "cuda" {
+		for _, l := range kernelOverrides() {
+			p.printf("%s\n", l)
+		}
 	}
 	p.printf("# every received block is checked against a float64 reference of the whole block, per element:\n#   %s\n",
 		kernel.ToleranceFormula)
 	p.printf("# and all ranks must receive bit-identical blocks (per-step SHA-256, all-gathered)\n")
+}
+
+// kernelOverrides are the header lines that name each kernel build or
+// launch table an environment variable puts in place of the embedded one.
+func kernelOverrides() []string {
+	var lines []string
+	for _, o := range []struct{ what, env, file, embedded string }{
+		{"kernels", kernel.FatbinEnv, kernel.FatbinOverride(), "build"},
+		{"launch table", kernel.ConfigTableEnv, kernel.ConfigTableOverride(), "one"},
+		{"step launch table", kernel.StepTableEnv, kernel.StepTableOverride(), "one"},
+		{fmt.Sprintf("launch table for M above %d", kernel.MaxSkinnyM), kernel.BigmTableEnv, kernel.BigmTableOverride(), "one"},
+	} {
+		if o.file != "" {
+			lines = append(lines, fmt.Sprintf("# %s from %s=%s, not the embedded %s", o.what, o.env, o.file, o.embedded))
+		}
+	}
+	return lines
 }
 
 const rowFormat = "%4v %7v %7v %6v %3v %8v %8v %6v %10v %10v %12v %7v %7v %9v\n"
