@@ -307,14 +307,28 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 			c = nc.(*net.UnixConn)
 			break
 		}
+		// The call's own end is named first: a dial that fails because the
+		// ctx ended or the deadline passed reports that, not the last
+		// dial error (a full backlog retried until then).
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fail(fmt.Errorf("%w (last attempt: %v)", ctxErr, err))
+		}
 		// EAGAIN: the receiver's backlog is full; it drains as it accepts.
-		if !errors.Is(err, syscall.EAGAIN) || ctx.Err() != nil || time.Now().After(deadline) {
+		if !errors.Is(err, syscall.EAGAIN) {
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				err = fmt.Errorf("%w (its group is closed, or the process ended)", err)
 			}
 			return fail(err)
 		}
-		time.Sleep(time.Millisecond)
+		if !time.Now().Before(deadline) {
+			return fail(fmt.Errorf("%w: its backlog stayed full (%v)", context.DeadlineExceeded, err))
+		}
+		t := time.NewTimer(time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	defer c.Close()
 	cred, err := fdpass.PeerCred(c)

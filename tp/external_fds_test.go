@@ -526,7 +526,7 @@ func TestFDRouteSendFullBacklog(t *testing.T) {
 		cancel time.Duration // ctx ends after this; 0: never
 		want   error
 	}{
-		{desc: "deadline", wait: 300 * time.Millisecond},
+		{desc: "deadline", wait: 300 * time.Millisecond, want: context.DeadlineExceeded},
 		{desc: "ctx", wait: time.Minute, cancel: 300 * time.Millisecond, want: context.Canceled},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
