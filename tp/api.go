@@ -37,7 +37,6 @@ func BF16ToFloat32(b BF16) float32 { return b.Float32() }
 // ErrShape); nothing is sent then, and the group can go on.
 const (
 	MaxM        = kernel.MaxM
-	MaxGPUM     = kernel.MaxM // the GPU path's largest M: every M of the op
 	MaxTP       = kernel.MaxTP
 	ShardAlign  = kernel.ShardAlign
 	LatentAlign = kernel.LatentAlign

@@ -54,7 +54,7 @@
 //     op was made with; every rank passes the same M for the same step.
 //     Every backend computes every M: on the GPU, M up to 8 runs the
 //     skinny kernels and a larger M a tensor-core kernel followed by the
-//     receive kernel (MaxGPUM = MaxM);
+//     receive kernel;
 //   - the group has 1..MaxTP (16) ranks and hidden_dim is divisible by it;
 //     shard_dim = hidden_dim / size is a multiple of ShardAlign (8);
 //   - latent_dim is a multiple of LatentAlign (8), at most MaxLatent;
