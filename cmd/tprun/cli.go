@@ -94,10 +94,21 @@ var elsewhere = map[string]map[string]string{
 	},
 }
 
+// torchrunFlags answers the flags a torchrun user types first, which no
+// edit distance leads from to tprun's own.
+var torchrunFlags = map[string]string{
+	"nproc-per-node": "torchrun's; tprun's is --tp N",
+	"nproc_per_node": "torchrun's; tprun's is --tp N",
+	"nnodes":         "torchrun's; tprun starts the ranks of one node (across nodes, start them with torchrun, srun or mpirun: docs/cli.md)",
+}
+
 // unknownFlag names the flag and, when one of fs's flags is spelled
 // almost the same or starts with it, that one.
 func unknownFlag(fs *flag.FlagSet, name string) error {
 	if why, ok := elsewhere[fs.Name()][name]; ok {
+		return usagef("--%s is %s", name, why)
+	}
+	if why, ok := torchrunFlags[name]; ok && fs.Lookup("tp") != nil {
 		return usagef("--%s is %s", name, why)
 	}
 	best, bestD := "", 3
