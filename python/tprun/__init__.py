@@ -332,7 +332,7 @@ class UpProjection:
         if _is_tensor(weight):
             return _load_torch().pack(self, weight)
         if self.device is not None:
-            raise ValueError(f"weight: a {type(weight).__name__}: an op on cuda:{self.device} packs a CUDA or CPU tensor")
+            raise ValueError(f"weight: got {type(weight).__name__}: an op on cuda:{self.device} packs a CUDA or CPU tensor")
         n = self.shard * self.latent
         buf = _host_buffer("weight", weight, n, writable=False)
         data = array("H")
@@ -363,7 +363,7 @@ class UpProjection:
         if weight is None:
             return None
         if not isinstance(weight, PackedWeight):
-            raise ValueError(f"weight: a {type(weight).__name__}: want a tprun.PackedWeight; call op.pack(weight) once "
+            raise ValueError(f"weight: got {type(weight).__name__}: want a tprun.PackedWeight; call op.pack(weight) once "
                              "per layer and pass what it returns with every step")
         if weight.data is None:
             raise ValueError("weight: the PackedWeight is closed")
@@ -509,7 +509,7 @@ def _host_buffer(name, obj, count, writable):
         mv = memoryview(obj)
     except TypeError:
         raise ValueError(f"{name}: want a bf16 tensor or a buffer of bf16 bit patterns (array('H'), memoryview, bytes), "
-                         f"got {type(obj).__name__}") from None
+                         f"got {type(obj).__name__} (tprun.to_bf16(floats) makes one from floats)") from None
     if not mv.c_contiguous:
         raise ValueError(f"{name}: the buffer is not contiguous")
     if mv.format in ("H", "=H", "<H") and mv.itemsize == 2:
