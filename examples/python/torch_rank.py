@@ -22,9 +22,11 @@ GPU, or several ranks on one GPU:
     ./tprun --tp 1 -- python3 examples/python/torch_rank.py --bench [--hidden 896]
 
 Without a GPU, --cpu runs --check (and --compile) on CPU tensors and the
-host backend:
+host backend, through tprun.join() or, with --join torch and a fresh store
+directory, tprun.join_torch():
 
     ./tprun --tp 2 -- python3 examples/python/torch_rank.py --cpu --hidden 1024 --latent 512
+    ./tprun --tp 2 -- python3 examples/python/torch_rank.py --cpu --hidden 1024 --latent 512 --join torch --store "$(mktemp -d)"
 
 A model's layers of one shape can share one op: each layer holds its
 weight as op.pack(weight) and passes it with the step, op(latent, shared,
@@ -80,7 +82,8 @@ def parse_args():
                         "processes of an inference engine would")
     p.add_argument("--store", metavar="DIR",
                    help="--join torch without torchrun's MASTER_ADDR: a fresh directory every rank sees, for the "
-                        "gloo group's file store")
+                        "gloo group's file store (a store a failed run left there makes the next run's ranks wait "
+                        "for gloo's timeout, 30 min: give a new one each run)")
     p.add_argument("--deadline", type=float, default=None, help="seconds a step waits for the peers (default 10)")
     p.add_argument("--check", action="store_true")
     p.add_argument("--iters", type=int, default=20, help="--check: steps per M")
