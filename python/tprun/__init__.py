@@ -24,8 +24,10 @@ from_bf16. Every rank makes the same calls in the same order.
 Run the rank program under a launcher: `tprun --tp N -- python3 rank.py`
 or `torchrun --nproc-per-node N rank.py` (one node). A process that already
 has a torch.distributed group may join through it instead:
-tprun.join_torch() (GPU mailboxes through CUDA fabric handles only). README.md beside this
-file covers shapes, errors, the Go runtime inside the process and signals.
+tprun.join_torch() (on one node the memory handles travel over node-local
+sockets, as under join(); across nodes the GPU mailbox shares CUDA fabric
+handles). README.md beside this file covers shapes, errors, the Go runtime
+inside the process and signals.
 """
 
 import atexit
