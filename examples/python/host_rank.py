@@ -29,8 +29,8 @@ from tprun import reference
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hidden", type=int, default=64,
-                   help="hidden size, split across the ranks: hidden / tp a multiple of 8 (--hidden 96 at tp 3)")
+    p.add_argument("--hidden", type=int, default=192,
+                   help="hidden size, split across the ranks: hidden / tp a multiple of 8 (the default suits tp 1, 2, 3, 4, 6 and 8)")
     p.add_argument("--latent", type=int, default=32, help="latent size")
     p.add_argument("--max-m", type=int, default=4, help="the most rows a step takes (1..128)")
     p.add_argument("--steps", type=int, default=8)

@@ -8,7 +8,7 @@
 //
 //	go build -o rank ./examples/go/rank
 //	tprun --tp 2 -- ./rank --hidden 1024 --latent 512 --m 4 --steps 20
-//	tprun --tp 3 -- ./rank --hidden 1536 --m 64  # hidden / tp must be a multiple of 8
+//	tprun --tp 3 -- ./rank --m 64  # hidden / tp must be a multiple of 8
 //
 // It joins under torchrun, srun or mpirun as well (one node). Every rank
 // draws the same inputs from --seed, so that each can check the whole
@@ -30,7 +30,7 @@ import (
 )
 
 func main() {
-	hidden := flag.Int("hidden", 1024, "hidden dimension, split across the ranks: hidden / tp a multiple of 8")
+	hidden := flag.Int("hidden", 1536, "hidden dimension, split across the ranks: hidden / tp a multiple of 8 (the default suits tp 1, 2, 3, 4, 6 and 8)")
 	latent := flag.Int("latent", 512, "latent dimension")
 	maxM := flag.Int("m", 4, "rows per step, 1..128")
 	steps := flag.Int("steps", 20, "steps to run")
