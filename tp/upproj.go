@@ -165,7 +165,7 @@ func NewUpProjection(ctx context.Context, ex Exchanger, hidden, latent, maxM int
 	s := kernel.Shape{M: maxM, Hidden: hidden, Latent: latent, TP: ex.Size()}
 	var bad []error
 	if err := s.Validate(); err != nil {
-		bad = append(bad, err)
+		bad = append(bad, renameShapeField(err, "M", "maxM"))
 	}
 	if cfg.slots < 0 {
 		bad = append(bad, fmt.Errorf("%w: WithSlots(%d): want at least 2, or 0 for the default", mailbox.ErrConfig, cfg.slots))
@@ -198,6 +198,22 @@ func NewUpProjection(ctx context.Context, ex Exchanger, hidden, latent, maxM int
 		u.job = w.jobContext()
 	}
 	return u, nil
+}
+
+// renameShapeField renames the field of every *ShapeError in err (a
+// joined error included) named from: a shape checked for the op's maxM
+// names maxM, the argument the caller gave, not a step's M.
+func renameShapeField(err error, from, to string) error {
+	var se *kernel.ShapeError
+	if errors.As(err, &se) && se.Field == from {
+		se.Field = to
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			renameShapeField(e, from, to)
+		}
+	}
+	return err
 }
 
 // jobWatcher is an exchanger that knows when its job has failed, and can

@@ -154,10 +154,10 @@ func TestNewUpProjectionRejectsBadShapes(t *testing.T) {
 		{"hidden not divisible by tp", 3, 1000, 512, 8, []string{"hidden_dim % tp = 1", "hidden_dim 1000, tp 3"}},
 		{"shard not a multiple of 8", 4, 1000, 512, 8, []string{"shard_dim = 250", "multiple of 8"}},
 		{"latent not a multiple of 8", 2, 256, 100, 8, []string{"latent_dim = 100"}},
-		{"maxM too large", 2, 256, 64, 129, []string{"M = 129", "1..128"}},
-		{"maxM zero", 2, 256, 64, 0, []string{"M = 0"}},
+		{"maxM too large", 2, 256, 64, 129, []string{"maxM = 129", "1..128"}},
+		{"maxM zero", 2, 256, 64, 0, []string{"maxM = 0"}},
 		{"tp beyond 16", 17, 17 * 8, 64, 1, []string{"tp = 17"}},
-		{"several at once", 3, 1000, 100, 200, []string{"M = 200", "latent_dim = 100", "hidden_dim % tp = 1"}},
+		{"several at once", 3, 1000, 100, 200, []string{"maxM = 200", "latent_dim = 100", "hidden_dim % tp = 1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

@@ -251,7 +251,7 @@ def main():
     for i, m in enumerate((128, 9, 100, 31)):
         step(c, m, kinds[i % 3])
     c.op.close()
-    expect("max_m above 128", tprun.InvalidArgumentError, ["M = 129", "1..128"],
+    expect("max_m above 128", tprun.InvalidArgumentError, ["maxM = 129", "1..128"],
            lambda: g.up_projection(8 * g.size, 24, 129))
 
     b.op.close()
