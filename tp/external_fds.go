@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tprun/tprun/internal/fdpass"
 	"github.com/tprun/tprun/internal/hub"
 )
@@ -69,7 +71,8 @@ func nodeIdentity(host string) string {
 // Every accepted connection must come from this uid, present the secret,
 // and come from the pid its rank said it has; others are refused and
 // closed, and the call goes on waiting for its ranks. A call waits at most
-// until its deadline (the collective timeout) or ctx.
+// until its deadline (the collective timeout) or ctx, and fails within a
+// moment once the process of a rank it waits for or sends to has ended.
 type fdRoute struct {
 	rank    int
 	peers   []Peer
@@ -77,6 +80,15 @@ type fdRoute struct {
 	secret  []byte
 	ln      *net.UnixListener
 	timeout time.Duration
+	// pidfds[q] watches rank q's process (pidfd_open), -1 where there is
+	// none (this rank; a kernel without pidfds). A socket outlives its
+	// rank's process when a child forked from it holds the socket, so a
+	// connection that succeeds does not prove the rank alive.
+	pidfds []int
+	// life ends when Close or Abort interrupts the route: a call in
+	// progress then ends at once, wherever it waits.
+	life context.Context
+	end  context.CancelFunc
 
 	seq     uint64              // of the next call, the same on every rank
 	early   map[early]earlyCall // connections of later calls, sent while this rank was in an earlier one
@@ -174,7 +186,73 @@ func listenFDs(rank int, peers []Peer, key string, timeout time.Duration) (*fdRo
 	}
 	// An abstract socket has no file: nothing to remove when it closes.
 	r.ln = ln
+	r.life, r.end = context.WithCancel(context.Background())
+	r.pidfds = make([]int, len(peers))
+	for q, p := range peers {
+		r.pidfds[q] = -1
+		if q != rank && p.PID != os.Getpid() {
+			// Without a pidfd (an old kernel, a sandbox that forbids it)
+			// a rank's end is noticed as before: when a send to it is
+			// refused, else at the deadline.
+			if fd, err := unix.PidfdOpen(p.PID, 0); err == nil {
+				r.pidfds[q] = fd
+			}
+		}
+	}
 	return r, nil
+}
+
+// exited reports the first rank of ranks whose process has ended.
+func (r *fdRoute) exited(ranks []int) error {
+	var pfd []unix.PollFd
+	var which []int
+	for _, q := range ranks {
+		if q < len(r.pidfds) && r.pidfds[q] >= 0 {
+			pfd = append(pfd, unix.PollFd{Fd: int32(r.pidfds[q]), Events: unix.POLLIN})
+			which = append(which, q)
+		}
+	}
+	if len(pfd) == 0 {
+		return nil
+	}
+	// A failed poll (EINTR) tells nothing: the next look does.
+	if n, err := unix.Poll(pfd, 0); err != nil || n == 0 {
+		return nil
+	}
+	for i, p := range pfd {
+		if p.Revents != 0 {
+			q := which[i]
+			return fmt.Errorf("%w: rank %d (pid %d) exited", ErrPeer, q, r.peers[q].PID)
+		}
+	}
+	return nil
+}
+
+// peerPoll is how often a call that waits looks whether the ranks it
+// waits for still run.
+const peerPoll = 100 * time.Millisecond
+
+// errInterrupted ends a call of this rank that Close or Abort interrupted.
+var errInterrupted = errors.New("the group was closed or aborted on this rank during the call")
+
+// call is ctx, ended also when Close or Abort interrupts the route (cause
+// errInterrupted); done releases it.
+func (r *fdRoute) call(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(r.life, func() { cancel(errInterrupted) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// ended is why ctx, a call's, ended: the caller's ctx error or
+// errInterrupted.
+func ended(ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), errInterrupted) {
+		return errInterrupted
+	}
+	return ctx.Err()
 }
 
 func (r *fdRoute) name(rank int) string { return fmt.Sprintf("%s%d", r.prefix, rank) }
@@ -194,34 +272,55 @@ func (r *fdRoute) giveUp() {
 	}
 }
 
-// close closes the listener and every descriptor that arrived early;
-// idempotent.
+// close closes the listener, the pidfds and every descriptor that arrived
+// early; idempotent.
 func (r *fdRoute) close() error {
 	if r.closed {
 		return nil
 	}
 	r.closed = true
+	r.end()
 	for k, e := range r.early {
 		fdpass.Close(e.fds)
 		delete(r.early, k)
 	}
+	fdpass.Close(slices.DeleteFunc(r.pidfds, func(fd int) bool { return fd < 0 }))
+	r.pidfds = nil
+	r.shutdown()
 	if err := r.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
 	return nil
 }
 
-// interrupt closes the listener without the group's lock, from Close or
-// Abort while a descriptor call of this rank may be waiting in Accept:
-// that call then fails at once instead of at its deadline. close still
-// releases the rest.
+// shutdown makes the listening socket refuse connections. Closing it is
+// not enough where a child forked from this process (a Python worker)
+// inherited it: the socket lives on in the child, a peer's connection
+// succeeds, its send too, and nobody accepts it. Shut down, the socket
+// refuses connections in every process that holds it.
+func (r *fdRoute) shutdown() {
+	rc, err := r.ln.SyscallConn()
+	if err != nil {
+		return // closed already, and shut down before that
+	}
+	_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+}
+
+// interrupt, from Close or Abort without the group's lock, ends a
+// descriptor call of this rank in progress at once (waiting in Accept, a
+// peer's header or a full backlog) instead of at its deadline, and makes
+// the socket refuse connections. close still releases the rest.
 func (r *fdRoute) interrupt() {
+	r.end()
+	r.shutdown()
 	_ = r.ln.Close()
 }
 
 // allGather is AllGatherFDs: fd to every other rank, one new descriptor
 // per rank back, own a dup.
 func (r *fdRoute) allGather(ctx context.Context, fd int) ([]int, error) {
+	ctx, done := r.call(ctx)
+	defer done()
 	deadline := r.deadline(ctx)
 	seq := r.seq
 	r.seq++
@@ -259,6 +358,8 @@ func (r *fdRoute) allGather(ctx context.Context, fd int) ([]int, error) {
 // broadcast is BroadcastFDs: root's fds to every other rank; every rank,
 // root too, gets new descriptors.
 func (r *fdRoute) broadcast(ctx context.Context, root int, fds []int) ([]int, error) {
+	ctx, done := r.call(ctx)
+	defer done()
 	deadline := r.deadline(ctx)
 	seq := r.seq
 	r.seq++
@@ -310,14 +411,17 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 		// The call's own end is named first: a dial that fails because the
 		// ctx ended or the deadline passed reports that, not the last
 		// dial error (a full backlog retried until then).
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return fail(fmt.Errorf("%w (last attempt: %v)", ctxErr, err))
+		if ctx.Err() != nil {
+			return fail(fmt.Errorf("%w (last attempt: %v)", ended(ctx), err))
 		}
 		// EAGAIN: the receiver's backlog is full; it drains as it accepts.
 		if !errors.Is(err, syscall.EAGAIN) {
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				err = fmt.Errorf("%w (its group is closed, or the process ended)", err)
 			}
+			return fail(err)
+		}
+		if err := r.exited([]int{to}); err != nil {
 			return fail(err)
 		}
 		if !time.Now().Before(deadline) {
@@ -338,6 +442,11 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	if int(cred.Uid) != os.Getuid() || int(cred.Pid) != r.peers[to].PID {
 		return fail(fmt.Errorf("%w: its socket is held by pid %d of uid %d, not by pid %d of uid %d", ErrPeer, cred.Pid, cred.Uid, r.peers[to].PID, os.Getuid()))
 	}
+	// The credentials are the listener's maker's: a socket that a child
+	// forked from rank to holds outlives it, and takes the send.
+	if err := r.exited([]int{to}); err != nil {
+		return fail(fmt.Errorf("%w, and a process it started still holds its socket", err))
+	}
 	h := fdHeader{seq: seq, kind: kind, root: root, count: len(fds)}.encode(r.secret, r.rank)
 	if err := c.SetDeadline(deadline); err != nil {
 		return fail(err)
@@ -345,7 +454,7 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	release := fdpass.InterruptOn(ctx, c.SetDeadline)
 	err = fdpass.Send(c, h, fds)
 	if release() {
-		return fail(ctx.Err())
+		return fail(ended(ctx))
 	}
 	if err != nil {
 		return fail(err)
@@ -383,25 +492,43 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 		}
 		got[k.from] = e.fds
 	}
-	if err := r.ln.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
 	release := fdpass.InterruptOn(ctx, r.ln.SetDeadline)
 	defer release()
 	var refused []string // the first maxRefusedNamed reasons
 	nrefused := 0
 	for len(got) < len(from) {
+		// Accept wakes every peerPoll to look whether the ranks still to
+		// send run (a dead broadcast root sends nothing to fail on); a
+		// ctx that ends meanwhile moves the deadline to the past.
+		if ctx.Err() != nil {
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, ended(ctx))
+		}
+		if err := r.exited(slices.DeleteFunc(slices.Clone(from), func(q int) bool { return has(got, q) })); err != nil {
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
+		}
+		if !time.Now().Before(deadline) {
+			return got, r.timedOut(seq, kind, time.Since(start), from, got, nrefused, refused)
+		}
+		wake := time.Now().Add(peerPoll)
+		if deadline.Before(wake) {
+			wake = deadline
+		}
+		if err := r.ln.SetDeadline(wake); err != nil {
+			if ctx.Err() != nil {
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, ended(ctx))
+			}
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
+		}
 		c, err := r.ln.AcceptUnix()
 		if err != nil {
-			if ctx.Err() != nil {
-				return got, fmt.Errorf("%s #%d: %w", kind, seq, ctx.Err())
-			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return got, r.timedOut(seq, kind, time.Since(start), from, got, nrefused, refused)
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return got, fmt.Errorf("%s #%d: the group was closed or aborted on this rank during the call", kind, seq)
+			switch {
+			case ctx.Err() != nil:
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, ended(ctx))
+			case errors.As(err, &ne) && ne.Timeout():
+				continue
+			case errors.Is(err, net.ErrClosed):
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, errInterrupted)
 			}
 			return got, fmt.Errorf("%s #%d: accepting: %w", kind, seq, err)
 		}
@@ -469,7 +596,7 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 	fds, err = fdpass.Recv(c, b, hub.MaxFDs)
 	if release() {
 		fdpass.Close(fds)
-		return h, nil, 0, "", ctx.Err()
+		return h, nil, 0, "", ended(ctx)
 	}
 	if err != nil {
 		return h, nil, 0, fmt.Sprintf("pid %d, which sent no header (%v)", cred.Pid, err), nil
