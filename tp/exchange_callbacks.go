@@ -432,9 +432,20 @@ func (g *ExternalGroup) brokeFDs(err error) error {
 	}
 	e := &fdRouteError{rank: g.rank, err: err}
 	g.failed = fmt.Errorf("%w (the group is unusable after it)", e)
-	g.fds.giveUp()
+	g.fds.giveUp(fdGaveUp)
 	_ = g.fds.close()
 	return e
+}
+
+// leave tells the peers, unless a failed call told them already, that
+// this rank takes part in no further descriptor call, and closes its end
+// of the route: a peer that waits for its descriptors fails at once.
+// Called with the lock held, after interrupt.
+func (g *ExternalGroup) leave() error {
+	if !g.fds.closed {
+		g.fds.giveUp(fdLeft)
+	}
+	return g.fds.close()
 }
 
 // NewUpProjection is NewUpProjection on this group, on its device.
@@ -459,7 +470,7 @@ func (g *ExternalGroup) Abort(reason string) error {
 		g.failed = fmt.Errorf("%w: tp: rank %d aborted its external group: %s", ErrAborted, g.rank, reason)
 	}
 	if g.fds != nil {
-		return g.fds.close()
+		return g.leave()
 	}
 	return nil
 }
@@ -476,7 +487,7 @@ func (g *ExternalGroup) Close() error {
 	defer g.mu.Unlock()
 	g.closed = true
 	if g.fds != nil {
-		return g.fds.close()
+		return g.leave()
 	}
 	return nil
 }

@@ -93,6 +93,7 @@ type fdRoute struct {
 	seq     uint64              // of the next call, the same on every rank
 	early   map[early]earlyCall // connections of later calls, sent while this rank was in an earlier one
 	refused int                 // connections refused so far
+	left    map[int]bool        // ranks that said they closed or aborted their group
 	closed  bool
 }
 
@@ -140,6 +141,9 @@ const (
 	// fdGaveUp: the sender's descriptor collective failed; it takes part
 	// in no further call.
 	fdGaveUp
+	// fdLeft: the sender closed or aborted its group; it takes part in no
+	// further call.
+	fdLeft
 )
 
 func (k fdKind) String() string {
@@ -148,6 +152,8 @@ func (k fdKind) String() string {
 		return "BroadcastFDs"
 	case fdGaveUp:
 		return "a failed descriptor collective"
+	case fdLeft:
+		return "a group's end"
 	}
 	return "AllGatherFDs"
 }
@@ -179,7 +185,7 @@ func listenFDs(rank int, peers []Peer, key string, timeout time.Duration) (*fdRo
 		return nil, fmt.Errorf("%w: rank 0 sent a descriptor route key of %d characters that is not %d hex bytes", ErrPeer, len(key), fdKeyLen)
 	}
 	r := &fdRoute{rank: rank, peers: peers, prefix: "@tprun-fd-" + hex.EncodeToString(k[:fdKeyLen/2]) + "-",
-		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early]earlyCall{}}
+		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early]earlyCall{}, left: map[int]bool{}}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.name(rank), Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listening for descriptors: %w", err)
@@ -235,21 +241,23 @@ const peerPoll = 100 * time.Millisecond
 // errInterrupted ends a call of this rank that Close or Abort interrupted.
 var errInterrupted = errors.New("the group was closed or aborted on this rank during the call")
 
-// call is ctx, ended also when Close or Abort interrupts the route (cause
-// errInterrupted); done releases it.
+// call is ctx, ended also when Close or Abort interrupts the route; done
+// releases it.
 func (r *fdRoute) call(ctx context.Context) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(r.life, func() { cancel(errInterrupted) })
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(r.life, cancel)
 	return ctx, func() {
 		stop()
-		cancel(nil)
+		cancel()
 	}
 }
 
-// ended is why ctx, a call's, ended: the caller's ctx error or
-// errInterrupted.
-func ended(ctx context.Context) error {
-	if errors.Is(context.Cause(ctx), errInterrupted) {
+// stopped is why a call with ctx (call's) must end now, nil while it may
+// go on: errInterrupted once Close or Abort interrupted the route (which
+// ends life before it closes the listener, so a closed listener always
+// finds it), else ctx's error.
+func (r *fdRoute) stopped(ctx context.Context) error {
+	if r.life.Err() != nil {
 		return errInterrupted
 	}
 	return ctx.Err()
@@ -258,16 +266,18 @@ func ended(ctx context.Context) error {
 func (r *fdRoute) name(rank int) string { return fmt.Sprintf("%s%d", r.prefix, rank) }
 
 // giveUp tells every other rank, as far as it can within a second, that
-// this rank's descriptor collective failed, so that a rank waiting for
-// its descriptors fails now instead of at its deadline.
-func (r *fdRoute) giveUp() {
+// this rank takes part in no further call (kind: fdGaveUp, its descriptor
+// collective failed; fdLeft, it closed or aborted its group), so that a
+// rank waiting for its descriptors fails now instead of at its deadline.
+// A rank not in a call hears it in its next one.
+func (r *fdRoute) giveUp(kind fdKind) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	for q := range r.peers {
 		if q != r.rank {
 			// A rank that cannot be told learns it at its deadline.
-			_ = r.send(ctx, deadline, q, r.seq, fdGaveUp, 0, nil)
+			_ = r.send(ctx, deadline, q, r.seq, kind, 0, nil)
 		}
 	}
 }
@@ -411,8 +421,8 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 		// The call's own end is named first: a dial that fails because the
 		// ctx ended or the deadline passed reports that, not the last
 		// dial error (a full backlog retried until then).
-		if ctx.Err() != nil {
-			return fail(fmt.Errorf("%w (last attempt: %v)", ended(ctx), err))
+		if stop := r.stopped(ctx); stop != nil {
+			return fail(fmt.Errorf("%w (last attempt: %v)", stop, err))
 		}
 		// EAGAIN: the receiver's backlog is full; it drains as it accepts.
 		if !errors.Is(err, syscall.EAGAIN) {
@@ -454,7 +464,7 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	release := fdpass.InterruptOn(ctx, c.SetDeadline)
 	err = fdpass.Send(c, h, fds)
 	if release() {
-		return fail(ended(ctx))
+		return fail(r.stopped(ctx))
 	}
 	if err != nil {
 		return fail(err)
@@ -492,6 +502,9 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 		}
 		got[k.from] = e.fds
 	}
+	if err := r.hasLeft(from, got); err != nil {
+		return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
+	}
 	release := fdpass.InterruptOn(ctx, r.ln.SetDeadline)
 	defer release()
 	var refused []string // the first maxRefusedNamed reasons
@@ -500,8 +513,8 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 		// Accept wakes every peerPoll to look whether the ranks still to
 		// send run (a dead broadcast root sends nothing to fail on); a
 		// ctx that ends meanwhile moves the deadline to the past.
-		if ctx.Err() != nil {
-			return got, fmt.Errorf("%s #%d: %w", kind, seq, ended(ctx))
+		if stop := r.stopped(ctx); stop != nil {
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, stop)
 		}
 		if err := r.exited(slices.DeleteFunc(slices.Clone(from), func(q int) bool { return has(got, q) })); err != nil {
 			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
@@ -514,8 +527,8 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 			wake = deadline
 		}
 		if err := r.ln.SetDeadline(wake); err != nil {
-			if ctx.Err() != nil {
-				return got, fmt.Errorf("%s #%d: %w", kind, seq, ended(ctx))
+			if stop := r.stopped(ctx); stop != nil {
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, stop)
 			}
 			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
 		}
@@ -523,8 +536,8 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 		if err != nil {
 			var ne net.Error
 			switch {
-			case ctx.Err() != nil:
-				return got, fmt.Errorf("%s #%d: %w", kind, seq, ended(ctx))
+			case r.stopped(ctx) != nil:
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, r.stopped(ctx))
 			case errors.As(err, &ne) && ne.Timeout():
 				continue
 			case errors.Is(err, net.ErrClosed):
@@ -596,7 +609,7 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 	fds, err = fdpass.Recv(c, b, hub.MaxFDs)
 	if release() {
 		fdpass.Close(fds)
-		return h, nil, 0, "", ended(ctx)
+		return h, nil, 0, "", r.stopped(ctx)
 	}
 	if err != nil {
 		return h, nil, 0, fmt.Sprintf("pid %d, which sent no header (%v)", cred.Pid, err), nil
@@ -628,7 +641,13 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 // take files rank q's connection under the call it belongs to, or keeps
 // it for a later call.
 func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, root int, from []int, got map[int][]int) error {
-	if h.kind != fdGaveUp && h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly {
+	if h.kind == fdLeft {
+		// Everything rank q sent before it left came before this: a call
+		// that has q's descriptors, or needs none, goes on.
+		r.left[q] = true
+		return r.hasLeft(from, got)
+	}
+	if h.kind != fdGaveUp && h.kind != fdLeft && h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly {
 		r.early[early{h.seq, q}] = earlyCall{h, fds}
 		return nil
 	}
@@ -636,6 +655,17 @@ func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, ro
 		return err
 	}
 	got[q] = fds
+	return nil
+}
+
+// hasLeft reports a rank of from that closed or aborted its group without
+// sending what got lacks.
+func (r *fdRoute) hasLeft(from []int, got map[int][]int) error {
+	for _, q := range from {
+		if r.left[q] && !has(got, q) {
+			return fmt.Errorf("%w: rank %d closed or aborted its group without taking part in this call", ErrPeer, q)
+		}
+	}
 	return nil
 }
 

@@ -957,3 +957,51 @@ func TestFDRouteInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalGroupFDsPeerLeft: a rank that closes or aborts its group
+// while a peer's descriptor call waits for its descriptors (the peer's
+// own send to it may have gone through already) tells the peer, whose
+// call fails at once naming it instead of waiting out its collective
+// timeout. Nothing leaks.
+func TestExternalGroupFDsPeerLeft(t *testing.T) {
+	for _, how := range []string{"Close", "Abort"} {
+		t.Run(how, func(t *testing.T) {
+			before := openFDs(t)
+			site := func(int) externalSite { return externalSite{host: "h", node: "one node", timeout: 20 * time.Second} }
+			var done sync.WaitGroup // rank 0's call ended
+			done.Add(1)
+			errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+				if r == 1 {
+					// Whether rank 0 sent to this rank before it leaves or
+					// not, rank 0's call ends at once.
+					time.Sleep(200 * time.Millisecond)
+					var err error
+					if how == "Close" {
+						err = g.Close()
+					} else {
+						err = g.Abort("the engine is shutting down")
+					}
+					done.Wait()
+					return err
+				}
+				defer done.Done()
+				fd, err := memfd([]byte{byte(rand.Uint32())})
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				start := time.Now()
+				got, err := g.AllGatherFDs(context.Background(), fd)
+				closeAll(got)
+				took := time.Since(start)
+				if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "rank 1") || took > 3*time.Second {
+					return fmt.Errorf("AllGatherFDs while rank 1 leaves, after %v: %v", took, err)
+				}
+				t.Logf("after %v: %v", took, err)
+				return nil
+			})
+			noErrors(t, errs)
+			sameFDs(t, before)
+		})
+	}
+}
