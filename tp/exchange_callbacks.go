@@ -65,12 +65,15 @@ func (e *ExternalCollectiveError) Is(target error) bool {
 // whose ranks span nodes. It matches ErrCrossNode (what a TCP hub answers
 // to the same call) and ErrBackendUnavailable: the host mailbox, which
 // shares a memfd, cannot run across nodes.
-type descriptorError struct{ rank int }
+type descriptorError struct {
+	rank int
+	why  string // which rank keeps the group from one node, and why
+}
 
 func (e descriptorError) Error() string {
 	return fmt.Sprintf("tp: rank %d: descriptors cannot travel through the framework's collectives, and this group's ranks span nodes "+
 		"(or do not share a kernel and its network, pid and user namespaces), so they cannot pass them over node-local sockets either: "+
-		"across nodes the GPU mailbox shares CUDA fabric handles, which travel as bytes (the host backend cannot run on this route)", e.rank)
+		"%s; across nodes the GPU mailbox shares CUDA fabric handles, which travel as bytes (the host backend cannot run on this route)", e.rank, e.why)
 }
 
 func (e descriptorError) Is(target error) bool {
@@ -120,6 +123,7 @@ type ExternalGroup struct {
 	c                             Collectives
 	peers                         []Peer
 	fds                           *fdRoute // nil when the ranks span nodes
+	split                         string   // why they span nodes (nodeSplit)
 
 	mu     sync.Mutex // one collective at a time; guards failed, closed
 	failed error      // an earlier collective failed, or Abort
@@ -147,19 +151,22 @@ func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	node := nodeIdentity(host)
+	site := externalSite{host: host, timeout: timeout}
 	if forced := os.Getenv(EnvForceNode); forced != "" {
-		host, node = forced, ""
+		site.host = forced
+		site.alone = fmt.Sprintf("sets %s=%s, which makes it act as on a node of its own (unset it to pass descriptors on this node)", EnvForceNode, forced)
+	} else if site.node, err = nodeIdentity(host); err != nil {
+		site.alone = fmt.Sprintf("could not read its node identity, so it acts as on a node of its own (%v)", err)
 	}
-	return newExternalGroup(ctx, rank, size, localRank, device, c, externalSite{host: host, node: node, timeout: timeout})
+	return newExternalGroup(ctx, rank, size, localRank, device, c, site)
 }
 
 // externalSite is where NewExternalGroup finds itself: the host name it
 // reports, its node identity ("" when it must act as on a node of its
-// own) and the timeout of its descriptor collectives.
+// own, alone saying why) and the timeout of its descriptor collectives.
 type externalSite struct {
-	host, node string
-	timeout    time.Duration
+	host, node, alone string
+	timeout           time.Duration
 }
 
 func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c Collectives, site externalSite) (*ExternalGroup, error) {
@@ -177,7 +184,7 @@ func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 	}
 	g := &ExternalGroup{rank: rank, size: size, localRank: localRank, device: device, c: c}
 	me := externalPeer{Peer: Peer{Rank: rank, WorldSize: size, LocalRank: localRank, PID: os.Getpid(), Hostname: site.host, Device: strconv.Itoa(device)},
-		Node: site.node}
+		Node: site.node, Alone: site.alone}
 	if rank == 0 {
 		key, err := newFDKey()
 		if err != nil {
@@ -194,7 +201,7 @@ func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		return nil, fmt.Errorf("tp: external group: rank %d: all-gather of the ranks' descriptions: %w", rank, err)
 	}
 	g.peers = make([]Peer, size)
-	oneNode, key := site.node != "", ""
+	key := ""
 	var bad []error
 	for i, b := range all {
 		var ep externalPeer
@@ -204,8 +211,8 @@ func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		}
 		p := ep.Peer
 		p.Token = ""
-		if ep.Node != site.node {
-			oneNode = false
+		if why := nodeSplit(rank, me, i, ep); why != "" && g.split == "" {
+			g.split = why
 		}
 		if i == 0 {
 			key = ep.FDKey
@@ -221,7 +228,7 @@ func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("tp: external group: rank %d: %w", rank, errors.Join(bad...))
 	}
-	if oneNode {
+	if g.split == "" {
 		if err := g.listen(ctx, key, site.timeout); err != nil {
 			return nil, err
 		}
@@ -381,7 +388,7 @@ func (g *ExternalGroup) AllGather(ctx context.Context, b []byte) ([][]byte, erro
 // ErrCrossNode).
 func (g *ExternalGroup) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
 	if g.fds == nil {
-		return nil, descriptorError{g.rank}
+		return nil, descriptorError{g.rank, g.split}
 	}
 	if fd < 0 {
 		return nil, fmt.Errorf("%w: tp: rank %d: AllGatherFDs: invalid descriptor %d", ErrArgument, g.rank, fd)
@@ -400,7 +407,7 @@ func (g *ExternalGroup) AllGatherFDs(ctx context.Context, fd int) ([]int, error)
 // AllGatherFDs's do; across nodes it is refused.
 func (g *ExternalGroup) BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, error) {
 	if g.fds == nil {
-		return nil, descriptorError{g.rank}
+		return nil, descriptorError{g.rank, g.split}
 	}
 	switch {
 	case root < 0 || root >= g.size:

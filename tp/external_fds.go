@@ -1,6 +1,7 @@
 package tp
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -31,6 +32,9 @@ type externalPeer struct {
 	// own. Ranks whose Node is one non-empty value share a kernel and a
 	// network namespace.
 	Node string `json:",omitempty"`
+	// Alone says why Node is empty: TPRUN_FORCE_NODE, or what could not
+	// be read.
+	Alone string `json:",omitempty"`
 	// FDKey: rank 0's fdKeyLen random bytes, hex: the first half names the
 	// ranks' sockets, the second half is the secret each connection
 	// presents.
@@ -43,22 +47,64 @@ const fdKeyLen = 32
 // descriptor passing need shared between two processes: the kernel (its
 // boot id), the network namespace (abstract socket names live in it), and
 // the pid and user namespaces (the pids and uids a peer's credentials are
-// compared with). "" when any of it cannot be read: such a rank is taken
-// to be on a node of its own. host is this rank's host name.
-func nodeIdentity(host string) string {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil || len(strings.TrimSpace(string(boot))) == 0 {
-		return ""
+// compared with), in the order of nodeParts. An error when any of it
+// cannot be read: such a rank is taken to be on a node of its own. host
+// is this rank's host name.
+func nodeIdentity(host string) (string, error) {
+	const bootID = "/proc/sys/kernel/random/boot_id"
+	boot, err := os.ReadFile(bootID)
+	if err != nil {
+		return "", err
+	}
+	if len(strings.TrimSpace(string(boot))) == 0 {
+		return "", fmt.Errorf("%s is empty", bootID)
 	}
 	id := []string{host, strings.TrimSpace(string(boot))}
 	for _, ns := range []string{"net", "pid", "user"} {
 		l, err := os.Readlink("/proc/self/ns/" + ns)
 		if err != nil {
-			return ""
+			return "", err
 		}
 		id = append(id, l)
 	}
-	return strings.Join(id, " ")
+	return strings.Join(id, " "), nil
+}
+
+// nodeParts names the fields of a node identity, in its order.
+var nodeParts = []string{"host name", "kernel boot id", "network namespace", "pid namespace", "user namespace"}
+
+// nodeSplit says why rank q's node identity (Node, or why it has none)
+// keeps it from passing descriptors with rank me, and what a person could
+// do about it; "" when they share a node.
+func nodeSplit(me int, mine externalPeer, q int, theirs externalPeer) string {
+	rank := func(r int, p externalPeer) string {
+		return fmt.Sprintf("rank %d (pid %d on %s)", r, p.PID, p.Hostname)
+	}
+	switch {
+	case mine.Node == theirs.Node && mine.Node != "":
+		return ""
+	case mine.Node == "":
+		return fmt.Sprintf("this rank, %s, %s", rank(me, mine), cmp.Or(mine.Alone, "has no node identity"))
+	case theirs.Node == "":
+		return fmt.Sprintf("%s %s", rank(q, theirs), cmp.Or(theirs.Alone, "has no node identity"))
+	}
+	a, b := strings.Fields(mine.Node), strings.Fields(theirs.Node)
+	if len(a) != len(nodeParts) || len(b) != len(nodeParts) {
+		return fmt.Sprintf("%s has another node identity than %s (%q, not %q)", rank(q, theirs), rank(me, mine), theirs.Node, mine.Node)
+	}
+	if a[1] != b[1] {
+		return fmt.Sprintf("%s runs on another machine than %s (its kernel boot id differs)", rank(q, theirs), rank(me, mine))
+	}
+	var differ []string
+	for i := range a {
+		if a[i] != b[i] {
+			differ = append(differ, fmt.Sprintf("%s (%s, not %s)", nodeParts[i], b[i], a[i]))
+		}
+	}
+	return fmt.Sprintf("%s shares this machine's kernel with %s but not its %s: run the ranks in one container, "+
+		"or give every container the host's network, pid and user namespaces and host name "+
+		"(docker run --network=host --pid=host --uts=host, or one pod's shared process namespace with hostNetwork on Kubernetes)",
+		rank(q, theirs), rank(me, mine), strings.Join(differ, ", "))
 }
 
 // fdRoute passes descriptors among the ranks of an ExternalGroup on one

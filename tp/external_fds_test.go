@@ -1005,3 +1005,83 @@ func TestExternalGroupFDsPeerLeft(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalGroupSpansNodesWhy: a group whose ranks cannot pass
+// descriptors on one node says, where a descriptor collective is refused,
+// which rank keeps it from one node and why, in words that tell a person
+// what to do: another machine, a container's own namespaces (and how to
+// share the host's), TPRUN_FORCE_NODE (unset it), an identity that could
+// not be read.
+func TestExternalGroupSpansNodesWhy(t *testing.T) {
+	id := func(host, boot, pid string) string {
+		return fmt.Sprintf("%s %s net:[4026531840] pid:[%s] user:[4026531837]", host, boot, pid)
+	}
+	boot := fmt.Sprintf("%x", rand.Uint64())
+	for _, tc := range []struct {
+		desc string
+		one  externalSite // rank 1's; rank 0 is on id("gpu1", boot, "4026531836")
+		want []string     // on rank 0
+		mine []string     // on rank 1
+	}{
+		{desc: "another machine", one: externalSite{host: "gpu2", node: id("gpu2", boot+"0", "4026531836")},
+			want: []string{"rank 1 (pid", "on gpu2) runs on another machine than rank 0", "boot id"},
+			mine: []string{"rank 0 (pid", "on gpu1) runs on another machine than rank 1"}},
+		{desc: "a container's own pids", one: externalSite{host: "gpu1", node: id("gpu1", boot, "4026532999")},
+			want: []string{"rank 1 (pid", "shares this machine's kernel with rank 0", "pid namespace (pid:[4026532999], not pid:[4026531836])", "--pid=host"},
+			mine: []string{"rank 0 (pid", "pid namespace (pid:[4026531836], not pid:[4026532999])"}},
+		{desc: "a container's own host name and pids", one: externalSite{host: "c0ffee", node: id("c0ffee", boot, "4026532999")},
+			want: []string{"host name (c0ffee, not gpu1), pid namespace", "--uts=host"}},
+		{desc: "TPRUN_FORCE_NODE", one: externalSite{host: "fake-b", alone: "sets TPRUN_FORCE_NODE=fake-b, which makes it act as on a node of its own (unset it to pass descriptors on this node)"},
+			want: []string{"rank 1 (pid", "on fake-b) sets TPRUN_FORCE_NODE=fake-b", "unset it"},
+			mine: []string{"this rank, rank 1 (pid", "sets TPRUN_FORCE_NODE=fake-b"}},
+		{desc: "no identity", one: externalSite{host: "gpu1", alone: "could not read its node identity, so it acts as on a node of its own (open /proc/sys/kernel/random/boot_id: permission denied)"},
+			want: []string{"rank 1 (pid", "could not read its node identity", "permission denied"}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			site := func(r int) externalSite {
+				if r == 0 {
+					return externalSite{host: "gpu1", node: id("gpu1", boot, "4026531836"), timeout: time.Minute}
+				}
+				s := tc.one
+				s.timeout = time.Minute
+				return s
+			}
+			errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+				if !g.SpansNodes() {
+					return errors.New("the group says its ranks share a node")
+				}
+				fd, err := memfd([]byte{byte(r)})
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				_, err = g.AllGatherFDs(context.Background(), fd)
+				if !errors.Is(err, ErrCrossNode) || !errors.Is(err, ErrBackendUnavailable) {
+					return fmt.Errorf("AllGatherFDs: %v", err)
+				}
+				want := tc.want
+				if r == 1 {
+					want = tc.mine
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						return fmt.Errorf("AllGatherFDs: %v; want %q in it", err, w)
+					}
+				}
+				t.Logf("rank %d: %v", r, err)
+				return nil
+			})
+			noErrors(t, errs)
+		})
+	}
+	// What NewExternalGroup reads here is one node's identity, with a
+	// field for every part named.
+	host, _ := os.Hostname()
+	node, err := nodeIdentity(host)
+	if err != nil {
+		t.Skipf("no node identity here: %v", err)
+	}
+	if f := strings.Fields(node); len(f) != len(nodeParts) || f[0] != host {
+		t.Fatalf("node identity %q: %d fields, %d parts named", node, len(f), len(nodeParts))
+	}
+}
