@@ -108,14 +108,17 @@ func (e descriptorError) Is(target error) bool {
 //   - A descriptor collective that fails on a rank (ctx, the collective
 //     timeout TPRUN_COLLECTIVE_TIMEOUT, a peer that gave up) leaves the
 //     group unusable on that rank (errors.Is ErrAborted); the rank tells
-//     the others, whose descriptor collectives then fail too. A rank that
-//     dies is noticed when a peer sends to it, else at the peers'
-//     collective timeout. The root of a broadcast does not wait for the
+//     the others, whose descriptor collectives then fail too, as does a
+//     rank that closes or aborts its group. A descriptor collective that
+//     waits for a rank, or sends to it, fails within a moment once that
+//     rank's process has ended, even where a child forked from it still
+//     holds its socket. The root of a broadcast does not wait for the
 //     receivers.
 //   - No job watch: a peer that dies is noticed by a waiting step at its
 //     deadline (a *TimeoutError naming the rank), or by the framework's
-//     next collective, not at once. Abort marks this rank's group failed
-//     but cannot tell the peers; the framework's own abort does.
+//     next collective, not at once. Abort marks this rank's group failed;
+//     of the peers, only their descriptor collectives hear of it: the
+//     framework's own abort tells the rest.
 //
 // The collectives are made one at a time, in the order the calls arrive.
 type ExternalGroup struct {
@@ -461,12 +464,13 @@ func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, max
 }
 
 // Abort marks this rank's group failed: its later collectives fail with
-// an error naming reason (ErrAborted). The peers are not told (the
-// framework's collectives have no such message): end the framework's
-// group, or the process, for that. On one node it closes this rank's
-// descriptor socket, so that a peer's descriptor collective that sends to
-// this rank fails at once instead of at its collective timeout, and so
-// does this rank's own descriptor call waiting for its peers.
+// an error naming reason (ErrAborted). The peers' steps and framework
+// collectives are not told (the framework's collectives have no such
+// message): end the framework's group, or the process, for that. On one
+// node it tells the peers' descriptor collectives and closes this rank's
+// descriptor socket, so that a peer's descriptor collective that waits
+// for this rank or sends to it fails at once instead of at its collective
+// timeout, and so does this rank's own descriptor call in progress.
 func (g *ExternalGroup) Abort(reason string) error {
 	if g.fds != nil {
 		g.fds.interrupt() // a descriptor call in progress holds the lock
@@ -482,9 +486,9 @@ func (g *ExternalGroup) Abort(reason string) error {
 	return nil
 }
 
-// Close ends the group: later collectives fail with ErrGroupClosed, and a
-// descriptor collective of this rank that waits for its peers fails at
-// once. The framework's group is the caller's and stays as it is. Close
+// Close ends the group: later collectives fail with ErrGroupClosed, a
+// descriptor collective of this rank in progress fails at once, and so
+// does a peer's that waits for this rank's descriptors. The framework's group is the caller's and stays as it is. Close
 // ops made from the group first.
 func (g *ExternalGroup) Close() error {
 	if g.fds != nil {
