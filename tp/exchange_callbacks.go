@@ -65,12 +65,15 @@ func (e *ExternalCollectiveError) Is(target error) bool {
 // whose ranks span nodes. It matches ErrCrossNode (what a TCP hub answers
 // to the same call) and ErrBackendUnavailable: the host mailbox, which
 // shares a memfd, cannot run across nodes.
-type descriptorError struct{ rank int }
+type descriptorError struct {
+	rank int
+	why  string // which rank keeps the group from one node, and why
+}
 
 func (e descriptorError) Error() string {
 	return fmt.Sprintf("tp: rank %d: descriptors cannot travel through the framework's collectives, and this group's ranks span nodes "+
 		"(or do not share a kernel and its network, pid and user namespaces), so they cannot pass them over node-local sockets either: "+
-		"across nodes the GPU mailbox shares CUDA fabric handles, which travel as bytes (the host backend cannot run on this route)", e.rank)
+		"%s; across nodes the GPU mailbox shares CUDA fabric handles, which travel as bytes (the host backend cannot run on this route)", e.rank, e.why)
 }
 
 func (e descriptorError) Is(target error) bool {
@@ -105,14 +108,17 @@ func (e descriptorError) Is(target error) bool {
 //   - A descriptor collective that fails on a rank (ctx, the collective
 //     timeout TPRUN_COLLECTIVE_TIMEOUT, a peer that gave up) leaves the
 //     group unusable on that rank (errors.Is ErrAborted); the rank tells
-//     the others, whose descriptor collectives then fail too. A rank that
-//     dies is noticed when a peer sends to it, else at the peers'
-//     collective timeout. The root of a broadcast does not wait for the
+//     the others, whose descriptor collectives then fail too, as does a
+//     rank that closes or aborts its group. A descriptor collective that
+//     waits for a rank, or sends to it, fails within a moment once that
+//     rank's process has ended, even where a child forked from it still
+//     holds its socket. The root of a broadcast does not wait for the
 //     receivers.
 //   - No job watch: a peer that dies is noticed by a waiting step at its
 //     deadline (a *TimeoutError naming the rank), or by the framework's
-//     next collective, not at once. Abort marks this rank's group failed
-//     but cannot tell the peers; the framework's own abort does.
+//     next collective, not at once. Abort marks this rank's group failed;
+//     of the peers, only their descriptor collectives hear of it: the
+//     framework's own abort tells the rest.
 //
 // The collectives are made one at a time, in the order the calls arrive.
 type ExternalGroup struct {
@@ -120,6 +126,7 @@ type ExternalGroup struct {
 	c                             Collectives
 	peers                         []Peer
 	fds                           *fdRoute // nil when the ranks span nodes
+	split                         string   // why they span nodes (nodeSplit)
 
 	mu     sync.Mutex // one collective at a time; guards failed, closed
 	failed error      // an earlier collective failed, or Abort
@@ -147,19 +154,22 @@ func NewExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	node := nodeIdentity(host)
+	site := externalSite{host: host, timeout: timeout}
 	if forced := os.Getenv(EnvForceNode); forced != "" {
-		host, node = forced, ""
+		site.host = forced
+		site.alone = fmt.Sprintf("sets %s=%s, which makes it act as on a node of its own (unset it to pass descriptors on this node)", EnvForceNode, forced)
+	} else if site.node, err = nodeIdentity(host); err != nil {
+		site.alone = fmt.Sprintf("could not read its node identity, so it acts as on a node of its own (%v)", err)
 	}
-	return newExternalGroup(ctx, rank, size, localRank, device, c, externalSite{host: host, node: node, timeout: timeout})
+	return newExternalGroup(ctx, rank, size, localRank, device, c, site)
 }
 
 // externalSite is where NewExternalGroup finds itself: the host name it
 // reports, its node identity ("" when it must act as on a node of its
-// own) and the timeout of its descriptor collectives.
+// own, alone saying why) and the timeout of its descriptor collectives.
 type externalSite struct {
-	host, node string
-	timeout    time.Duration
+	host, node, alone string
+	timeout           time.Duration
 }
 
 func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c Collectives, site externalSite) (*ExternalGroup, error) {
@@ -177,7 +187,7 @@ func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 	}
 	g := &ExternalGroup{rank: rank, size: size, localRank: localRank, device: device, c: c}
 	me := externalPeer{Peer: Peer{Rank: rank, WorldSize: size, LocalRank: localRank, PID: os.Getpid(), Hostname: site.host, Device: strconv.Itoa(device)},
-		Node: site.node}
+		Node: site.node, Alone: site.alone}
 	if rank == 0 {
 		key, err := newFDKey()
 		if err != nil {
@@ -194,7 +204,7 @@ func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		return nil, fmt.Errorf("tp: external group: rank %d: all-gather of the ranks' descriptions: %w", rank, err)
 	}
 	g.peers = make([]Peer, size)
-	oneNode, key := site.node != "", ""
+	key := ""
 	var bad []error
 	for i, b := range all {
 		var ep externalPeer
@@ -204,8 +214,8 @@ func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 		}
 		p := ep.Peer
 		p.Token = ""
-		if ep.Node != site.node {
-			oneNode = false
+		if why := nodeSplit(rank, me, i, ep); why != "" && g.split == "" {
+			g.split = why
 		}
 		if i == 0 {
 			key = ep.FDKey
@@ -221,7 +231,7 @@ func newExternalGroup(ctx context.Context, rank, size, localRank, device int, c 
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("tp: external group: rank %d: %w", rank, errors.Join(bad...))
 	}
-	if oneNode {
+	if g.split == "" {
 		if err := g.listen(ctx, key, site.timeout); err != nil {
 			return nil, err
 		}
@@ -381,7 +391,7 @@ func (g *ExternalGroup) AllGather(ctx context.Context, b []byte) ([][]byte, erro
 // ErrCrossNode).
 func (g *ExternalGroup) AllGatherFDs(ctx context.Context, fd int) ([]int, error) {
 	if g.fds == nil {
-		return nil, descriptorError{g.rank}
+		return nil, descriptorError{g.rank, g.split}
 	}
 	if fd < 0 {
 		return nil, fmt.Errorf("%w: tp: rank %d: AllGatherFDs: invalid descriptor %d", ErrArgument, g.rank, fd)
@@ -400,7 +410,7 @@ func (g *ExternalGroup) AllGatherFDs(ctx context.Context, fd int) ([]int, error)
 // AllGatherFDs's do; across nodes it is refused.
 func (g *ExternalGroup) BroadcastFDs(ctx context.Context, root int, fds []int) ([]int, error) {
 	if g.fds == nil {
-		return nil, descriptorError{g.rank}
+		return nil, descriptorError{g.rank, g.split}
 	}
 	switch {
 	case root < 0 || root >= g.size:
@@ -432,9 +442,20 @@ func (g *ExternalGroup) brokeFDs(err error) error {
 	}
 	e := &fdRouteError{rank: g.rank, err: err}
 	g.failed = fmt.Errorf("%w (the group is unusable after it)", e)
-	g.fds.giveUp()
+	g.fds.giveUp(fdGaveUp)
 	_ = g.fds.close()
 	return e
+}
+
+// leave tells the peers, unless a failed call told them already, that
+// this rank takes part in no further descriptor call, and closes its end
+// of the route: a peer that waits for its descriptors fails at once.
+// Called with the lock held, after interrupt.
+func (g *ExternalGroup) leave() error {
+	if !g.fds.closed {
+		g.fds.giveUp(fdLeft)
+	}
+	return g.fds.close()
 }
 
 // NewUpProjection is NewUpProjection on this group, on its device.
@@ -443,12 +464,13 @@ func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, max
 }
 
 // Abort marks this rank's group failed: its later collectives fail with
-// an error naming reason (ErrAborted). The peers are not told (the
-// framework's collectives have no such message): end the framework's
-// group, or the process, for that. On one node it closes this rank's
-// descriptor socket, so that a peer's descriptor collective that sends to
-// this rank fails at once instead of at its collective timeout, and so
-// does this rank's own descriptor call waiting for its peers.
+// an error naming reason (ErrAborted). The peers' steps and framework
+// collectives are not told (the framework's collectives have no such
+// message): end the framework's group, or the process, for that. On one
+// node it tells the peers' descriptor collectives and closes this rank's
+// descriptor socket, so that a peer's descriptor collective that waits
+// for this rank or sends to it fails at once instead of at its collective
+// timeout, and so does this rank's own descriptor call in progress.
 func (g *ExternalGroup) Abort(reason string) error {
 	if g.fds != nil {
 		g.fds.interrupt() // a descriptor call in progress holds the lock
@@ -459,14 +481,14 @@ func (g *ExternalGroup) Abort(reason string) error {
 		g.failed = fmt.Errorf("%w: tp: rank %d aborted its external group: %s", ErrAborted, g.rank, reason)
 	}
 	if g.fds != nil {
-		return g.fds.close()
+		return g.leave()
 	}
 	return nil
 }
 
-// Close ends the group: later collectives fail with ErrGroupClosed, and a
-// descriptor collective of this rank that waits for its peers fails at
-// once. The framework's group is the caller's and stays as it is. Close
+// Close ends the group: later collectives fail with ErrGroupClosed, a
+// descriptor collective of this rank in progress fails at once, and so
+// does a peer's that waits for this rank's descriptors. The framework's group is the caller's and stays as it is. Close
 // ops made from the group first.
 func (g *ExternalGroup) Close() error {
 	if g.fds != nil {
@@ -476,7 +498,7 @@ func (g *ExternalGroup) Close() error {
 	defer g.mu.Unlock()
 	g.closed = true
 	if g.fds != nil {
-		return g.fds.close()
+		return g.leave()
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package tp
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tprun/tprun/internal/fdpass"
 	"github.com/tprun/tprun/internal/hub"
@@ -29,6 +32,9 @@ type externalPeer struct {
 	// own. Ranks whose Node is one non-empty value share a kernel and a
 	// network namespace.
 	Node string `json:",omitempty"`
+	// Alone says why Node is empty: TPRUN_FORCE_NODE, or what could not
+	// be read.
+	Alone string `json:",omitempty"`
 	// FDKey: rank 0's fdKeyLen random bytes, hex: the first half names the
 	// ranks' sockets, the second half is the secret each connection
 	// presents.
@@ -41,22 +47,64 @@ const fdKeyLen = 32
 // descriptor passing need shared between two processes: the kernel (its
 // boot id), the network namespace (abstract socket names live in it), and
 // the pid and user namespaces (the pids and uids a peer's credentials are
-// compared with). "" when any of it cannot be read: such a rank is taken
-// to be on a node of its own. host is this rank's host name.
-func nodeIdentity(host string) string {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil || len(strings.TrimSpace(string(boot))) == 0 {
-		return ""
+// compared with), in the order of nodeParts. An error when any of it
+// cannot be read: such a rank is taken to be on a node of its own. host
+// is this rank's host name.
+func nodeIdentity(host string) (string, error) {
+	const bootID = "/proc/sys/kernel/random/boot_id"
+	boot, err := os.ReadFile(bootID)
+	if err != nil {
+		return "", err
+	}
+	if len(strings.TrimSpace(string(boot))) == 0 {
+		return "", fmt.Errorf("%s is empty", bootID)
 	}
 	id := []string{host, strings.TrimSpace(string(boot))}
 	for _, ns := range []string{"net", "pid", "user"} {
 		l, err := os.Readlink("/proc/self/ns/" + ns)
 		if err != nil {
-			return ""
+			return "", err
 		}
 		id = append(id, l)
 	}
-	return strings.Join(id, " ")
+	return strings.Join(id, " "), nil
+}
+
+// nodeParts names the fields of a node identity, in its order.
+var nodeParts = []string{"host name", "kernel boot id", "network namespace", "pid namespace", "user namespace"}
+
+// nodeSplit says why rank q's node identity (Node, or why it has none)
+// keeps it from passing descriptors with rank me, and what a person could
+// do about it; "" when they share a node.
+func nodeSplit(me int, mine externalPeer, q int, theirs externalPeer) string {
+	rank := func(r int, p externalPeer) string {
+		return fmt.Sprintf("rank %d (pid %d on %s)", r, p.PID, p.Hostname)
+	}
+	switch {
+	case mine.Node == theirs.Node && mine.Node != "":
+		return ""
+	case mine.Node == "":
+		return fmt.Sprintf("this rank, %s, %s", rank(me, mine), cmp.Or(mine.Alone, "has no node identity"))
+	case theirs.Node == "":
+		return fmt.Sprintf("%s %s", rank(q, theirs), cmp.Or(theirs.Alone, "has no node identity"))
+	}
+	a, b := strings.Fields(mine.Node), strings.Fields(theirs.Node)
+	if len(a) != len(nodeParts) || len(b) != len(nodeParts) {
+		return fmt.Sprintf("%s has another node identity than %s (%q, not %q)", rank(q, theirs), rank(me, mine), theirs.Node, mine.Node)
+	}
+	if a[1] != b[1] {
+		return fmt.Sprintf("%s runs on another machine than %s (its kernel boot id differs)", rank(q, theirs), rank(me, mine))
+	}
+	var differ []string
+	for i := range a {
+		if a[i] != b[i] {
+			differ = append(differ, fmt.Sprintf("%s (%s, not %s)", nodeParts[i], b[i], a[i]))
+		}
+	}
+	return fmt.Sprintf("%s shares this machine's kernel with %s but not its %s: run the ranks in one container, "+
+		"or give every container the host's network, pid and user namespaces and host name "+
+		"(docker run --network=host --pid=host --uts=host, or one pod's shared process namespace with hostNetwork on Kubernetes)",
+		rank(q, theirs), rank(me, mine), strings.Join(differ, ", "))
 }
 
 // fdRoute passes descriptors among the ranks of an ExternalGroup on one
@@ -69,7 +117,8 @@ func nodeIdentity(host string) string {
 // Every accepted connection must come from this uid, present the secret,
 // and come from the pid its rank said it has; others are refused and
 // closed, and the call goes on waiting for its ranks. A call waits at most
-// until its deadline (the collective timeout) or ctx.
+// until its deadline (the collective timeout) or ctx, and fails within a
+// moment once the process of a rank it waits for or sends to has ended.
 type fdRoute struct {
 	rank    int
 	peers   []Peer
@@ -77,10 +126,20 @@ type fdRoute struct {
 	secret  []byte
 	ln      *net.UnixListener
 	timeout time.Duration
+	// pidfds[q] watches rank q's process (pidfd_open), -1 where there is
+	// none (this rank; a kernel without pidfds). A socket outlives its
+	// rank's process when a child forked from it holds the socket, so a
+	// connection that succeeds does not prove the rank alive.
+	pidfds []int
+	// life ends when Close or Abort interrupts the route: a call in
+	// progress then ends at once, wherever it waits.
+	life context.Context
+	end  context.CancelFunc
 
 	seq     uint64              // of the next call, the same on every rank
 	early   map[early]earlyCall // connections of later calls, sent while this rank was in an earlier one
 	refused int                 // connections refused so far
+	left    map[int]bool        // ranks that said they closed or aborted their group
 	closed  bool
 }
 
@@ -128,6 +187,9 @@ const (
 	// fdGaveUp: the sender's descriptor collective failed; it takes part
 	// in no further call.
 	fdGaveUp
+	// fdLeft: the sender closed or aborted its group; it takes part in no
+	// further call.
+	fdLeft
 )
 
 func (k fdKind) String() string {
@@ -136,6 +198,8 @@ func (k fdKind) String() string {
 		return "BroadcastFDs"
 	case fdGaveUp:
 		return "a failed descriptor collective"
+	case fdLeft:
+		return "a group's end"
 	}
 	return "AllGatherFDs"
 }
@@ -167,61 +231,152 @@ func listenFDs(rank int, peers []Peer, key string, timeout time.Duration) (*fdRo
 		return nil, fmt.Errorf("%w: rank 0 sent a descriptor route key of %d characters that is not %d hex bytes", ErrPeer, len(key), fdKeyLen)
 	}
 	r := &fdRoute{rank: rank, peers: peers, prefix: "@tprun-fd-" + hex.EncodeToString(k[:fdKeyLen/2]) + "-",
-		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early]earlyCall{}}
+		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early]earlyCall{}, left: map[int]bool{}}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.name(rank), Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listening for descriptors: %w", err)
 	}
 	// An abstract socket has no file: nothing to remove when it closes.
 	r.ln = ln
+	r.life, r.end = context.WithCancel(context.Background())
+	r.pidfds = make([]int, len(peers))
+	for q, p := range peers {
+		r.pidfds[q] = -1
+		if q != rank && p.PID != os.Getpid() {
+			// Without a pidfd (an old kernel, a sandbox that forbids it)
+			// a rank's end is noticed as before: when a send to it is
+			// refused, else at the deadline.
+			if fd, err := unix.PidfdOpen(p.PID, 0); err == nil {
+				r.pidfds[q] = fd
+			}
+		}
+	}
 	return r, nil
+}
+
+// exited reports the first rank of ranks whose process has ended.
+func (r *fdRoute) exited(ranks []int) error {
+	var pfd []unix.PollFd
+	var which []int
+	for _, q := range ranks {
+		if q < len(r.pidfds) && r.pidfds[q] >= 0 {
+			pfd = append(pfd, unix.PollFd{Fd: int32(r.pidfds[q]), Events: unix.POLLIN})
+			which = append(which, q)
+		}
+	}
+	if len(pfd) == 0 {
+		return nil
+	}
+	// A failed poll (EINTR) tells nothing: the next look does.
+	if n, err := unix.Poll(pfd, 0); err != nil || n == 0 {
+		return nil
+	}
+	for i, p := range pfd {
+		if p.Revents != 0 {
+			q := which[i]
+			return fmt.Errorf("%w: rank %d (pid %d) exited", ErrPeer, q, r.peers[q].PID)
+		}
+	}
+	return nil
+}
+
+// peerPoll is how often a call that waits looks whether the ranks it
+// waits for still run.
+const peerPoll = 100 * time.Millisecond
+
+// errInterrupted ends a call of this rank that Close or Abort interrupted.
+var errInterrupted = errors.New("the group was closed or aborted on this rank during the call")
+
+// call is ctx, ended also when Close or Abort interrupts the route; done
+// releases it.
+func (r *fdRoute) call(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(r.life, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// stopped is why a call with ctx (call's) must end now, nil while it may
+// go on: errInterrupted once Close or Abort interrupted the route (which
+// ends life before it closes the listener, so a closed listener always
+// finds it), else ctx's error.
+func (r *fdRoute) stopped(ctx context.Context) error {
+	if r.life.Err() != nil {
+		return errInterrupted
+	}
+	return ctx.Err()
 }
 
 func (r *fdRoute) name(rank int) string { return fmt.Sprintf("%s%d", r.prefix, rank) }
 
 // giveUp tells every other rank, as far as it can within a second, that
-// this rank's descriptor collective failed, so that a rank waiting for
-// its descriptors fails now instead of at its deadline.
-func (r *fdRoute) giveUp() {
+// this rank takes part in no further call (kind: fdGaveUp, its descriptor
+// collective failed; fdLeft, it closed or aborted its group), so that a
+// rank waiting for its descriptors fails now instead of at its deadline.
+// A rank not in a call hears it in its next one.
+func (r *fdRoute) giveUp(kind fdKind) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	for q := range r.peers {
 		if q != r.rank {
 			// A rank that cannot be told learns it at its deadline.
-			_ = r.send(ctx, deadline, q, r.seq, fdGaveUp, 0, nil)
+			_ = r.send(ctx, deadline, q, r.seq, kind, 0, nil)
 		}
 	}
 }
 
-// close closes the listener and every descriptor that arrived early;
-// idempotent.
+// close closes the listener, the pidfds and every descriptor that arrived
+// early; idempotent.
 func (r *fdRoute) close() error {
 	if r.closed {
 		return nil
 	}
 	r.closed = true
+	r.end()
 	for k, e := range r.early {
 		fdpass.Close(e.fds)
 		delete(r.early, k)
 	}
+	fdpass.Close(slices.DeleteFunc(r.pidfds, func(fd int) bool { return fd < 0 }))
+	r.pidfds = nil
+	r.shutdown()
 	if err := r.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
 	return nil
 }
 
-// interrupt closes the listener without the group's lock, from Close or
-// Abort while a descriptor call of this rank may be waiting in Accept:
-// that call then fails at once instead of at its deadline. close still
-// releases the rest.
+// shutdown makes the listening socket refuse connections. Closing it is
+// not enough where a child forked from this process (a Python worker)
+// inherited it: the socket lives on in the child, a peer's connection
+// succeeds, its send too, and nobody accepts it. Shut down, the socket
+// refuses connections in every process that holds it.
+func (r *fdRoute) shutdown() {
+	rc, err := r.ln.SyscallConn()
+	if err != nil {
+		return // closed already, and shut down before that
+	}
+	_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+}
+
+// interrupt, from Close or Abort without the group's lock, ends a
+// descriptor call of this rank in progress at once (waiting in Accept, a
+// peer's header or a full backlog) instead of at its deadline, and makes
+// the socket refuse connections. close still releases the rest.
 func (r *fdRoute) interrupt() {
+	r.end()
+	r.shutdown()
 	_ = r.ln.Close()
 }
 
 // allGather is AllGatherFDs: fd to every other rank, one new descriptor
 // per rank back, own a dup.
 func (r *fdRoute) allGather(ctx context.Context, fd int) ([]int, error) {
+	ctx, done := r.call(ctx)
+	defer done()
 	deadline := r.deadline(ctx)
 	seq := r.seq
 	r.seq++
@@ -259,6 +414,8 @@ func (r *fdRoute) allGather(ctx context.Context, fd int) ([]int, error) {
 // broadcast is BroadcastFDs: root's fds to every other rank; every rank,
 // root too, gets new descriptors.
 func (r *fdRoute) broadcast(ctx context.Context, root int, fds []int) ([]int, error) {
+	ctx, done := r.call(ctx)
+	defer done()
 	deadline := r.deadline(ctx)
 	seq := r.seq
 	r.seq++
@@ -310,14 +467,17 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 		// The call's own end is named first: a dial that fails because the
 		// ctx ended or the deadline passed reports that, not the last
 		// dial error (a full backlog retried until then).
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return fail(fmt.Errorf("%w (last attempt: %v)", ctxErr, err))
+		if stop := r.stopped(ctx); stop != nil {
+			return fail(fmt.Errorf("%w (last attempt: %v)", stop, err))
 		}
 		// EAGAIN: the receiver's backlog is full; it drains as it accepts.
 		if !errors.Is(err, syscall.EAGAIN) {
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				err = fmt.Errorf("%w (its group is closed, or the process ended)", err)
 			}
+			return fail(err)
+		}
+		if err := r.exited([]int{to}); err != nil {
 			return fail(err)
 		}
 		if !time.Now().Before(deadline) {
@@ -338,6 +498,11 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	if int(cred.Uid) != os.Getuid() || int(cred.Pid) != r.peers[to].PID {
 		return fail(fmt.Errorf("%w: its socket is held by pid %d of uid %d, not by pid %d of uid %d", ErrPeer, cred.Pid, cred.Uid, r.peers[to].PID, os.Getuid()))
 	}
+	// The credentials are the listener's maker's: a socket that a child
+	// forked from rank to holds outlives it, and takes the send.
+	if err := r.exited([]int{to}); err != nil {
+		return fail(fmt.Errorf("%w, and a process it started still holds its socket", err))
+	}
 	h := fdHeader{seq: seq, kind: kind, root: root, count: len(fds)}.encode(r.secret, r.rank)
 	if err := c.SetDeadline(deadline); err != nil {
 		return fail(err)
@@ -345,7 +510,7 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	release := fdpass.InterruptOn(ctx, c.SetDeadline)
 	err = fdpass.Send(c, h, fds)
 	if release() {
-		return fail(ctx.Err())
+		return fail(r.stopped(ctx))
 	}
 	if err != nil {
 		return fail(err)
@@ -383,25 +548,46 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 		}
 		got[k.from] = e.fds
 	}
-	if err := r.ln.SetDeadline(deadline); err != nil {
-		return nil, err
+	if err := r.hasLeft(from, got); err != nil {
+		return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
 	}
 	release := fdpass.InterruptOn(ctx, r.ln.SetDeadline)
 	defer release()
 	var refused []string // the first maxRefusedNamed reasons
 	nrefused := 0
 	for len(got) < len(from) {
+		// Accept wakes every peerPoll to look whether the ranks still to
+		// send run (a dead broadcast root sends nothing to fail on); a
+		// ctx that ends meanwhile moves the deadline to the past.
+		if stop := r.stopped(ctx); stop != nil {
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, stop)
+		}
+		if err := r.exited(slices.DeleteFunc(slices.Clone(from), func(q int) bool { return has(got, q) })); err != nil {
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
+		}
+		if !time.Now().Before(deadline) {
+			return got, r.timedOut(seq, kind, time.Since(start), from, got, nrefused, refused)
+		}
+		wake := time.Now().Add(peerPoll)
+		if deadline.Before(wake) {
+			wake = deadline
+		}
+		if err := r.ln.SetDeadline(wake); err != nil {
+			if stop := r.stopped(ctx); stop != nil {
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, stop)
+			}
+			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
+		}
 		c, err := r.ln.AcceptUnix()
 		if err != nil {
-			if ctx.Err() != nil {
-				return got, fmt.Errorf("%s #%d: %w", kind, seq, ctx.Err())
-			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return got, r.timedOut(seq, kind, time.Since(start), from, got, nrefused, refused)
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return got, fmt.Errorf("%s #%d: the group was closed or aborted on this rank during the call", kind, seq)
+			switch {
+			case r.stopped(ctx) != nil:
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, r.stopped(ctx))
+			case errors.As(err, &ne) && ne.Timeout():
+				continue
+			case errors.Is(err, net.ErrClosed):
+				return got, fmt.Errorf("%s #%d: %w", kind, seq, errInterrupted)
 			}
 			return got, fmt.Errorf("%s #%d: accepting: %w", kind, seq, err)
 		}
@@ -469,7 +655,7 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 	fds, err = fdpass.Recv(c, b, hub.MaxFDs)
 	if release() {
 		fdpass.Close(fds)
-		return h, nil, 0, "", ctx.Err()
+		return h, nil, 0, "", r.stopped(ctx)
 	}
 	if err != nil {
 		return h, nil, 0, fmt.Sprintf("pid %d, which sent no header (%v)", cred.Pid, err), nil
@@ -501,7 +687,13 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 // take files rank q's connection under the call it belongs to, or keeps
 // it for a later call.
 func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, root int, from []int, got map[int][]int) error {
-	if h.kind != fdGaveUp && h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly {
+	if h.kind == fdLeft {
+		// Everything rank q sent before it left came before this: a call
+		// that has q's descriptors, or needs none, goes on.
+		r.left[q] = true
+		return r.hasLeft(from, got)
+	}
+	if h.kind != fdGaveUp && h.kind != fdLeft && h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly {
 		r.early[early{h.seq, q}] = earlyCall{h, fds}
 		return nil
 	}
@@ -509,6 +701,17 @@ func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, ro
 		return err
 	}
 	got[q] = fds
+	return nil
+}
+
+// hasLeft reports a rank of from that closed or aborted its group without
+// sending what got lacks.
+func (r *fdRoute) hasLeft(from []int, got map[int][]int) error {
+	for _, q := range from {
+		if r.left[q] && !has(got, q) {
+			return fmt.Errorf("%w: rank %d closed or aborted its group without taking part in this call", ErrPeer, q)
+		}
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -20,7 +21,7 @@ import (
 	"github.com/tprun/tprun/kernel"
 )
 
-// openFDs counts this process's open sockets and memfds: what the
+// openFDs counts this process's open sockets, memfds and pidfds: what the
 // descriptor route and these tests open. (The Go runtime opens and closes
 // files of its own, such as the cgroup's CPU limits, meanwhile.)
 func openFDs(t *testing.T) int {
@@ -32,15 +33,15 @@ func openFDs(t *testing.T) int {
 	n := 0
 	for _, e := range ents {
 		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
-		if strings.HasPrefix(l, "socket:") || strings.HasPrefix(l, "/memfd:") {
+		if strings.HasPrefix(l, "socket:") || strings.HasPrefix(l, "/memfd:") || l == "anon_inode:[pidfd]" {
 			n++
 		}
 	}
 	return n
 }
 
-// sameFDs fails t unless as many sockets and memfds are open as before
-// (openFDs).
+// sameFDs fails t unless as many sockets, memfds and pidfds are open as
+// before (openFDs).
 func sameFDs(t *testing.T, before int) {
 	t.Helper()
 	if after := openFDs(t); after != before {
@@ -474,6 +475,41 @@ func TestFDRouteEarlyCallChecked(t *testing.T) {
 	}
 }
 
+// fullSocket makes a rank's socket by hand, named name, with a backlog of
+// nothing, and fills it; it closes with the test.
+func fullSocket(t *testing.T, name string) {
+	t.Helper()
+	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := []int{ln}
+	t.Cleanup(func() { closeAll(fill) })
+	if err := unix.Bind(ln, &unix.SockaddrUnix{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(ln, 0); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Connect(c, &unix.SockaddrUnix{Name: name})
+		fill = append(fill, c)
+		if errors.Is(err, unix.EAGAIN) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fill) > 100 {
+			t.Fatal("the backlog never filled")
+		}
+	}
+}
+
 // TestFDRouteSendFullBacklog: a receiver whose backlog is full (it does
 // not accept) holds a sender at most until the call's deadline, or until
 // its ctx ends, not for ever.
@@ -488,38 +524,7 @@ func TestFDRouteSendFullBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r0.close()
-	// Rank 1's socket, made by hand with a backlog of nothing, filled.
-	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(ln)
-	name := r0.name(1)
-	if err := unix.Bind(ln, &unix.SockaddrUnix{Name: name}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(ln, 0); err != nil {
-		t.Fatal(err)
-	}
-	var fill []int
-	defer func() { closeAll(fill) }()
-	for {
-		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = unix.Connect(c, &unix.SockaddrUnix{Name: name})
-		fill = append(fill, c)
-		if errors.Is(err, unix.EAGAIN) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(fill) > 100 {
-			t.Fatal("the backlog never filled")
-		}
-	}
+	fullSocket(t, r0.name(1))
 	for _, tc := range []struct {
 		desc   string
 		wait   time.Duration // the deadline
@@ -684,5 +689,399 @@ func TestExternalGroupFDsInterrupted(t *testing.T) {
 			noErrors(t, errs)
 			sameFDs(t, before)
 		})
+	}
+}
+
+// The helper process's modes (TestFDRouteHelperProcess).
+const (
+	envFDHelperListen = "TPRUN_FDROUTE_TEST_LISTEN" // listen on this socket, hand it to a child, exit when stdin closes
+	envFDHelperHold   = "TPRUN_FDROUTE_TEST_HOLD"   // hold whatever it inherited until killed, a minute at most
+)
+
+// TestFDRouteHelperProcess is no test of its own: the tests below run the
+// test binary through it as a rank's process. In envFDHelperListen mode it
+// listens on the named socket as a rank does, starts a child in
+// envFDHelperHold mode that inherits the socket (as a worker forked by a
+// rank's Python process would), prints the child's pid, and exits once
+// its stdin closes, leaving the child holding the socket.
+func TestFDRouteHelperProcess(t *testing.T) {
+	switch {
+	case os.Getenv(envFDHelperHold) != "":
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	case os.Getenv(envFDHelperListen) == "":
+		return
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fail(err)
+	}
+	if err := unix.Bind(ln, &unix.SockaddrUnix{Name: os.Getenv(envFDHelperListen)}); err != nil {
+		fail(err)
+	}
+	if err := unix.Listen(ln, 16); err != nil {
+		fail(err)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestFDRouteHelperProcess$")
+	child.Env = append(os.Environ(), envFDHelperHold+"=1")
+	child.ExtraFiles = []*os.File{os.NewFile(uintptr(ln), "listener")}
+	if err := child.Start(); err != nil {
+		fail(err)
+	}
+	fmt.Println(child.Process.Pid)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(0)
+}
+
+// holdProcess starts a process of the test binary that holds files (a
+// rank's inherited socket) until the test ends, and returns it; it is
+// waited for (and its pidfd closed) only then.
+func holdProcess(t *testing.T, files ...*os.File) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFDRouteHelperProcess$")
+	cmd.Env = append(os.Environ(), envFDHelperHold+"=1")
+	cmd.ExtraFiles = files
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// TestFDRouteClosedSocketInherited: a rank's socket that a child process
+// inherited (a worker forked by the rank's Python process: close-on-exec
+// does not cover a fork) still refuses connections once the rank closes
+// or aborts its group, so a peer's descriptor call fails at once naming
+// that rank instead of sending into a socket nobody accepts on and
+// waiting out its collective timeout.
+func TestFDRouteClosedSocketInherited(t *testing.T) {
+	key, err := newFDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
+	r0, err := listenFDs(0, peers, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r0.close()
+	r1, err := listenFDs(1, peers, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := r1.ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdProcess(t, f)
+	f.Close()
+	r1.interrupt() // as Close and Abort do
+	if err := r1.close(); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := memfd([]byte{byte(rand.Uint32())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	start := time.Now()
+	err = r0.send(context.Background(), start.Add(10*time.Second), 1, 0, fdAllGather, 0, []int{fd})
+	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "sending to rank 1") || time.Since(start) > 2*time.Second {
+		t.Fatalf("sending to a closed rank whose socket a child holds, after %v: %v", time.Since(start), err)
+	}
+}
+
+// TestFDRoutePeerExited: a rank whose peer's process ends during a
+// descriptor call fails the call within a moment, naming the rank and its
+// pid, instead of waiting out the collective timeout: a receiver of a
+// broadcast whose root died (it sends nothing it could fail on), and a
+// sender to a rank that died while a process it started still holds its
+// socket (the connection and the send succeed). Nothing leaks.
+func TestFDRoutePeerExited(t *testing.T) {
+	const timeout = 15 * time.Second
+	fd, err := memfd([]byte{byte(rand.Uint32())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	check := func(t *testing.T, start time.Time, err error, pid int) {
+		t.Helper()
+		want := fmt.Sprintf("rank 1 (pid %d) exited", pid)
+		if !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), want) || time.Since(start) > 5*time.Second {
+			t.Fatalf("after %v: %v; want %q", time.Since(start), err, want)
+		}
+	}
+	t.Run("broadcast root", func(t *testing.T) {
+		key, err := newFDKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		root := holdProcess(t)
+		before := openFDs(t)
+		peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: root.Process.Pid}}
+		r0, err := listenFDs(0, peers, key, timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r0.close()
+		time.AfterFunc(100*time.Millisecond, func() { _ = root.Process.Kill() })
+		start := time.Now()
+		got, err := r0.broadcast(context.Background(), 1, nil)
+		closeAll(got)
+		check(t, start, err, root.Process.Pid)
+		if err := r0.close(); err != nil {
+			t.Fatal(err)
+		}
+		sameFDs(t, before)
+	})
+	t.Run("socket kept by a child", func(t *testing.T) {
+		before := openFDs(t)
+		key, err := newFDKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := (&fdRoute{prefix: "@tprun-fd-" + key[:fdKeyLen] + "-"}).name(1)
+		rank := exec.Command(os.Args[0], "-test.run=^TestFDRouteHelperProcess$")
+		rank.Env = append(os.Environ(), envFDHelperListen+"="+name)
+		rank.Stderr = os.Stderr
+		stdin, err := rank.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := rank.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rank.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var child int
+		if _, err := fmt.Fscan(out, &child); err != nil {
+			_ = rank.Process.Kill()
+			_ = rank.Wait()
+			t.Fatalf("the rank's process printed no child: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+		peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: rank.Process.Pid}}
+		r0, err := listenFDs(0, peers, key, timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r0.close()
+		stdin.Close()
+		if err := rank.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		got, err := r0.allGather(context.Background(), fd)
+		closeAll(got)
+		check(t, start, err, rank.Process.Pid)
+		if err := r0.close(); err != nil {
+			t.Fatal(err)
+		}
+		sameFDs(t, before)
+	})
+}
+
+// TestFDRouteInterrupted: Close or Abort (interrupt) ends a descriptor call
+// of this rank at once wherever it waits, not only in Accept: sending to a
+// rank whose backlog is full, and reading the header of a connection from
+// a rank's pid that sent nothing yet. Nothing leaks.
+func TestFDRouteInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		desc string
+		wait func(t *testing.T, r0 *fdRoute) // makes rank 0's call wait
+		call func(r0 *fdRoute, fd int) ([]int, error)
+	}{
+		{desc: "sending to a full backlog",
+			wait: func(t *testing.T, r0 *fdRoute) { fullSocket(t, r0.name(1)) },
+			call: func(r0 *fdRoute, fd int) ([]int, error) { return r0.allGather(context.Background(), fd) }},
+		{desc: "reading a silent connection's header",
+			wait: func(t *testing.T, r0 *fdRoute) {
+				c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: r0.name(0), Net: "unix"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+			},
+			call: func(r0 *fdRoute, fd int) ([]int, error) { return r0.broadcast(context.Background(), 1, nil) }},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			before := openFDs(t)
+			// Last: the silent connection and the full socket close with the test.
+			t.Cleanup(func() { sameFDs(t, before) })
+			key, err := newFDKey()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
+			r0, err := listenFDs(0, peers, key, 20*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r0.close()
+			tc.wait(t, r0)
+			fd, err := memfd([]byte{byte(rand.Uint32())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			type result struct {
+				fds []int
+				err error
+			}
+			called := make(chan result, 1)
+			start := time.Now()
+			go func() {
+				fds, err := tc.call(r0, fd)
+				called <- result{fds, err}
+			}()
+			// Whether the call waits already or not, it ends at once.
+			time.Sleep(100 * time.Millisecond)
+			r0.interrupt()
+			res := <-called
+			closeAll(res.fds)
+			if took := time.Since(start); !errors.Is(res.err, errInterrupted) || took > 5*time.Second {
+				t.Fatalf("after %v: %v", took, res.err)
+			}
+			if err := r0.close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestExternalGroupFDsPeerLeft: a rank that closes or aborts its group
+// while a peer's descriptor call waits for its descriptors (the peer's
+// own send to it may have gone through already) tells the peer, whose
+// call fails at once naming it instead of waiting out its collective
+// timeout. Nothing leaks.
+func TestExternalGroupFDsPeerLeft(t *testing.T) {
+	for _, how := range []string{"Close", "Abort"} {
+		t.Run(how, func(t *testing.T) {
+			before := openFDs(t)
+			site := func(int) externalSite { return externalSite{host: "h", node: "one node", timeout: 20 * time.Second} }
+			var done sync.WaitGroup // rank 0's call ended
+			done.Add(1)
+			errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+				if r == 1 {
+					// Whether rank 0 sent to this rank before it leaves or
+					// not, rank 0's call ends at once.
+					time.Sleep(200 * time.Millisecond)
+					var err error
+					if how == "Close" {
+						err = g.Close()
+					} else {
+						err = g.Abort("the engine is shutting down")
+					}
+					done.Wait()
+					return err
+				}
+				defer done.Done()
+				fd, err := memfd([]byte{byte(rand.Uint32())})
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				start := time.Now()
+				got, err := g.AllGatherFDs(context.Background(), fd)
+				closeAll(got)
+				took := time.Since(start)
+				if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "rank 1") || took > 5*time.Second {
+					return fmt.Errorf("AllGatherFDs while rank 1 leaves, after %v: %v", took, err)
+				}
+				t.Logf("after %v: %v", took, err)
+				return nil
+			})
+			noErrors(t, errs)
+			sameFDs(t, before)
+		})
+	}
+}
+
+// TestExternalGroupSpansNodesWhy: a group whose ranks cannot pass
+// descriptors on one node says, where a descriptor collective is refused,
+// which rank keeps it from one node and why, in words that tell a person
+// what to do: another machine, a container's own namespaces (and how to
+// share the host's), TPRUN_FORCE_NODE (unset it), an identity that could
+// not be read.
+func TestExternalGroupSpansNodesWhy(t *testing.T) {
+	id := func(host, boot, pid string) string {
+		return fmt.Sprintf("%s %s net:[4026531840] pid:[%s] user:[4026531837]", host, boot, pid)
+	}
+	boot := fmt.Sprintf("%x", rand.Uint64())
+	for _, tc := range []struct {
+		desc string
+		one  externalSite // rank 1's; rank 0 is on id("gpu1", boot, "4026531836")
+		want []string     // on rank 0
+		mine []string     // on rank 1
+	}{
+		{desc: "another machine", one: externalSite{host: "gpu2", node: id("gpu2", boot+"0", "4026531836")},
+			want: []string{"rank 1 (pid", "on gpu2) runs on another machine than rank 0", "boot id"},
+			mine: []string{"rank 0 (pid", "on gpu1) runs on another machine than rank 1"}},
+		{desc: "a container's own pids", one: externalSite{host: "gpu1", node: id("gpu1", boot, "4026532999")},
+			want: []string{"rank 1 (pid", "shares this machine's kernel with rank 0", "pid namespace (pid:[4026532999], not pid:[4026531836])", "--pid=host"},
+			mine: []string{"rank 0 (pid", "pid namespace (pid:[4026531836], not pid:[4026532999])"}},
+		{desc: "a container's own host name and pids", one: externalSite{host: "c0ffee", node: id("c0ffee", boot, "4026532999")},
+			want: []string{"host name (c0ffee, not gpu1), pid namespace", "--uts=host"}},
+		{desc: "TPRUN_FORCE_NODE", one: externalSite{host: "fake-b", alone: "sets TPRUN_FORCE_NODE=fake-b, which makes it act as on a node of its own (unset it to pass descriptors on this node)"},
+			want: []string{"rank 1 (pid", "on fake-b) sets TPRUN_FORCE_NODE=fake-b", "unset it"},
+			mine: []string{"this rank, rank 1 (pid", "sets TPRUN_FORCE_NODE=fake-b"}},
+		{desc: "no identity", one: externalSite{host: "gpu1", alone: "could not read its node identity, so it acts as on a node of its own (open /proc/sys/kernel/random/boot_id: permission denied)"},
+			want: []string{"rank 1 (pid", "could not read its node identity", "permission denied"}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			site := func(r int) externalSite {
+				if r == 0 {
+					return externalSite{host: "gpu1", node: id("gpu1", boot, "4026531836"), timeout: time.Minute}
+				}
+				s := tc.one
+				s.timeout = time.Minute
+				return s
+			}
+			errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+				if !g.SpansNodes() {
+					return errors.New("the group says its ranks share a node")
+				}
+				fd, err := memfd([]byte{byte(r)})
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				_, err = g.AllGatherFDs(context.Background(), fd)
+				if !errors.Is(err, ErrCrossNode) || !errors.Is(err, ErrBackendUnavailable) {
+					return fmt.Errorf("AllGatherFDs: %v", err)
+				}
+				want := tc.want
+				if r == 1 {
+					want = tc.mine
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						return fmt.Errorf("AllGatherFDs: %v; want %q in it", err, w)
+					}
+				}
+				t.Logf("rank %d: %v", r, err)
+				return nil
+			})
+			noErrors(t, errs)
+		})
+	}
+	// What NewExternalGroup reads here is one node's identity, with a
+	// field for every part named.
+	host, _ := os.Hostname()
+	node, err := nodeIdentity(host)
+	if err != nil {
+		t.Skipf("no node identity here: %v", err)
+	}
+	if f := strings.Fields(node); len(f) != len(nodeParts) || f[0] != host {
+		t.Fatalf("node identity %q: %d fields, %d parts named", node, len(f), len(nodeParts))
 	}
 }
