@@ -476,7 +476,11 @@ def main():
 
     if not a.cpu and not torch.cuda.is_available():
         sys.exit("torch_rank.py needs a CUDA device, or --cpu")
-    r = Rank(torch, tprun, a)
+    try:
+        r = Rank(torch, tprun, a)  # joins and makes the op: a collective
+    except tprun.TprunError as e:
+        who = "" if e.rank is None else f" (rank {e.rank})"
+        sys.exit(f"FAIL: {type(e).__name__}{who}: {e}")  # a joined group closes at exit
     try:
         if a.check:
             r.check()
