@@ -295,6 +295,10 @@ func (g *ExternalGroup) Peers() []Peer { return append([]Peer(nil), g.peers...) 
 // refused (see ExternalGroup).
 func (g *ExternalGroup) SpansNodes() bool { return g.fds == nil }
 
+// splitReason is which rank keeps the group off one node and why, "" when
+// the ranks share one.
+func (g *ExternalGroup) splitReason() string { return g.split }
+
 // enter takes the collective lock and reports why no collective may run.
 func (g *ExternalGroup) enter(ctx context.Context) error {
 	g.mu.Lock()

@@ -378,3 +378,51 @@ func refusedAcrossNodes(t *testing.T, site func(r int) externalSite) {
 	})
 	noErrors(t, errs)
 }
+
+// TestExternalGroupFabricRefusalSaysWhy: when the ranks of an
+// ExternalGroup count as separate nodes and the GPU mailbox's fabric
+// handles are refused, the op's error says which rank keeps the group off
+// one node and why, besides the refusal itself; a group on one node, or
+// an error that is no fabric refusal, is left as it is.
+func TestExternalGroupFabricRefusalSaysWhy(t *testing.T) {
+	refusal := &mailbox.FabricError{Device: 0, Op: "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED"}
+	other := fmt.Errorf("%w: no memory", mailbox.ErrConfig)
+	for _, tc := range []struct {
+		desc string
+		site func(r int) externalSite
+		fail error
+		why  bool // the error names the split
+	}{
+		{desc: "separate nodes, fabric refused", site: split, fail: refusal, why: true},
+		{desc: "separate nodes, another error", site: split, fail: other},
+		{desc: "one node, fabric refused", fail: refusal},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			deps := fakeDeps()
+			deps.newUnicast = func(context.Context, mailbox.Exchanger, engineDriver, cuda.Device, mailbox.Config) (gpuMailbox, []cuda.DevicePtr, error) {
+				return nil, nil, tc.fail
+			}
+			gpu := newFakeGPU()
+			errs := onExternalRanksAt(2, same, tc.site, func(r int, g *ExternalGroup) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				u, err := newFakeUpKind(ctx, g, gpu, 64, 40, 4, 0, 5*time.Second, mailbox.KindUnicast, deps)
+				if err == nil {
+					u.Close()
+					return errors.New("the op was made")
+				}
+				if !errors.Is(err, tc.fail) {
+					return fmt.Errorf("%v, want %v wrapped", err, tc.fail)
+				}
+				named := strings.Contains(err.Error(), "counts its ranks as separate nodes") &&
+					strings.Contains(err.Error(), fmt.Sprintf("rank %d", 1-r))
+				if named != tc.why {
+					return fmt.Errorf("names the split: %v, want %v: %v", named, tc.why, err)
+				}
+				t.Logf("rank %d: %v", r, err)
+				return nil
+			})
+			noErrors(t, errs)
+		})
+	}
+}

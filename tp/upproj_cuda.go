@@ -359,7 +359,7 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		err = fmt.Errorf("%w: the CUDA engine runs the unicast or multicast mailbox, not %v", mailbox.ErrConfig, kind)
 	}
 	if err != nil {
-		return nil, err
+		return nil, whySeparateNodes(ex, err)
 	}
 	e.layout = e.mb.Layout()
 	e.local = e.mb.Local()
@@ -1611,4 +1611,20 @@ func (g *StepGraph) destroy() error {
 	g.events = nil
 	errs = append(errs, g.e.drv.GraphExecDestroy(g.exec))
 	return errors.Join(errs...)
+}
+
+// whySeparateNodes adds to a refusal of fabric handles why ex's ranks
+// count as separate nodes, where ex knows (an ExternalGroup whose ranks
+// share no node identity: containers with their own namespaces,
+// TPRUN_FORCE_NODE). Such a user is often on one machine, and wants the
+// node-local route rather than the fabric the refusal speaks of.
+func whySeparateNodes(ex mailbox.Exchanger, err error) error {
+	g, ok := ex.(interface{ splitReason() string })
+	if !ok || !errors.Is(err, mailbox.ErrFabric) {
+		return err
+	}
+	if why := g.splitReason(); why != "" {
+		return fmt.Errorf("%w (this group counts its ranks as separate nodes: %s)", err, why)
+	}
+	return err
 }
