@@ -514,16 +514,7 @@ func fullSocket(t *testing.T, name string) {
 // not accept) holds a sender at most until the call's deadline, or until
 // its ctx ends, not for ever.
 func TestFDRouteSendFullBacklog(t *testing.T) {
-	key, err := newFDKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
-	r0, err := listenFDs(0, peers, key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r0.close()
+	r0, _, _ := selfRoute(t, time.Minute)
 	fullSocket(t, r0.name(1))
 	for _, tc := range []struct {
 		desc   string
@@ -762,16 +753,7 @@ func holdProcess(t *testing.T, files ...*os.File) *exec.Cmd {
 // that rank instead of sending into a socket nobody accepts on and
 // waiting out its collective timeout.
 func TestFDRouteClosedSocketInherited(t *testing.T) {
-	key, err := newFDKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
-	r0, err := listenFDs(0, peers, key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r0.close()
+	r0, key, peers := selfRoute(t, 10*time.Second)
 	r1, err := listenFDs(1, peers, key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -917,16 +899,7 @@ func TestFDRouteInterrupted(t *testing.T) {
 			before := openFDs(t)
 			// Last: the silent connection and the full socket close with the test.
 			t.Cleanup(func() { sameFDs(t, before) })
-			key, err := newFDKey()
-			if err != nil {
-				t.Fatal(err)
-			}
-			peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
-			r0, err := listenFDs(0, peers, key, 20*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r0.close()
+			r0, _, _ := selfRoute(t, 20*time.Second)
 			tc.wait(t, r0)
 			fd, err := memfd([]byte{byte(rand.Uint32())})
 			if err != nil {
@@ -1084,4 +1057,21 @@ func TestExternalGroupSpansNodesWhy(t *testing.T) {
 	if f := strings.Fields(node); len(f) != len(nodeParts) || f[0] != host {
 		t.Fatalf("node identity %q: %d fields, %d parts named", node, len(f), len(nodeParts))
 	}
+}
+
+// selfRoute is rank 0's route of a group of two ranks that are both this
+// process, with its key and peers; it closes with the test.
+func selfRoute(t *testing.T, timeout time.Duration) (*fdRoute, string, []Peer) {
+	t.Helper()
+	key, err := newFDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
+	r0, err := listenFDs(0, peers, key, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r0.close() })
+	return r0, key, peers
 }
