@@ -21,8 +21,9 @@
 #            example's test
 #   torchrun the captured step under torchrun, tp 4 on one GPU, and
 #            --join torch under torchrun
-#   opbench  tp 1, shards 7168 and 896: tprun bench --graph capture,
-#            enqueue, enqueue-ops and torch_rank.py --bench
+#   opbench  tp 1, shards 7168 and 896, M 1..8 then 16, 32, 64, 128:
+#            tprun bench --graph capture, enqueue, enqueue-ops and
+#            torch_rank.py --bench
 #   shmab    shard 896, tp 1: the tree's binaries against those built with
 #            lab/shared-kernel-module.patch (bin/shm/), two interleaved
 #            rounds of --graph capture and enqueue-ops, then torch_rank.py
@@ -131,15 +132,20 @@ for st in "${stages[@]}"; do
 	opbench)
 		# tp 1 at shards 7168 and 896: the Go forms and the PyTorch forms.
 		export TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
-		for h in 7168 896; do
-			for g in capture enqueue enqueue-ops; do
-				timeout 120 bin/tprun bench --tp 1 --hidden $h --graph $g >"$logs/opbench-$g-$h.log" 2>&1
-				note "opbench $g $h: exit $?"
-				grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/opbench-$g-$h.log" | tee -a "$OUT/summary.txt"
+		# M 1..8 first, then the larger M (a failure there keeps the first).
+		for ms in 1,2,3,4,5,6,7,8 16,32,64,128; do
+			sfx=""
+			[[ $ms == 16,* ]] && sfx=-large
+			for h in 7168 896; do
+				for g in capture enqueue enqueue-ops; do
+					timeout 120 bin/tprun bench --tp 1 --hidden $h --m $ms --graph $g >"$logs/opbench-$g-$h$sfx.log" 2>&1
+					note "opbench $g $h M $ms: exit $?"
+					grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/opbench-$g-$h$sfx.log" | tee -a "$OUT/summary.txt"
+				done
+				timeout 150 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --bench --hidden $h --rows $ms >"$logs/opbench-torch-$h$sfx.log" 2>&1
+				note "opbench torch $h M $ms: exit $?"
+				grep -v "^W" "$logs/opbench-torch-$h$sfx.log" | tail -14 | tee -a "$OUT/summary.txt"
 			done
-			timeout 120 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --bench --hidden $h >"$logs/opbench-torch-$h.log" 2>&1
-			note "opbench torch $h: exit $?"
-			grep -v "^W" "$logs/opbench-torch-$h.log" | tail -14 | tee -a "$OUT/summary.txt"
 		done
 		unset TPRUN_LIB PYTHONPATH
 		;;
