@@ -280,6 +280,23 @@ func (r *fdRoute) exited(ranks []int) error {
 	return nil
 }
 
+// queued reports whether a connection waits in the listener's backlog;
+// true where that cannot be told, so that the call goes on to look.
+func (r *fdRoute) queued() bool {
+	rc, err := r.ln.SyscallConn()
+	if err != nil {
+		return true
+	}
+	ready := true
+	_ = rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(p, 0); err == nil {
+			ready = n > 0
+		}
+	})
+	return ready
+}
+
 // peerPoll is how often a call that waits looks whether the ranks it
 // waits for still run.
 const peerPoll = 100 * time.Millisecond
@@ -562,7 +579,11 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 		if stop := r.stopped(ctx); stop != nil {
 			return got, fmt.Errorf("%s #%d: %w", kind, seq, stop)
 		}
-		if err := r.exited(slices.DeleteFunc(slices.Clone(from), func(q int) bool { return has(got, q) })); err != nil {
+		// A rank that sent its part and then ended (a root done with its
+		// broadcast) left it queued here: only with nothing queued does an
+		// ended rank fail the call. Looked at in this order, whatever it
+		// sent before it ended is queued by the time its end is seen.
+		if err := r.exited(slices.DeleteFunc(slices.Clone(from), func(q int) bool { return has(got, q) })); err != nil && !r.queued() {
 			return got, fmt.Errorf("%s #%d: %w", kind, seq, err)
 		}
 		if !time.Now().Before(deadline) {

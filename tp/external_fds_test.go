@@ -3,6 +3,7 @@ package tp
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -687,6 +689,7 @@ func TestExternalGroupFDsInterrupted(t *testing.T) {
 const (
 	envFDHelperListen = "TPRUN_FDROUTE_TEST_LISTEN" // listen on this socket, hand it to a child, exit when stdin closes
 	envFDHelperHold   = "TPRUN_FDROUTE_TEST_HOLD"   // hold whatever it inherited until killed, a minute at most
+	envFDHelperRoot   = "TPRUN_FDROUTE_TEST_ROOT"   // "key pid bytes...": rank 1 of the pid's route, broadcast each bytes once stdin closes, exit
 )
 
 // TestFDRouteHelperProcess is no test of its own: the tests below run the
@@ -694,18 +697,24 @@ const (
 // listens on the named socket as a rank does, starts a child in
 // envFDHelperHold mode that inherits the socket (as a worker forked by a
 // rank's Python process would), prints the child's pid, and exits once
-// its stdin closes, leaving the child holding the socket.
+// its stdin closes, leaving the child holding the socket. In
+// envFDHelperRoot mode it is rank 1 of a group of two whose rank 0 is the
+// pid named: once its stdin closes it broadcasts a memfd of each hex
+// string named, one call each, and exits.
 func TestFDRouteHelperProcess(t *testing.T) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	switch {
 	case os.Getenv(envFDHelperHold) != "":
 		time.Sleep(time.Minute)
 		os.Exit(0)
+	case os.Getenv(envFDHelperRoot) != "":
+		helperRoot(strings.Fields(os.Getenv(envFDHelperRoot)), fail)
+		os.Exit(0)
 	case os.Getenv(envFDHelperListen) == "":
 		return
-	}
-	fail := func(err error) {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
 	}
 	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -726,6 +735,37 @@ func TestFDRouteHelperProcess(t *testing.T) {
 	fmt.Println(child.Process.Pid)
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	os.Exit(0)
+}
+
+// helperRoot is envFDHelperRoot's mode: args are the key, rank 0's pid
+// and the hex contents to broadcast.
+func helperRoot(args []string, fail func(error)) {
+	if len(args) < 3 {
+		fail(fmt.Errorf("%s: want key, pid and contents, got %q", envFDHelperRoot, args))
+	}
+	pid, err := strconv.Atoi(args[1])
+	if err != nil {
+		fail(err)
+	}
+	peers := []Peer{{Rank: 0, WorldSize: 2, PID: pid}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
+	r1, err := listenFDs(1, peers, args[0], 10*time.Second)
+	if err != nil {
+		fail(err)
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	for _, h := range args[2:] {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			fail(err)
+		}
+		fd, err := memfd(b)
+		if err != nil {
+			fail(err)
+		}
+		if _, err := r1.broadcast(context.Background(), 1, []int{fd}); err != nil {
+			fail(err)
+		}
+	}
 }
 
 // holdProcess starts a process of the test binary that holds files (a
@@ -870,6 +910,69 @@ func TestFDRoutePeerExited(t *testing.T) {
 		}
 		sameFDs(t, before)
 	})
+}
+
+// TestFDRoutePeerDoneAndExited: a rank that did its part of a call (a
+// broadcast's root that sent everything) and then ended its process
+// legitimately leaves what it sent waiting in the receivers' backlogs; a
+// receiver that comes to the call only afterwards gets it, in a first
+// call and in a second whose descriptors came while the first ran,
+// instead of failing because the sender's process has ended.
+func TestFDRoutePeerDoneAndExited(t *testing.T) {
+	before := openFDs(t)
+	key, err := newFDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]byte{make([]byte, 24), make([]byte, 24)}
+	args := []string{key, strconv.Itoa(os.Getpid())}
+	for _, b := range want {
+		for i := range b {
+			b[i] = byte(rand.Uint32())
+		}
+		args = append(args, hex.EncodeToString(b))
+	}
+	root := exec.Command(os.Args[0], "-test.run=^TestFDRouteHelperProcess$")
+	root.Env = append(os.Environ(), envFDHelperRoot+"="+strings.Join(args, " "))
+	root.Stderr = os.Stderr
+	stdin, err := root.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Start(); err != nil {
+		t.Fatal(err)
+	}
+	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: root.Process.Pid}}
+	r0, err := listenFDs(0, peers, key, 10*time.Second)
+	if err != nil {
+		_ = root.Process.Kill()
+		_ = root.Wait()
+		t.Fatal(err)
+	}
+	defer r0.close()
+	stdin.Close()
+	if err := root.Wait(); err != nil {
+		t.Fatalf("the root's process: %v", err)
+	}
+	for i, w := range want {
+		got, err := r0.broadcast(context.Background(), 1, nil)
+		if err != nil {
+			t.Fatalf("broadcast #%d after its root sent and exited: %v", i, err)
+		}
+		if len(got) != 1 {
+			closeAll(got)
+			t.Fatalf("broadcast #%d: %d descriptors, want 1", i, len(got))
+		}
+		b, err := pread(got[0])
+		closeAll(got)
+		if err != nil || !bytes.Equal(b, w) {
+			t.Fatalf("broadcast #%d: its descriptor reads %x (%v), want %x", i, b, err, w)
+		}
+	}
+	if err := r0.close(); err != nil {
+		t.Fatal(err)
+	}
+	sameFDs(t, before)
 }
 
 // TestFDRouteInterrupted: Close or Abort (interrupt) ends a descriptor call
