@@ -309,8 +309,9 @@ typedef struct tprun_collectives {
  *     op's deadline (TPRUN_ETIMEOUT naming it), not at once.
  *     tprun_group_abort only marks this rank's group failed; the peers are
  *     not told (the framework's own abort does that), except their
- *     descriptor exchanges on one node, which fail at once, as they do
- *     when a rank's process ends or it closes its group.
+ *     descriptor exchanges on one node that wait for this rank or send to
+ *     it, which fail at once, as they do when its process ends or it
+ *     closes its group.
  *   - A callback that fails makes the call fail with TPRUN_EABORTED, and
  *     every later collective of the group too: the framework's group is in
  *     an unknown state.

@@ -110,9 +110,10 @@ func (e descriptorError) Is(target error) bool {
 //     group unusable on that rank (errors.Is ErrAborted); the rank tells
 //     the others, whose descriptor collectives then fail too, as does a
 //     rank that closes or aborts its group. A descriptor collective that
-//     waits for a rank, or sends to it, fails within a moment once that
-//     rank's process has ended, even where a child forked from it still
-//     holds its socket. The root of a broadcast does not wait for the
+//     waits for a rank's descriptors, or sends to it, fails within a
+//     moment once that rank's process has ended, even where a child
+//     forked from it still holds its socket; what a rank sent before it
+//     ended still arrives. The root of a broadcast does not wait for the
 //     receivers.
 //   - No job watch: a peer that dies is noticed by a waiting step at its
 //     deadline (a *TimeoutError naming the rank), or by the framework's
@@ -492,8 +493,9 @@ func (g *ExternalGroup) Abort(reason string) error {
 
 // Close ends the group: later collectives fail with ErrGroupClosed, a
 // descriptor collective of this rank in progress fails at once, and so
-// does a peer's that waits for this rank's descriptors. The framework's group is the caller's and stays as it is. Close
-// ops made from the group first.
+// does a peer's that waits for this rank's descriptors. The framework's
+// group is the caller's and stays as it is. Close ops made from the group
+// first.
 func (g *ExternalGroup) Close() error {
 	if g.fds != nil {
 		g.fds.interrupt() // a descriptor call in progress holds the lock

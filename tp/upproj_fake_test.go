@@ -78,10 +78,11 @@ func (r jobRank) abortJob(reason string) error {
 	return nil
 }
 
-// TestCUDAEngineLargeM: the CUDA engine takes a maxM up to MaxM, and with the fused receive (the default) a step of M above
-// kernel.MaxSkinnyM launches the larger-M kernel without it, followed by
-// the receive kernel, while steps of M up to it keep the fused receive;
-// every block is the reference's.
+// TestCUDAEngineLargeM: the CUDA engine takes a maxM up to MaxM, and with
+// the fused receive (the default) a step of M above kernel.MaxSkinnyM
+// launches the larger-M kernel without it, followed by the receive
+// kernel, while steps of M up to it keep the fused receive; every block
+// is the reference's.
 func TestCUDAEngineLargeM(t *testing.T) {
 	const hidden, latent = 64, 40
 	ms := []int{MaxM, 9, 8, 100, 1, 64}
