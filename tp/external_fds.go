@@ -714,7 +714,7 @@ func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, ro
 		r.left[q] = true
 		return r.hasLeft(from, got)
 	}
-	if h.kind != fdGaveUp && h.kind != fdLeft && h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly {
+	if h.kind != fdGaveUp && h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly {
 		r.early[early{h.seq, q}] = earlyCall{h, fds}
 		return nil
 	}
