@@ -473,6 +473,13 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	fail := func(err error) error {
 		return fmt.Errorf("%s #%d: sending to rank %d (pid %d): %w", kind, seq, to, r.peers[to].PID, err)
 	}
+	// A notice (a failed call, a group's end) is this rank's last word on
+	// the route: sent after Close or Abort interrupted it, it ends only
+	// with its own ctx.
+	stopped := r.stopped
+	if kind == fdGaveUp || kind == fdLeft {
+		stopped = func(ctx context.Context) error { return ctx.Err() }
+	}
 	d := net.Dialer{Deadline: deadline}
 	var c *net.UnixConn
 	for {
@@ -484,7 +491,7 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 		// The call's own end is named first: a dial that fails because the
 		// ctx ended or the deadline passed reports that, not the last
 		// dial error (a full backlog retried until then).
-		if stop := r.stopped(ctx); stop != nil {
+		if stop := stopped(ctx); stop != nil {
 			return fail(fmt.Errorf("%w (last attempt: %v)", stop, err))
 		}
 		// EAGAIN: the receiver's backlog is full; it drains as it accepts.
@@ -527,7 +534,7 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	release := fdpass.InterruptOn(ctx, c.SetDeadline)
 	err = fdpass.Send(c, h, fds)
 	if release() {
-		return fail(r.stopped(ctx))
+		return fail(stopped(ctx))
 	}
 	if err != nil {
 		return fail(err)

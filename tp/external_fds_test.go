@@ -1178,3 +1178,75 @@ func selfRoute(t *testing.T, timeout time.Duration) (*fdRoute, string, []Peer) {
 	t.Cleanup(func() { r0.close() })
 	return r0, key, peers
 }
+
+// TestFDRouteLeftNoticeAfterInterrupt: the notice that Close or Abort
+// sends after interrupting the route still waits, within its own budget,
+// for a peer whose backlog is full at that instant, and reaches it once
+// the peer accepts again.
+func TestFDRouteLeftNoticeAfterInterrupt(t *testing.T) {
+	r0, _, _ := selfRoute(t, time.Minute)
+	// Rank 1's socket, made by hand with a backlog of nothing, filled.
+	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ln)
+	if err := unix.Bind(ln, &unix.SockaddrUnix{Name: r0.name(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(ln, 0); err != nil {
+		t.Fatal(err)
+	}
+	var fill []int
+	defer func() { closeAll(fill) }()
+	for {
+		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Connect(c, &unix.SockaddrUnix{Name: r0.name(1)})
+		fill = append(fill, c)
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fill) > 100 {
+			t.Fatal("the backlog never filled")
+		}
+	}
+	r0.interrupt()
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		r0.giveUp(fdLeft)
+	}()
+	// Rank 1 accepts again a moment later: the filling connections first,
+	// then the notice, whose header names rank 0 and the kind.
+	time.Sleep(150 * time.Millisecond)
+	if err := unix.SetsockoptTimeval(ln, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		c, _, err := unix.Accept(ln)
+		if err != nil {
+			t.Fatalf("after %d connections: no notice: %v", i, err)
+		}
+		var b [64]byte
+		if err := unix.SetsockoptTimeval(c, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200000}); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := unix.Read(c, b[:])
+		unix.Close(c)
+		if n <= 0 {
+			continue // a filling connection: it sends nothing
+		}
+		want := fdHeader{seq: r0.seq, kind: fdLeft}.encode(r0.secret, 0)
+		if !bytes.Equal(b[:n], want) {
+			t.Fatalf("got %x, want the left notice %x", b[:n], want)
+		}
+		break
+	}
+	<-sent
+}
