@@ -478,8 +478,9 @@ func TestFDRouteEarlyCallChecked(t *testing.T) {
 }
 
 // fullSocket makes a rank's socket by hand, named name, with a backlog of
-// nothing, and fills it; it closes with the test.
-func fullSocket(t *testing.T, name string) {
+// nothing, and fills it; it closes with the test. It returns the
+// listening socket.
+func fullSocket(t *testing.T, name string) int {
 	t.Helper()
 	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -501,7 +502,7 @@ func fullSocket(t *testing.T, name string) {
 		err = unix.Connect(c, &unix.SockaddrUnix{Name: name})
 		fill = append(fill, c)
 		if errors.Is(err, unix.EAGAIN) {
-			return
+			return ln
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -1185,37 +1186,7 @@ func selfRoute(t *testing.T, timeout time.Duration) (*fdRoute, string, []Peer) {
 // the peer accepts again.
 func TestFDRouteLeftNoticeAfterInterrupt(t *testing.T) {
 	r0, _, _ := selfRoute(t, time.Minute)
-	// Rank 1's socket, made by hand with a backlog of nothing, filled.
-	ln, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(ln)
-	if err := unix.Bind(ln, &unix.SockaddrUnix{Name: r0.name(1)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(ln, 0); err != nil {
-		t.Fatal(err)
-	}
-	var fill []int
-	defer func() { closeAll(fill) }()
-	for {
-		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = unix.Connect(c, &unix.SockaddrUnix{Name: r0.name(1)})
-		fill = append(fill, c)
-		if errors.Is(err, unix.EAGAIN) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(fill) > 100 {
-			t.Fatal("the backlog never filled")
-		}
-	}
+	ln := fullSocket(t, r0.name(1))
 	r0.interrupt()
 	sent := make(chan struct{})
 	go func() {
