@@ -18,10 +18,7 @@ import (
 // point Load looks up, and fits the shared memory Load allows it.
 func TestBigmConfigFor(t *testing.T) {
 	rng := testRand(t)
-	names, err := skinnyFunctions()
-	if err != nil {
-		t.Fatal(err)
-	}
+	names := mustSkinnyFunctions()
 	entries, err := bigmMeasured()
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +182,7 @@ func TestLaunchBigm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	names, _ := skinnyFunctions()
+	names := mustSkinnyFunctions()
 	set := 0
 	for _, name := range names {
 		f := d.funcs[name]

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,53 +51,45 @@ const rotSuffix = "_rot"
 // LaunchConfig.Function and ReceiveConfig.Function to name its entry point.
 const RotationSuffix = rotSuffix
 
-// skinnyFunctions lists every entry point that takes tprun_skinny_params:
-// M 1..MaxSkinnyM of every skinny family of families.tsv, then every code
-// size of every larger-M family (BigmCodes), each plain and with
-// rotSuffix.
-func skinnyFunctions() ([]string, error) {
+// entryPoint is an entry point that takes tprun_skinny_params and the
+// dynamic shared memory Load allows it: bigmMaxShared of its family for a
+// larger-M one, 0 (DefaultSharedLimit, the driver's default) for a skinny
+// one.
+type entryPoint struct {
+	name   string
+	shared int
+}
+
+// skinnyEntryPoints lists every entry point that takes
+// tprun_skinny_params: M 1..MaxSkinnyM of every skinny family of
+// families.tsv, then every code size of every larger-M family
+// (BigmCodes), each plain and with rotSuffix.
+func skinnyEntryPoints() ([]entryPoint, error) {
 	fams, err := families()
 	if err != nil {
 		return nil, err
 	}
-	var names []string
+	var eps []entryPoint
 	for m := 1; m <= MaxSkinnyM; m++ {
 		for _, f := range fams {
 			if f.smem {
 				continue
 			}
 			name := fmt.Sprintf("tprun_skinny_m%d_%s", m, f.name)
-			names = append(names, name, name+rotSuffix)
+			eps = append(eps, entryPoint{name: name}, entryPoint{name: name + rotSuffix})
 		}
 	}
 	for _, f := range fams {
 		if !f.smem {
 			continue
 		}
+		shared := bigmMaxShared(f)
 		for _, mt := range BigmCodes {
 			name := fmt.Sprintf("tprun_bigm_mt%d_%s", mt, f.name)
-			names = append(names, name, name+rotSuffix)
+			eps = append(eps, entryPoint{name, shared}, entryPoint{name + rotSuffix, shared})
 		}
 	}
-	return names, nil
-}
-
-// bigmSharedFor is, for a larger-M entry point's name, the dynamic shared
-// memory Load allows it (bigmMaxShared of its family); 0 for any other.
-func bigmSharedFor(name string) int {
-	rest, ok := strings.CutPrefix(strings.TrimSuffix(name, rotSuffix), "tprun_bigm_mt")
-	if !ok {
-		return 0
-	}
-	_, fam, ok := strings.Cut(rest, "_")
-	if !ok {
-		return 0
-	}
-	f, ok := findFamily(fam)
-	if !ok || !f.smem {
-		return 0
-	}
-	return bigmMaxShared(f)
+	return eps, nil
 }
 
 var (
@@ -142,7 +133,7 @@ func Load(drv KernelDriver) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	names, err := skinnyFunctions()
+	eps, err := skinnyEntryPoints()
 	if err != nil {
 		return nil, fmt.Errorf("kernel: load kernels: the family spec: %w", err)
 	}
@@ -166,17 +157,17 @@ func Load(drv KernelDriver) (*Kernels, error) {
 		}
 		return nil, err
 	}
-	for _, name := range names {
-		f, err := drv.ModuleGetFunction(mod, name)
+	for _, ep := range eps {
+		f, err := drv.ModuleGetFunction(mod, ep.name)
 		if err != nil {
-			return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", name, err))
+			return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", ep.name, err))
 		}
-		if n := bigmSharedFor(name); n > DefaultSharedLimit {
-			if err := drv.FuncSetAttribute(f, cuda.FuncAttrMaxDynamicSharedSizeBytes, n); err != nil {
-				return fail(fmt.Errorf("kernel: load kernels: entry point %s: allowing %d bytes of dynamic shared memory: %w", name, n, err))
+		if ep.shared > DefaultSharedLimit {
+			if err := drv.FuncSetAttribute(f, cuda.FuncAttrMaxDynamicSharedSizeBytes, ep.shared); err != nil {
+				return fail(fmt.Errorf("kernel: load kernels: entry point %s: allowing %d bytes of dynamic shared memory: %w", ep.name, ep.shared, err))
 			}
 		}
-		k.skinny[name] = f
+		k.skinny[ep.name] = f
 	}
 	if k.receive, err = drv.ModuleGetFunction(mod, receiveName); err != nil {
 		return fail(fmt.Errorf("kernel: load kernels: entry point %s: %w", receiveName, err))

@@ -443,12 +443,16 @@ type fakeLaunch struct {
 
 const fakeModule cuda.Module = 0xa0d
 
-// mustSkinnyFunctions is skinnyFunctions for the tests: the embedded spec
-// parses (TestFamilies).
+// mustSkinnyFunctions is the names of skinnyEntryPoints for the tests: the
+// embedded spec parses (TestFamilies).
 func mustSkinnyFunctions() []string {
-	names, err := skinnyFunctions()
+	eps, err := skinnyEntryPoints()
 	if err != nil {
 		panic(err)
+	}
+	names := make([]string, len(eps))
+	for i, ep := range eps {
+		names[i] = ep.name
 	}
 	return names
 }
