@@ -700,8 +700,8 @@ var bigmFallback = bigmEntry{f: family{name: "tc", tileRows: 32, depth: 2, smem:
 // log(shard) + log(latent). It always satisfies Validate for a shape that
 // Shape.Validate accepts.
 func BigmConfigFor(m, shard, latent int) LaunchConfig {
-	m = min(max(m, MaxSkinnyM+1), MaxM)
-	shard, latent = max(shard, ShardAlign), max(latent, LatentAlign)
+	m, shard, latent = clampShape(m, shard, latent)
+	m = max(m, MaxSkinnyM+1)
 	mt := BigmCode(m)
 	best := bigmFallback
 	if entries, err := bigmMeasured(); err == nil {
