@@ -17,7 +17,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/tp"
 )
 
@@ -439,7 +438,11 @@ func CheckBenchMailbox(c *Config) error {
 // the benchmark runs.
 func benchOverrides() map[string]string {
 	o := map[string]string{}
-	for _, k := range []string{kernel.FatbinEnv, kernel.ConfigTableEnv, kernel.StepTableEnv, kernel.BigmTableEnv, tp.ReceiveModeEnv} {
+	envs := []string{tp.ReceiveModeEnv}
+	for _, e := range kernelEnvs {
+		envs = append(envs, e.env)
+	}
+	for _, k := range envs {
 		if v := os.Getenv(k); v != "" {
 			o[k] = v
 		}

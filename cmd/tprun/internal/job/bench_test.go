@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/tp"
 )
 
@@ -307,5 +309,37 @@ func TestWeightCopies(t *testing.T) {
 	}
 	if k := weightCopies(1, 3<<20); k != 1 {
 		t.Errorf("1 MiB of 3 MiB copies: %d copies, want 1", k)
+	}
+}
+
+// TestKernelOverrides: each kernel build or launch table set in the
+// environment is named in the header lines and in the bench report's
+// overrides, beside the receive mode; none set, none named.
+func TestKernelOverrides(t *testing.T) {
+	for _, e := range kernelEnvs {
+		t.Setenv(e.env, "")
+	}
+	t.Setenv(tp.ReceiveModeEnv, "")
+	if l, o := kernelOverrides(), benchOverrides(); len(l) != 0 || len(o) != 0 {
+		t.Fatalf("nothing set: lines %q, overrides %v", l, o)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
+	want := map[string]string{}
+	for _, env := range []string{kernel.FatbinEnv, kernel.ConfigTableEnv, kernel.StepTableEnv, kernel.BigmTableEnv, tp.ReceiveModeEnv} {
+		want[env] = fmt.Sprintf("/tmp/x%d", rng.Int())
+		t.Setenv(env, want[env])
+	}
+	if got := benchOverrides(); !maps.Equal(got, want) {
+		t.Errorf("benchOverrides() = %v, want %v", got, want)
+	}
+	lines := kernelOverrides()
+	if len(lines) != len(want)-1 {
+		t.Errorf("header lines %q, want one per kernel override", lines)
+	}
+	for env, v := range want {
+		named := slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, env+"="+v+", not the embedded") })
+		if named != (env != tp.ReceiveModeEnv) {
+			t.Errorf("%s=%s named in the header lines: %v (%q)", env, v, named, lines)
+		}
 	}
 }

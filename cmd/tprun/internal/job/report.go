@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -256,18 +257,24 @@ func (p *printer) header(pl *plan) {
 	p.printf("# and all ranks must receive bit-identical blocks (per-step SHA-256, all-gathered)\n")
 }
 
+// kernelEnvs are the environment variables that put a kernel build or a
+// launch table in place of the embedded one, with what each replaces: the
+// header lines (kernelOverrides) and the bench report (benchOverrides)
+// name them.
+var kernelEnvs = []struct{ env, what, embedded string }{
+	{kernel.FatbinEnv, "kernels", "build"},
+	{kernel.ConfigTableEnv, "launch table", "one"},
+	{kernel.StepTableEnv, "step launch table", "one"},
+	{kernel.BigmTableEnv, fmt.Sprintf("launch table for M above %d", kernel.MaxSkinnyM), "one"},
+}
+
 // kernelOverrides are the header lines that name each kernel build or
 // launch table an environment variable puts in place of the embedded one.
 func kernelOverrides() []string {
 	var lines []string
-	for _, o := range []struct{ what, env, file, embedded string }{
-		{"kernels", kernel.FatbinEnv, kernel.FatbinOverride(), "build"},
-		{"launch table", kernel.ConfigTableEnv, kernel.ConfigTableOverride(), "one"},
-		{"step launch table", kernel.StepTableEnv, kernel.StepTableOverride(), "one"},
-		{fmt.Sprintf("launch table for M above %d", kernel.MaxSkinnyM), kernel.BigmTableEnv, kernel.BigmTableOverride(), "one"},
-	} {
-		if o.file != "" {
-			lines = append(lines, fmt.Sprintf("# %s from %s=%s, not the embedded %s", o.what, o.env, o.file, o.embedded))
+	for _, o := range kernelEnvs {
+		if f := os.Getenv(o.env); f != "" {
+			lines = append(lines, fmt.Sprintf("# %s from %s=%s, not the embedded %s", o.what, o.env, f, o.embedded))
 		}
 	}
 	return lines
