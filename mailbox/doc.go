@@ -43,12 +43,12 @@
 // OwnRegionRows is what the GPU skinny kernels store, so their offsets do
 // not depend on Capacity.
 //
-// Each slot starts on a
-// 64-byte boundary (Layout.SlotBytes is padded) so that a slot never shares a
-// cache line with its neighbour. Element e of a region lives in 32-bit word
-// e/2, in the low half when e is even and in the high half when e is odd
-// (little-endian memory order, the same order a GPU kernel storing bf16
-// pairs produces). Rank r's slice for row m is the elements
+// Each slot starts on a 64-byte boundary (Layout.SlotBytes is padded) so
+// that a slot never shares a cache line with its neighbour. Element e of a
+// region lives in 32-bit word e/2, in the low half when e is even and in
+// the high half when e is odd (little-endian memory order, the same order
+// a GPU kernel storing bf16 pairs produces). Rank r's slice for row m is
+// the elements
 // m*Hidden + r*Shard .. m*Hidden + r*Shard + Shard-1; Shard must be even so
 // that no word holds elements of two ranks: two writers never touch the
 // same word.

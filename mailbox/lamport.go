@@ -50,6 +50,12 @@ func (l Layout) slotWords(words []uint32, step uint64, m int) []uint32 {
 	return words[base : base+m*l.Hidden/2]
 }
 
+// sliceWords is the words of rank's slice in row row of region, the words
+// of one region of a slot.
+func (l Layout) sliceWords(region []uint32, rank, row int) []uint32 {
+	return region[l.Element(row, rank, 0)/2:][:l.Shard/2]
+}
+
 // fillSentinel stores the Sentinel into every word.
 func fillSentinel(words []uint32) {
 	for i := range words {
@@ -61,9 +67,8 @@ func fillSentinel(words []uint32) {
 // first m*Hidden/2 words of a slot. One atomic store per word: a reader
 // sees the whole pair or the Sentinel.
 func (l Layout) storeSlice(slot []uint32, rank, m int, slice []uint16) {
-	half := l.Shard / 2
 	for row := 0; row < m; row++ {
-		dst := slot[l.Element(row, rank, 0)/2:][:half]
+		dst := l.sliceWords(slot, rank, row)
 		src := slice[row*l.Shard:][:l.Shard]
 		for j := range dst {
 			atomic.StoreUint32(&dst[j], sanitizeWord(pack(src[2*j], src[2*j+1])))
@@ -75,11 +80,10 @@ func (l Layout) storeSlice(slot []uint32, rank, m int, slice []uint16) {
 // in the first m rows of slot.
 func (l Layout) missingRanks(slot []uint32, m int) []int {
 	var missing []int
-	half := l.Shard / 2
 	for r := 0; r < l.Size; r++ {
 	rows:
 		for row := 0; row < m; row++ {
-			ws := slot[l.Element(row, r, 0)/2:][:half]
+			ws := l.sliceWords(slot, r, row)
 			for j := range ws {
 				if atomic.LoadUint32(&ws[j]) == Sentinel {
 					missing = append(missing, r)
@@ -102,8 +106,6 @@ func (l Layout) missingRanks(slot []uint32, m int) []int {
 // could look the same, but the diagnosis is made only after a deadline).
 func (l Layout) OtherRows(slot []uint32, m int) []RankRows {
 	var other []RankRows
-	half := l.Shard / 2
-	words := func(region []uint32, r, row int) []uint32 { return region[l.Element(row, r, 0)/2:][:half] }
 	for r := 0; r < l.Size; r++ {
 		found := 0
 	regions:
@@ -113,7 +115,7 @@ func (l Layout) OtherRows(slot []uint32, m int) []RankRows {
 			}
 			region := slot[l.RegionOffset(rows)/4:]
 			for row := 0; row < rows; row++ {
-				for _, w := range words(region, r, row) {
+				for _, w := range l.sliceWords(region, r, row) {
 					if w != Sentinel {
 						found = rows
 						break regions
@@ -137,10 +139,9 @@ func (l Layout) OtherRows(slot []uint32, m int) []RankRows {
 // storedRows is k when rank r's slice in the shared region has rows
 // 0..k-1 complete and no word stored past them, else 0.
 func (l Layout) storedRows(region []uint32, r int) int {
-	half := l.Shard / 2
 	state := func(row int) (some, all bool) {
 		all = true
-		for _, w := range region[l.Element(row, r, 0)/2:][:half] {
+		for _, w := range l.sliceWords(region, r, row) {
 			written := w != Sentinel
 			some = some || written
 			all = all && written

@@ -101,8 +101,9 @@
 // to it, and the Lamport receive collects the rest of the block: receive
 // CTAs appended to the skinny kernel's grid when the rank has its GPU to
 // itself, else (and after the tensor-core kernel of M above 8, always) a
-// receive kernel chained with programmatic dependent launch. The mailbox slot of each step is chosen on the device, from a
-// counter the step's kernels advance. The mailbox choice is collective:
+// receive kernel chained with programmatic dependent launch. The mailbox
+// slot of each step is chosen on the device, from a counter the step's
+// kernels advance. The mailbox choice is collective:
 // every rank probes its device and its multicast safety variables, and all
 // ranks apply the same verdict (WithBackend, ResolveMailbox).
 //

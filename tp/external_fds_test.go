@@ -558,15 +558,7 @@ func TestFDRouteSendFullBacklog(t *testing.T) {
 // only the first few, so its message stays short. Nothing leaks.
 func TestFDRouteRefusedFlood(t *testing.T) {
 	before := openFDs(t)
-	key, err := newFDKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peers := []Peer{{Rank: 0, WorldSize: 2, PID: os.Getpid()}, {Rank: 1, WorldSize: 2, PID: os.Getpid()}}
-	r0, err := listenFDs(0, peers, key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r0, _, _ := selfRoute(t, time.Minute)
 	wrong := bytes.Clone(r0.secret)
 	wrong[rand.IntN(len(wrong))] ^= byte(1 + rand.IntN(255))
 	n := 50 + rand.IntN(150)

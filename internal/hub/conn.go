@@ -141,7 +141,7 @@ func (fc *frameConn) takeRights(oob []byte) error {
 	fds, err := fdpass.ParseRights(oob)
 	fc.fdq = append(fc.fdq, fds...)
 	if err != nil {
-		return fmt.Errorf("%w: control message: %w", ErrProtocol, err)
+		return fmt.Errorf("%w: %w", ErrProtocol, err) // err names the control message
 	}
 	if len(fc.fdq) > 2*MaxFDs {
 		return fmt.Errorf("%w: %d unclaimed descriptors", ErrProtocol, len(fc.fdq))
