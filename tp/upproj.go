@@ -204,14 +204,15 @@ func NewUpProjection(ctx context.Context, ex Exchanger, hidden, latent, maxM int
 // joined error included) named from: a shape checked for the op's maxM
 // names maxM, the argument the caller gave, not a step's M.
 func renameShapeField(err error, from, to string) error {
-	var se *kernel.ShapeError
-	if errors.As(err, &se) && se.Field == from {
-		se.Field = to
-	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
 			renameShapeField(e, from, to)
 		}
+		return err
+	}
+	var se *kernel.ShapeError
+	if errors.As(err, &se) && se.Field == from {
+		se.Field = to
 	}
 	return err
 }

@@ -689,7 +689,11 @@ func (e *cudaEngine) launch(stream cuda.Stream, s kernel.Shape, in DeviceInputs,
 		sk.receive = &recv
 	}
 	if err := e.kern.launchSkinny(stream, sk, pdl); err != nil {
-		return fmt.Errorf("launching the skinny kernel: %w", err)
+		what := "skinny"
+		if s.M > kernel.MaxSkinnyM {
+			what = "larger-M"
+		}
+		return fmt.Errorf("launching the %s kernel: %w", what, err)
 	}
 	if fused {
 		return nil
