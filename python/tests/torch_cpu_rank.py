@@ -89,7 +89,9 @@ def main():
     weight = (torch.randn(hidden, latent) * latent**-0.5).to(bf)
     packed = check_packing()
     op = g.up_projection(hidden, latent, max_m, weight[r * s:(r + 1) * s])
-    _others.append(g.up_projection(hidden, latent + 8, 1, device="host"))
+    # An op of another shape, for a PackedWeight the first op must refuse
+    # (made here on every rank: creating an op is a collective).
+    other = g.up_projection(hidden, latent + 8, 1, device="host")
     if op.backend != "host" or op.device is not None:
         fail(f"a CPU weight gave backend {op.backend}, device {op.device}")
     # Three "layers" sharing the op, each with its weight packed by it (on the
@@ -159,7 +161,7 @@ def main():
         ("pack float32", ["weight", "dtype"], lambda: op.pack(torch.ones(s, latent))),
         ("step weight a tensor", ["weight", "Tensor", "op.pack"], lambda: op(lat, sh, weight=torch.ones(s, latent, dtype=bf))),
         ("step weight closed", ["weight", "closed"], lambda: op(lat, sh, weight=_closed(op.pack(torch.ones(s, latent, dtype=bf))))),
-        ("step weight of another op's shape", ["weight", f"latent {latent + 8}"], lambda: op(lat, sh, weight=_other_pack(g, op))),
+        ("step weight of another op's shape", ["weight", f"latent {latent + 8}"], lambda: op(lat, sh, weight=other.pack(torch.ones(s, latent + 8, dtype=bf)))),
     ]
     for desc, words, f in cases:
         expect_value_error(desc, words, f)
@@ -181,16 +183,6 @@ def main():
 def _closed(w):
     w.close()
     return w
-
-
-_others = []
-
-
-def _other_pack(g, op):
-    """A PackedWeight of an op of another shape (made on every rank: creating
-    an op is a collective; made once, before the argument checks run)."""
-    other = _others[0]
-    return other.pack(torch.ones(other.shard, other.latent, dtype=torch.bfloat16))
 
 
 def _overlap(op, lat, sh):
