@@ -116,7 +116,7 @@ for st in "${stages[@]}"; do
 		pyrun py-tp1 240 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --check --compile --rows 1,2,3,4,5,6,7,8,16,64,128
 		pyrun py-tp4 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --rows 1,8,128
 		pyrun py-tp4-graph 300 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph ${GRAPH_REPLAYS:-10000} --rows ${GRAPH_ROWS:-8}
-		pyrun py-tp4-graph-large 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph 1000 --rows 64,128
+		pyrun py-tp4-graph-large 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --check --iters 20 --graph 500 --rows 1,9,64,128
 		# tprun.join_torch on a gloo group: the GPU mailbox's descriptors over the node's sockets.
 		store=$(mktemp -d)
 		pyrun py-join-torch 200 bin/tprun --tp 4 --devices 0,0,0,0 -- python3 examples/python/torch_rank.py --join torch --store "$store" --check --iters 20 --graph 1000 --rows 1,8,64

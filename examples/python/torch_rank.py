@@ -37,11 +37,13 @@ What it runs (any combination; none given means --check):
              against a PyTorch float64 reference (the op's own roundings
              allowed, nothing else) and across ranks; a third of the steps
              pass a second layer's packed weight instead of the op's own
-  --graph N  a torch.cuda.graph holding one step between two PyTorch ops
-             (a negation before, a scaling after) and a second step of the
-             same op with a second layer's packed weight, replayed N times
-             per M with fresh inputs and poisoned outputs each time; every
-             replay checked as --check does
+  --graph N  per M, a torch.cuda.graph holding one step between two
+             PyTorch ops (a negation before, a scaling after) and a second
+             step of the same op with a second layer's packed weight; the
+             graphs of every M replayed N times each, in one shuffled order
+             (the same on every rank, from --seed) as a serving engine's
+             batch sizes come, with fresh inputs and poisoned outputs each
+             time; every replay checked as --check does
   --compile  the same function eager and under torch.compile, bit for bit
   --bench    tp 1 speed: per M, CUDA graphs of K steps whose weight copies
              cover --rotate-mb MiB (so the weights stream from HBM),
@@ -59,6 +61,7 @@ Each rank prints its findings; the program exits 1 if anything was wrong.
 import argparse
 import math
 import os
+import random
 import statistics
 import struct
 import sys
@@ -314,6 +317,8 @@ class Rank:
 
     def graph(self):
         t, a = self.torch, self.a
+        # One graph per M, as a serving engine captures one per batch size.
+        graphs = []
         for m in a.rows:
             src = t.empty(m, a.latent, dtype=t.bfloat16, device=self.dev)
             sh = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
@@ -335,31 +340,39 @@ class Rank:
                 self.op(lat, sh, out=out)
                 post = out.float() * 2.0  # and one after it
                 self.op(lat, sh, out=out2, weight=self.layer2)  # the second layer, the same op
-            wrong = t.zeros((), dtype=t.int64, device=self.dev)
-            beyond = t.zeros((), dtype=t.int64, device=self.dev)
-            dig = t.zeros((), dtype=t.int64, device=self.dev)
-            start = time.monotonic()
-            for _ in range(a.graph):
-                nsrc, nsh = self.fresh(m)
-                src.copy_(nsrc)
-                sh.copy_(nsh)
-                out.fill_(float("nan"))  # poison: whatever the step leaves unwritten fails
-                out2.fill_(float("nan"))
-                g.replay()
-                w, b = self.ref.check((post * 0.5).to(t.bfloat16), t.neg(nsrc), nsh)
-                w2, b2 = self.ref2.check(out2, t.neg(nsrc), nsh)
-                wrong += w + w2
-                beyond += b + b2
-                dig += digest(t, post, self.coeff) + digest(t, out2, self.coeff)
-            t.cuda.synchronize()
-            self.op.check()
-            took = time.monotonic() - start
-            self.report(f"graph, M {m}: {a.graph} replays of 2 steps, the second with a packed weight ({took:.1f} s)",
+            zero = [t.zeros((), dtype=t.int64, device=self.dev) for _ in range(3)]  # wrong, beyond, digest
+            graphs.append((m, g, src, sh, out, out2, post, zero))
+        # The replays mix the graphs in a shuffled order, as a batch's size
+        # changes from one step to the next; the seed makes the order the
+        # same on every rank, as every rank of an engine replays the same M.
+        order = [i for i in range(len(graphs)) for _ in range(a.graph)]
+        random.Random(a.seed).shuffle(order)
+        start = time.monotonic()
+        for i in order:
+            m, g, src, sh, out, out2, post, (wrong, beyond, dig) = graphs[i]
+            nsrc, nsh = self.fresh(m)
+            src.copy_(nsrc)
+            sh.copy_(nsh)
+            out.fill_(float("nan"))  # poison: whatever the step leaves unwritten fails
+            out2.fill_(float("nan"))
+            g.replay()
+            w, b = self.ref.check((post * 0.5).to(t.bfloat16), t.neg(nsrc), nsh)
+            w2, b2 = self.ref2.check(out2, t.neg(nsrc), nsh)
+            wrong += w + w2
+            beyond += b + b2
+            dig += digest(t, post, self.coeff) + digest(t, out2, self.coeff)
+        t.cuda.synchronize()
+        self.op.check()
+        took = time.monotonic() - start
+        mixed = f", mixed with M {','.join(str(m) for m in a.rows)} in one shuffled order" if len(graphs) > 1 else ""
+        self.say(f"graph: {len(order)} replays of {len(graphs)} graphs{mixed} ({took:.1f} s)")
+        for m, g, _, _, _, _, _, (wrong, beyond, dig) in graphs:
+            self.report(f"graph, M {m}: {a.graph} replays of 2 steps, the second with a packed weight",
                         2 * a.graph * m * a.hidden, int(wrong))
             self.say(f"graph, M {m}: {int(beyond)} elements beyond one bf16 rounding of the exact GEMM")
             if self.agree(f"graph M {m} blocks", [int(dig)]):
                 self.say(f"graph, M {m}: every replay's block identical on every rank")
-            del g
+        del graphs
 
     # ---- --compile ------------------------------------------------------
 
