@@ -335,6 +335,22 @@ int tprun_packed_weight_len(int shard, int latent, size_t *len);
  * not overlap. The shape rules are tprun_packed_weight_len's. */
 int tprun_pack_weight(uint16_t *dst, const uint16_t *src, int shard, int latent);
 
+/* ---- memory ----------------------------------------------------------- */
+
+/* tprun_mailbox_bytes stores in *bytes the size of one rank's mailbox for
+ * an op of hidden and max_m (tprun_op_create's): 3 slots, each holding a
+ * region of m rows for every m in 1..min(max_m, 8) and, when max_m is
+ * larger, one region of max_m rows that every larger m shares, each row
+ * hidden bf16 elements, each slot rounded up to 64 bytes. Every rank holds
+ * one per op (the unicast backend also maps every peer's, which takes
+ * address space, not memory); a GPU backend rounds the allocation up to
+ * the driver's allocation granularity. The op's other memory is its weight
+ * (tprun_packed_weight_len elements on a GPU, shard*latent on the host
+ * backend) and a few small buffers (python/tprun/README.md, "Memory").
+ * hidden is a positive multiple of 8 and max_m in 1..128; TPRUN_EINVAL
+ * otherwise. Not a collective; needs no group. */
+int tprun_mailbox_bytes(int hidden, int max_m, size_t *bytes);
+
 /* ---- op --------------------------------------------------------------- */
 
 /* tprun_op_create sets up the fused up-projection for [hidden, latent] and

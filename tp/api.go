@@ -1,6 +1,9 @@
 package tp
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/tprun/tprun/kernel"
 	"github.com/tprun/tprun/mailbox"
 )
@@ -123,3 +126,30 @@ var (
 	// environment forbids it; the error names the variable.
 	ErrMulticastDisabled = mailbox.ErrMulticastDisabled
 )
+
+// MailboxBytes is the size in bytes of one rank's mailbox for an op of
+// hidden_dim hidden and maxM rows, with slots mailbox slots (0: the
+// default, 3; see WithSlots): slots × SlotRows(maxM) × hidden × 2 bytes,
+// each slot rounded up to 64 bytes, where a slot holds a region for each
+// M in 1..8 and one of maxM rows that every larger M shares. Every rank
+// holds one per op (the unicast mailbox also maps every peer's); a GPU
+// backend rounds the allocation up to the driver's allocation
+// granularity. It needs no group: hidden is a positive multiple of
+// ShardAlign and maxM in 1..MaxM, else a *ShapeError.
+func MailboxBytes(hidden, maxM, slots int) (int, error) {
+	var bad []error
+	if hidden < 1 || hidden%ShardAlign != 0 {
+		bad = append(bad, &ShapeError{Field: "hidden", Value: hidden, Rule: fmt.Sprintf("must be a positive multiple of %d", ShardAlign)})
+	}
+	if maxM < 1 || maxM > MaxM {
+		bad = append(bad, &ShapeError{Field: "maxM", Value: maxM, Rule: fmt.Sprintf("must be in 1..%d", MaxM)})
+	}
+	if err := errors.Join(bad...); err != nil {
+		return 0, err
+	}
+	l, err := mailbox.NewLayout(mailbox.Config{Hidden: hidden, Capacity: maxM, Slots: slots}, 1)
+	if err != nil {
+		return 0, fmt.Errorf("tp: mailbox of hidden %d, maxM %d, %d slots: %w", hidden, maxM, slots, err)
+	}
+	return l.Bytes, nil
+}

@@ -417,6 +417,21 @@ func tprun_packed_weight_len(shard, latent C.int, n *C.size_t) (st C.int) {
 	return C.TPRUN_OK
 }
 
+//export tprun_mailbox_bytes
+func tprun_mailbox_bytes(hidden, maxM C.int, n *C.size_t) (st C.int) {
+	const name = "tprun_mailbox_bytes"
+	defer guard(name, &st)
+	if n == nil {
+		return fail(name, argErr("bytes (the out pointer) is NULL"))
+	}
+	b, err := tp.MailboxBytes(int(hidden), int(maxM), 0)
+	if err != nil {
+		return fail(name, err)
+	}
+	*n = C.size_t(b)
+	return C.TPRUN_OK
+}
+
 //export tprun_pack_weight
 func tprun_pack_weight(dst *C.uint16_t, src *C.tprun__cu16, shard, latent C.int) (st C.int) {
 	const name = "tprun_pack_weight"

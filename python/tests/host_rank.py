@@ -132,6 +132,21 @@ def expect(desc, exc, words, f):
     return None
 
 
+def check_mailbox_bytes(rng):
+    """tprun.mailbox_bytes against the layout python/tprun/README.md writes
+    out ("Memory"), counted row by row on random shapes, and its refusals."""
+    for _ in range(50):
+        hidden, max_m = 8 * rng.randint(1, 2048), rng.randint(1, 128)
+        rows = sum(range(1, min(max_m, 8) + 1)) + (max_m if max_m > 8 else 0)
+        want = 3 * ((rows * hidden * 2 + 63) // 64 * 64)
+        got = tprun.mailbox_bytes(hidden, max_m)
+        if got != want:
+            fail(f"mailbox_bytes({hidden}, {max_m}) = {got}, want {want}")
+    for hidden, max_m, word in ((7172, 4, "hidden"), (7168, 0, "maxM"), (7168, 129, "maxM")):
+        expect(f"mailbox_bytes({hidden}, {max_m})", tprun.InvalidArgumentError, [word],
+               lambda: tprun.mailbox_bytes(hidden, max_m))
+
+
 def check_arguments(sh):
     op, k, h, s = sh.op, sh.latent, sh.hidden, sh.shard
     lat, shared, out = array("H", [1]) * (2 * k), array("H", [1]) * (2 * h), array("H", [0]) * (2 * h)
@@ -251,6 +266,7 @@ def main():
     for i, m in enumerate((128, 9, 100, 31)):
         step(c, m, kinds[i % 3])
     c.op.close()
+    check_mailbox_bytes(rng)
     expect("max_m above 128", tprun.InvalidArgumentError, ["maxM = 129", "1..128"],
            lambda: g.up_projection(8 * g.size, 24, 129))
 

@@ -66,6 +66,7 @@ __all__ = [
     "Group",
     "UpProjection",
     "PackedWeight",
+    "mailbox_bytes",
     "packed_weight_len",
     "version",
     "library_path",
@@ -484,6 +485,14 @@ def packed_weight_len(shard, latent):
     kernels' packed layout (tprun_packed_weight_len)."""
     n = ctypes.c_size_t()
     _lib.check(_lib.lib().tprun_packed_weight_len(shard, latent, ctypes.byref(n)))
+    return n.value
+
+
+def mailbox_bytes(hidden, max_m):
+    """The bytes of one rank's mailbox for an op of hidden and max_m
+    (tprun_mailbox_bytes): every rank holds one per op. Needs no group."""
+    n = ctypes.c_size_t()
+    _lib.check(_lib.lib().tprun_mailbox_bytes(hidden, max_m, ctypes.byref(n)))
     return n.value
 
 

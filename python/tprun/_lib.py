@@ -133,6 +133,7 @@ _PROTOTYPES = {
     "tprun_op_step_weight": (_c_int, [_c_ptr, _c_int, _c_ptr, _c_ptr, _c_ptr, _c_size, _c_ptr, _c_ptr]),
     "tprun_op_step_host_weight": (_c_int, [_c_ptr, _c_int, _c_ptr, _c_ptr, _c_ptr, _c_size, _c_ptr]),
     "tprun_packed_weight_len": (_c_int, [_c_int, _c_int, _P(_c_size)]),
+    "tprun_mailbox_bytes": (_c_int, [_c_int, _c_int, _P(_c_size)]),
     "tprun_pack_weight": (_c_int, [_c_ptr, _c_ptr, _c_int, _c_int]),
     "tprun_op_synchronize": (_c_int, [_c_ptr, _c_ptr]),
     "tprun_op_check": (_c_int, [_c_ptr]),

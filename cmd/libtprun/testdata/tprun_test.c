@@ -349,6 +349,37 @@ static void check_packing(void) {
 	      tprun_status_name(st), tprun_last_error());
 }
 
+// check_mailbox_bytes holds tprun_mailbox_bytes to the layout the header
+// writes out, counted here row by row, on random shapes, and to its refusals.
+static void check_mailbox_bytes(void) {
+	for (int i = 0; i < 100; i++) {
+		int hidden = 8 * (1 + (int)(next_u64() % 2048)), max_m = 1 + (int)(next_u64() % 128);
+		size_t rows = 0;
+		for (int m = 1; m <= max_m && m <= 8; m++) {
+			rows += (size_t)m;
+		}
+		if (max_m > 8) {
+			rows += (size_t)max_m;
+		}
+		size_t want = 3 * ((rows * (size_t)hidden * 2 + 63) / 64 * 64), n = 0;
+		int st = tprun_mailbox_bytes(hidden, max_m, &n);
+		CHECK(st == TPRUN_OK && n == want, "mailbox_bytes(%d, %d): %s, %zu, want %zu", hidden, max_m,
+		      tprun_status_name(st), n, want);
+	}
+	static const struct {
+		int hidden, max_m;
+		const char *named;
+	} bad[] = {{7172, 4, "hidden"}, {0, 4, "hidden"}, {7168, 0, "maxM"}, {7168, 129, "maxM"}};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		size_t n = 12345;
+		int st = tprun_mailbox_bytes(bad[i].hidden, bad[i].max_m, &n);
+		CHECK(st == TPRUN_EINVAL && n == 12345 && strstr(tprun_last_error(), bad[i].named) != NULL,
+		      "mailbox_bytes(%d, %d): %s \"%s\"", bad[i].hidden, bad[i].max_m, tprun_status_name(st), tprun_last_error());
+	}
+	int st = tprun_mailbox_bytes(8, 1, NULL);
+	CHECK(st == TPRUN_EINVAL && strstr(tprun_last_error(), "NULL") != NULL, "mailbox_bytes NULL: %s", tprun_status_name(st));
+}
+
 // ---- the contract ----------------------------------------------------------
 
 static void *fresh_thread(void *arg) {
@@ -515,6 +546,7 @@ int main(int argc, char **argv) {
 	b.weight = malloc(sizeof *b.weight * b.hidden * b.latent);
 
 	check_packing();
+	check_mailbox_bytes();
 	check_contract(g, &a);
 	// A weight passed with the step needs none of the op's own.
 	new_layers(&a);
