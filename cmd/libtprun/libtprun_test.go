@@ -397,39 +397,61 @@ func TestPythonPeerFailures(t *testing.T) {
 			}
 		})
 	}
-	// A peer killed by a signal, under torchrun's variables (no launcher to
-	// tell the hub: rank 0 hosts it and sees the connection drop).
-	t.Run("kill", func(t *testing.T) {
-		tmp := t.TempDir()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		runID := fmt.Sprintf("libtprun-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-		var outs [2]strings.Builder
-		var cmds [2]*exec.Cmd
-		for r := range 2 {
-			cmd := exec.CommandContext(ctx, py, "python/tests/failure_rank.py", "kill")
-			cmd.Dir = repoRoot(t)
-			cmd.Env = append(append(cleanEnv(), env...), "RANK="+strconv.Itoa(r), "WORLD_SIZE=2",
-				"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=2", "TORCHELASTIC_RUN_ID="+runID,
-				"TORCHELASTIC_RESTART_COUNT=0", "TMPDIR="+tmp)
-			cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
+	// Under torchrun's variables (no launcher to tell the hub, nor to stop
+	// rank 0 when rank 1 fails: rank 0 hosts the hub), rank 1 killed by a
+	// signal (rank 0 sees the connection drop), ending on an exception it
+	// does not catch, or leaving a `with group:` block on one (both abort
+	// the job naming the exception, instead of leaving it cleanly, which
+	// rank 0 would see only at its 30 s deadline).
+	for _, c := range []struct{ mode, rank1, says string }{
+		{"kill", "killed", ""},
+		{"raise", "exit status 1", "exited on an unhandled RuntimeError: rank 1 gives up"},
+		{"with", "exit status 1", "left its with block on RuntimeError: rank 1 gives up"},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			out0 := runTorchrunStyle(t, py, env, c.mode, c.rank1)
+			checkCaught(t, out0, "PeerError", "1", 0, 5*time.Second)
+			if !strings.Contains(out0, c.says) {
+				t.Errorf("rank 0's error does not say %q:\n%s", c.says, out0)
 			}
-			cmds[r] = cmd
+		})
+	}
+}
+
+// runTorchrunStyle runs python/tests/failure_rank.py MODE as two ranks
+// under torchrun's variables, checks that rank 0 exits 3 and rank 1's
+// status says rank1, and returns rank 0's output.
+func runTorchrunStyle(t *testing.T, py string, env []string, mode, rank1 string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runID := fmt.Sprintf("libtprun-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	var outs [2]strings.Builder
+	var cmds [2]*exec.Cmd
+	for r := range 2 {
+		cmd := exec.CommandContext(ctx, py, "python/tests/failure_rank.py", mode)
+		cmd.Dir = repoRoot(t)
+		cmd.Env = append(append(cleanEnv(), env...), "RANK="+strconv.Itoa(r), "WORLD_SIZE=2",
+			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=2", "TORCHELASTIC_RUN_ID="+runID,
+			"TORCHELASTIC_RESTART_COUNT=0", "TMPDIR="+tmp)
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		err0, err1 := cmds[0].Wait(), cmds[1].Wait()
-		if ctx.Err() != nil {
-			t.Fatalf("the ranks did not end within a minute:\nrank 0:\n%s\nrank 1:\n%s", outs[0].String(), outs[1].String())
-		}
-		checkCaught(t, outs[0].String(), "PeerError", "1", 0, 5*time.Second)
-		if cmds[0].ProcessState.ExitCode() != 3 {
-			t.Errorf("rank 0: %v, want exit status 3", err0)
-		}
-		if !strings.Contains(fmt.Sprint(err1), "killed") {
-			t.Errorf("rank 1: %v, want killed:\n%s", err1, outs[1].String())
-		}
-	})
+		cmds[r] = cmd
+	}
+	err0, err1 := cmds[0].Wait(), cmds[1].Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("the ranks did not end within a minute:\nrank 0:\n%s\nrank 1:\n%s", outs[0].String(), outs[1].String())
+	}
+	if cmds[0].ProcessState.ExitCode() != 3 {
+		t.Errorf("rank 0: %v, want exit status 3:\n%s", err0, outs[0].String())
+	}
+	if !strings.Contains(fmt.Sprint(err1), rank1) {
+		t.Errorf("rank 1: %v, want %s:\n%s", err1, rank1, outs[1].String())
+	}
+	return outs[0].String()
 }
 
 // checkCaught finds rank 0's "caught NAME rank=R after T s" line and checks

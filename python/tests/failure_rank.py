@@ -7,6 +7,8 @@ MODE is what rank 1 does after a few steps, while rank 0 waits in the next:
     exit    leaves the process (os._exit(0), no goodbye)
     kill    kills itself with SIGKILL
     abort   fails the job (Group.abort) and exits
+    raise   raises an exception it does not catch (the package aborts at exit)
+    with    raises an exception out of a `with group:` block (which aborts)
     stall   sleeps (rank 0's deadline is 1 s)
     sigint  sleeps, and rank 0 gets SIGINT 1 s into its wait (deadline 4 s):
             KeyboardInterrupt must come when the step returns
@@ -46,6 +48,11 @@ def main():
         elif mode == "abort":
             g.abort(f"rank {g.rank} gives up")
             os._exit(0)
+        elif mode == "raise":
+            raise RuntimeError(f"rank {g.rank} gives up")
+        elif mode == "with":
+            with g:
+                raise RuntimeError(f"rank {g.rank} gives up")
         time.sleep(300)
         sys.exit(0)
     if mode == "sigint":

@@ -103,12 +103,56 @@ def version():
 _open_groups = weakref.WeakSet()
 
 
+# An interpreter that ends on an unhandled exception aborts its open groups
+# at exit instead of closing them: a clean leave would let the peers wait
+# out their steps' deadline for a slice that never comes, while an abort
+# fails their waiting steps at once with a PeerError naming this rank and
+# the exception. sys.excepthook sees the exception before the exit handlers
+# run; _note_unhandled wraps the hook that was there when the first group
+# was made (and calls it). Not in an interactive interpreter, where an
+# exception at the prompt does not end the process.
+_unhandled = None
+_hook_installed = False
+
+
+def _install_excepthook():
+    global _hook_installed
+    if _hook_installed:
+        return
+    _hook_installed = True
+    prev = sys.excepthook
+
+    def _note_unhandled(kind, value, tb):
+        global _unhandled
+        if not (hasattr(sys, "ps1") or sys.flags.interactive):
+            _unhandled = _exception_reason(kind, value)
+        prev(kind, value, tb)
+
+    sys.excepthook = _note_unhandled
+
+
+def _exception_reason(kind, value):
+    """What an abort says of an exception: its class and message, short."""
+    msg = str(value)
+    if len(msg) > 200:
+        msg = msg[:200] + "..."
+    return f"{kind.__name__}: {msg}" if msg else kind.__name__
+
+
+def _ends_cleanly(kind, value):
+    """Whether an exception leaving a with block is a clean end: none, or a
+    SystemExit of status 0."""
+    return kind is None or (issubclass(kind, SystemExit) and value is not None and value.code in (None, 0))
+
+
 @atexit.register
 def _close_at_exit():
     for g in list(_open_groups):
         if g._pid != os.getpid():
             continue
         try:
+            if _unhandled is not None and g._h is not None:
+                g.abort(f"exited on an unhandled {_unhandled}")
             g.close()
         except TprunError as e:
             print(f"tprun: closing rank {g.rank}'s group at exit: {e}", file=sys.stderr)
@@ -126,7 +170,8 @@ def join():
 class Group:
     """This rank's view of the job: rank, size, local_rank, device (the CUDA
     device it should use), a few collectives, and the ops made from it.
-    Closing it (close(), or leaving a with block) closes its ops."""
+    Closing it (close(), or leaving a with block) closes its ops; a with
+    block left by an exception aborts the job first, naming it."""
 
     def __init__(self, handle):
         self._h = handle
@@ -137,6 +182,7 @@ class Group:
         self.device = _lib.check(l.tprun_group_device(handle))
         self._pid = os.getpid()
         _open_groups.add(self)
+        _install_excepthook()
 
     def __repr__(self):
         return f"<tprun.Group rank {self.rank} of {self.size}, device {self.device}>"
@@ -216,7 +262,14 @@ class Group:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, value, tb):
+        # Left by an exception: abort, so that the peers' waiting steps
+        # fail at once naming it, instead of at their deadline.
+        if not _ends_cleanly(kind, value) and self._h is not None:
+            try:
+                self.abort(f"left its with block on {_exception_reason(kind, value)}")
+            except TprunError:
+                pass  # the job has failed already; close below
         self.close()
         return False
 
