@@ -343,7 +343,7 @@ func createOp(name string, h *C.tprun_group, hidden, latent, maxM, device C.int,
 	}
 	reason := u.BackendReason()
 	if hostDevice {
-		reason = "the op's device is TPRUN_DEVICE_HOST (host memory)"
+		reason = "the op was made for the host (TPRUN_DEVICE_HOST; device=\"host\" in Python)"
 	}
 	o := &op{g: g, u: u, hidden: int(hidden), latent: int(latent), maxM: int(maxM), shard: u.Shape().Shard(),
 		backend: C.CString(u.Backend()), reason: C.CString(reason)}

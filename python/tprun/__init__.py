@@ -434,7 +434,7 @@ class UpProjection:
         return weight.data
 
     def _call_buffers(self, latent, shared, out, weight=None):
-        lat = _host_buffer("latent", latent, None, writable=False)
+        lat = _host_buffer("latent", latent, None, writable=False, empty_ok=True)  # M = 0 is named below
         m, rem = divmod(lat.count, self.latent)
         if rem or not 1 <= m <= self.max_m:
             raise ValueError(f"latent: {lat.count} elements: want M*latent = M*{self.latent} with M in 1..{self.max_m}")
@@ -565,7 +565,7 @@ class _HostBuffer:
         self.ptr, self.count, self._keep = ptr, count, keep
 
 
-def _host_buffer(name, obj, count, writable):
+def _host_buffer(name, obj, count, writable, empty_ok=False):
     """Checks obj as a host buffer of bf16 bit patterns (format 'H', or raw
     bytes of even length), C-contiguous, 2-byte aligned, of count elements
     when count is not None."""
@@ -586,7 +586,7 @@ def _host_buffer(name, obj, count, writable):
     n = mv.nbytes // 2
     if count is not None and n != count:
         raise ValueError(f"{name}: {n} elements: want {count}")
-    if n == 0:
+    if n == 0 and not empty_ok:
         raise ValueError(f"{name}: empty buffer")
     if mv.readonly:
         if writable:
