@@ -400,13 +400,16 @@ func TestPythonPeerFailures(t *testing.T) {
 	// Under torchrun's variables (no launcher to tell the hub, nor to stop
 	// rank 0 when rank 1 fails: rank 0 hosts the hub), rank 1 killed by a
 	// signal (rank 0 sees the connection drop), ending on an exception it
-	// does not catch, or leaving a `with group:` block on one (both abort
-	// the job naming the exception, instead of leaving it cleanly, which
-	// rank 0 would see only at its 30 s deadline).
+	// does not catch (also under a sys.excepthook installed after the
+	// group, which does not call the package's), or leaving a `with
+	// group:` block on one (all abort the job naming the exception,
+	// instead of leaving it cleanly, which rank 0 would see only at its
+	// 30 s deadline).
 	for _, c := range []struct{ mode, rank1, says string }{
 		{"kill", "killed", ""},
 		{"raise", "exit status 1", "exited on an unhandled RuntimeError: rank 1 gives up"},
 		{"with", "exit status 1", "left its with block on RuntimeError: rank 1 gives up"},
+		{"hooked", "exit status 1", "exited on an unhandled RuntimeError: rank 1 gives up"},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			out0 := runTorchrunStyle(t, py, env, c.mode, c.rank1)

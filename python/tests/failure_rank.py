@@ -9,6 +9,9 @@ MODE is what rank 1 does after a few steps, while rank 0 waits in the next:
     abort   fails the job (Group.abort) and exits
     raise   raises an exception it does not catch (the package aborts at exit)
     with    raises an exception out of a `with group:` block (which aborts)
+    hooked  replaces sys.excepthook with one that does not call the one it
+            found (as a framework's traceback printer may), then raises an
+            exception it does not catch (the package still aborts at exit)
     stall   sleeps (rank 0's deadline is 1 s)
     sigint  sleeps, and rank 0 gets SIGINT 1 s into its wait (deadline 4 s):
             KeyboardInterrupt must come when the step returns
@@ -49,6 +52,9 @@ def main():
             g.abort(f"rank {g.rank} gives up")
             os._exit(0)
         elif mode == "raise":
+            raise RuntimeError(f"rank {g.rank} gives up")
+        elif mode == "hooked":
+            sys.excepthook = lambda kind, value, tb: print(f"framework hook: {kind.__name__}: {value}", file=sys.stderr)
             raise RuntimeError(f"rank {g.rank} gives up")
         elif mode == "with":
             with g:
