@@ -31,6 +31,7 @@ inside the process and signals.
 """
 
 import atexit
+import builtins
 import ctypes
 import os
 import sys
@@ -107,28 +108,18 @@ _open_groups = weakref.WeakSet()
 # at exit instead of closing them: a clean leave would let the peers wait
 # out their steps' deadline for a slice that never comes, while an abort
 # fails their waiting steps at once with a PeerError naming this rank and
-# the exception. sys.excepthook sees the exception before the exit handlers
-# run; _note_unhandled wraps the hook that was there when the first group
-# was made (and calls it). Not in an interactive interpreter, where an
-# exception at the prompt does not end the process.
-_unhandled = None
-_hook_installed = False
-
-
-def _install_excepthook():
-    global _hook_installed
-    if _hook_installed:
-        return
-    _hook_installed = True
-    prev = sys.excepthook
-
-    def _note_unhandled(kind, value, tb):
-        global _unhandled
-        if not (hasattr(sys, "ps1") or sys.flags.interactive):
-            _unhandled = _exception_reason(kind, value)
-        prev(kind, value, tb)
-
-    sys.excepthook = _note_unhandled
+# the exception. The interpreter records that exception (sys.last_exc,
+# sys.last_value) before it calls sys.excepthook and runs the exit
+# handlers, whatever hook an engine has installed, so nothing here replaces
+# the hook. An interactive interpreter (a prompt, python -i, IPython)
+# records the exceptions raised at its prompt too, which do not end it:
+# there a group is closed at exit, as it is for sys.exit().
+def _unhandled_exception():
+    """The exception the interpreter is ending on, or None."""
+    if hasattr(sys, "ps1") or sys.flags.interactive or sys.flags.inspect or getattr(builtins, "__IPYTHON__", False):
+        return None
+    e = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return e if isinstance(e, BaseException) else None
 
 
 def _exception_reason(kind, value):
@@ -140,19 +131,26 @@ def _exception_reason(kind, value):
 
 
 def _ends_cleanly(kind, value):
-    """Whether an exception leaving a with block is a clean end: none, or a
-    SystemExit of status 0."""
-    return kind is None or (issubclass(kind, SystemExit) and value is not None and value.code in (None, 0))
+    """Whether an exception leaving a with block is a clean end: none, a
+    SystemExit of status 0, or a GeneratorExit (a generator that holds the
+    block closed by its consumer)."""
+    if kind is None or issubclass(kind, GeneratorExit):
+        return True
+    return issubclass(kind, SystemExit) and value is not None and value.code in (None, 0)
 
 
 @atexit.register
 def _close_at_exit():
+    unhandled = _unhandled_exception()
     for g in list(_open_groups):
         if g._pid != os.getpid():
             continue
+        if unhandled is not None and g._h is not None:
+            try:
+                g.abort(f"exited on an unhandled {_exception_reason(type(unhandled), unhandled)}")
+            except TprunError:
+                pass  # the job has failed already, or its hub is gone; close below
         try:
-            if _unhandled is not None and g._h is not None:
-                g.abort(f"exited on an unhandled {_unhandled}")
             g.close()
         except TprunError as e:
             print(f"tprun: closing rank {g.rank}'s group at exit: {e}", file=sys.stderr)
@@ -182,7 +180,6 @@ class Group:
         self.device = _lib.check(l.tprun_group_device(handle))
         self._pid = os.getpid()
         _open_groups.add(self)
-        _install_excepthook()
 
     def __repr__(self):
         return f"<tprun.Group rank {self.rank} of {self.size}, device {self.device}>"
