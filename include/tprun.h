@@ -121,12 +121,16 @@
  *
  * FAILURES
  *
- * Nothing waits forever. A peer that dies, leaves, or aborts makes the
- * calls that wait for it fail at once with TPRUN_EABORTED naming it. A peer
- * that stalls makes a step fail at the op's deadline (10 s unless
- * tprun_op_create_ex sets it) with TPRUN_ETIMEOUT naming the ranks whose
- * slices did not arrive; the job then fails on every rank. After either,
- * the op is unusable and the rank program should close it and exit.
+ * Nothing waits forever. A peer that dies or aborts (tprun_group_abort)
+ * makes the calls that wait for it fail at once with TPRUN_EABORTED naming
+ * it. A peer that stalls makes a step fail at the op's deadline (10 s
+ * unless tprun_op_create_ex sets it) with TPRUN_ETIMEOUT naming the ranks
+ * whose slices did not arrive; the job then fails on every rank. A peer
+ * that leaves cleanly (tprun_group_close) fails at once only the
+ * collectives it should have joined; a step waiting for its slice fails at
+ * the deadline, as for a stall. A rank program that fails should therefore
+ * abort rather than close. After any of these, the op is unusable and the
+ * rank program should close it and exit.
  *
  * THE GO RUNTIME
  *

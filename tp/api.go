@@ -128,14 +128,15 @@ var (
 )
 
 // MailboxBytes is the size in bytes of one rank's mailbox for an op of
-// hidden_dim hidden and maxM rows, with slots mailbox slots (0: the
-// default, 3; see WithSlots): slots × SlotRows(maxM) × hidden × 2 bytes,
-// each slot rounded up to 64 bytes, where a slot holds a region for each
-// M in 1..8 and one of maxM rows that every larger M shares. Every rank
-// holds one per op (the unicast mailbox also maps every peer's); a GPU
-// backend rounds the allocation up to the driver's allocation
-// granularity. It needs no group: hidden is a positive multiple of
-// ShardAlign and maxM in 1..MaxM, else a *ShapeError.
+// hidden_dim hidden and largest M maxM, with slots mailbox slots (0: the
+// default, 3; see WithSlots). Each slot holds a region of m rows for every
+// m in 1..min(maxM, 8) and, when maxM is larger, one region of maxM rows
+// that every M past 8 shares; a row is hidden bf16 elements, and each slot
+// is rounded up to 64 bytes. Every rank holds one per op (the unicast
+// mailbox also maps every peer's); a GPU backend rounds the allocation up
+// to the driver's allocation granularity. It needs no group: hidden is a
+// positive multiple of ShardAlign and maxM in 1..MaxM, else a *ShapeError;
+// slots below 2 other than 0 give ErrConfig.
 func MailboxBytes(hidden, maxM, slots int) (int, error) {
 	var bad []error
 	if hidden < 1 || hidden%ShardAlign != 0 {

@@ -17,8 +17,8 @@ func TestMailboxBytes(t *testing.T) {
 		slots := rng.IntN(6) // 0: the default
 		got, err := MailboxBytes(hidden, maxM, slots)
 		if slots == 1 {
-			if err == nil {
-				t.Errorf("MailboxBytes(%d, %d, 1) = %d, want an error: one slot breaks the protocol", hidden, maxM, got)
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("MailboxBytes(%d, %d, 1) = %d, %v, want ErrConfig: one slot breaks the protocol", hidden, maxM, got, err)
 			}
 			continue
 		}
