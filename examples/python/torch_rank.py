@@ -39,7 +39,8 @@ What it runs (any combination; none given means --check):
              pass a second layer's packed weight instead of the op's own
   --graph N  per M, a torch.cuda.graph holding one step between two
              PyTorch ops (a negation before, a scaling after) and a second
-             step of the same op with a second layer's packed weight; the
+             step of the same op with a second layer's packed weight,
+             captured largest M first into one shared memory pool; the
              graphs of every M replayed N times each, in one shuffled order
              (the same on every rank, from --seed) as a serving engine's
              batch sizes come, with fresh inputs and poisoned outputs each
@@ -317,9 +318,13 @@ class Rank:
 
     def graph(self):
         t, a = self.torch, self.a
-        # One graph per M, as a serving engine captures one per batch size.
+        # One graph per M, as a serving engine captures one per batch size:
+        # largest M first, into one shared memory pool, as vLLM and SGLang
+        # capture theirs (a smaller graph's memory fits in what the larger
+        # ones freed).
         graphs = []
-        for m in a.rows:
+        pool = t.cuda.graph_pool_handle()
+        for m in sorted(a.rows, reverse=True):
             src = t.empty(m, a.latent, dtype=t.bfloat16, device=self.dev)
             sh = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
             out = t.empty(m, a.hidden, dtype=t.bfloat16, device=self.dev)
@@ -335,7 +340,7 @@ class Rank:
                 self.op(t.neg(src), sh, out=out2, weight=self.layer2)
             t.cuda.current_stream().wait_stream(side)
             g = t.cuda.CUDAGraph()
-            with t.cuda.graph(g):
+            with t.cuda.graph(g, pool=pool):
                 lat = t.neg(src)  # a PyTorch op before the step
                 self.op(lat, sh, out=out)
                 post = out.float() * 2.0  # and one after it
