@@ -128,6 +128,10 @@ type ExternalGroup struct {
 	peers                         []Peer
 	fds                           *fdRoute // nil when the ranks span nodes
 	split                         string   // why they span nodes (nodeSplit)
+	// watch is the job watch of the ops made from the group (jobContext):
+	// nil without a route, or where the peers' processes cannot be
+	// watched.
+	watch *fdWatch
 
 	mu     sync.Mutex // one collective at a time; guards failed, closed
 	failed error      // an earlier collective failed, or Abort
@@ -137,6 +141,7 @@ type ExternalGroup struct {
 var (
 	_ mailbox.Exchanger   = (*ExternalGroup)(nil)
 	_ mailbox.NodeSpanner = (*ExternalGroup)(nil)
+	_ jobWatcher          = (*ExternalGroup)(nil)
 )
 
 // NewExternalGroup makes this rank's group on the framework's collectives:
@@ -269,6 +274,7 @@ func (g *ExternalGroup) listen(ctx context.Context, key string, timeout time.Dur
 		return fmt.Errorf("tp: external group: rank %d: %w", g.rank, errors.Join(bad...))
 	}
 	g.fds = route
+	g.watch = watchFDs(route)
 	return nil
 }
 
@@ -447,21 +453,38 @@ func (g *ExternalGroup) brokeFDs(err error) error {
 	}
 	e := &fdRouteError{rank: g.rank, err: err}
 	g.failed = fmt.Errorf("%w (the group is unusable after it)", e)
-	g.fds.giveUp(fdGaveUp)
-	_ = g.fds.close()
+	_ = g.fds.leave(notice{kind: fdGaveUp})
 	return e
 }
 
 // leave tells the peers, unless a failed call told them already, that
-// this rank takes part in no further descriptor call, and closes its end
-// of the route: a peer that waits for its descriptors fails at once.
+// this rank takes part in no further descriptor call (n: it closed or
+// aborted its group), closes its end of the route, so that a peer that
+// waits for its descriptors fails at once, and stops the job watch.
 // Called with the lock held, after interrupt.
-func (g *ExternalGroup) leave() error {
-	if !g.fds.closed {
-		g.fds.giveUp(fdLeft)
-	}
-	return g.fds.close()
+func (g *ExternalGroup) leave(n notice) error {
+	err := g.fds.leave(n)
+	g.watch.stop()
+	return err
 }
+
+// jobContext returns a context that ends, with the job's failure as its
+// cause (errors.Is ErrAborted, naming the rank and its pid), when a peer's
+// process ends without having closed its group, when a peer aborts its
+// group or gives up on a descriptor collective, or when this rank aborts
+// its group; nil when the group cannot tell (its ranks span nodes, or
+// their processes cannot be watched): its ops then see a peer's failure
+// at their deadline. A peer that closed its group and then exited is no
+// failure. Close leaves the context as it is.
+func (g *ExternalGroup) jobContext() context.Context {
+	if g.watch == nil {
+		return nil
+	}
+	return g.watch.job
+}
+
+// abortJob is Abort for the ops made from the group (jobWatcher).
+func (g *ExternalGroup) abortJob(reason string) error { return g.Abort(reason) }
 
 // NewUpProjection is NewUpProjection on this group, on its device.
 func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, maxM int, opts ...UpOption) (*UpProjection, error) {
@@ -477,6 +500,9 @@ func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, max
 // for this rank or sends to it fails at once instead of at its collective
 // timeout, and so does this rank's own descriptor call in progress.
 func (g *ExternalGroup) Abort(reason string) error {
+	if g.watch != nil {
+		g.watch.abort(reason)
+	}
 	if g.fds != nil {
 		g.fds.interrupt() // a descriptor call in progress holds the lock
 	}
@@ -486,7 +512,7 @@ func (g *ExternalGroup) Abort(reason string) error {
 		g.failed = fmt.Errorf("%w: tp: rank %d aborted its external group: %s", ErrAborted, g.rank, reason)
 	}
 	if g.fds != nil {
-		return g.leave()
+		return g.leave(notice{kind: fdAborted, reason: reason})
 	}
 	return nil
 }
@@ -504,7 +530,7 @@ func (g *ExternalGroup) Close() error {
 	defer g.mu.Unlock()
 	g.closed = true
 	if g.fds != nil {
-		return g.leave()
+		return g.leave(notice{kind: fdLeft})
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -136,11 +137,42 @@ type fdRoute struct {
 	life context.Context
 	end  context.CancelFunc
 
+	// mu is held by a call for its whole length, by the notices and close,
+	// and by the group's job watch while it drains the backlog (drain):
+	// the state below is the route's, whoever reads the listener.
+	mu      sync.Mutex
 	seq     uint64              // of the next call, the same on every rank
 	early   map[early]earlyCall // connections of later calls, sent while this rank was in an earlier one
 	refused int                 // connections refused so far
-	left    map[int]bool        // ranks that said they closed or aborted their group
+	left    map[int]notice      // ranks that said they closed or aborted their group, or gave up on a call
+	// broken: a connection the job watch took outside a call that the
+	// next call must fail on (a call would have failed on it): nil while
+	// there is none.
+	broken error
+	// noticed, when the group watches its job, hears of every notice as
+	// it is taken (under mu): an abort, or a call a rank gave up on, fails
+	// the job at once.
+	noticed func(q int, n notice)
 	closed  bool
+}
+
+// notice is what a rank said when it left the route: how (fdLeft: it
+// closed its group; fdAborted: it aborted it, for reason; fdGaveUp: a
+// descriptor collective failed there).
+type notice struct {
+	kind   fdKind
+	reason string
+}
+
+// String is how the notice names the rank's end, after "rank N".
+func (n notice) String() string {
+	switch n.kind {
+	case fdAborted:
+		return "aborted its group: " + n.reason
+	case fdGaveUp:
+		return "gave up on a descriptor collective, and the group is unusable there"
+	}
+	return "closed its group"
 }
 
 func has[K comparable, V any](m map[K]V, k K) bool {
@@ -187,9 +219,12 @@ const (
 	// fdGaveUp: the sender's descriptor collective failed; it takes part
 	// in no further call.
 	fdGaveUp
-	// fdLeft: the sender closed or aborted its group; it takes part in no
-	// further call.
+	// fdLeft: the sender closed its group; it takes part in no further
+	// call.
 	fdLeft
+	// fdAborted: the sender aborted its group; it takes part in no
+	// further call. The reason follows the header (fdHeader.body).
+	fdAborted
 )
 
 func (k fdKind) String() string {
@@ -200,6 +235,8 @@ func (k fdKind) String() string {
 		return "a failed descriptor collective"
 	case fdLeft:
 		return "a group's end"
+	case fdAborted:
+		return "a group's abort"
 	}
 	return "AllGatherFDs"
 }
@@ -208,12 +245,17 @@ func (k fdKind) String() string {
 // through its broadcasts (it waits for nobody), but not without end.
 const maxEarly = 1024
 
-// The header of one connection: magic, secret, call, sender, kind, root,
-// descriptor count. The descriptors come with its first byte.
+// The header of one connection: magic (its last byte the route's
+// version), secret, call, sender, kind, root, descriptor count, length of
+// the body that follows it (an abort's reason). The descriptors come with
+// its first byte.
 const (
-	fdMagic     = "tprunfd1"
-	fdHeaderLen = len(fdMagic) + fdKeyLen/2 + 8 + 4 + 1 + 4 + 4
+	fdMagic     = "tprunfd2"
+	fdHeaderLen = len(fdMagic) + fdKeyLen/2 + 8 + 4 + 1 + 4 + 4 + 4
 )
+
+// maxReason bounds an abort notice's reason on the wire, in bytes.
+const maxReason = 1024
 
 // newFDKey draws rank 0's key.
 func newFDKey() (string, error) {
@@ -231,7 +273,7 @@ func listenFDs(rank int, peers []Peer, key string, timeout time.Duration) (*fdRo
 		return nil, fmt.Errorf("%w: rank 0 sent a descriptor route key of %d characters that is not %d hex bytes", ErrPeer, len(key), fdKeyLen)
 	}
 	r := &fdRoute{rank: rank, peers: peers, prefix: "@tprun-fd-" + hex.EncodeToString(k[:fdKeyLen/2]) + "-",
-		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early]earlyCall{}, left: map[int]bool{}}
+		secret: k[fdKeyLen/2:], timeout: timeout, early: map[early]earlyCall{}, left: map[int]notice{}}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.name(rank), Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listening for descriptors: %w", err)
@@ -328,19 +370,42 @@ func (r *fdRoute) stopped(ctx context.Context) error {
 
 func (r *fdRoute) name(rank int) string { return fmt.Sprintf("%s%d", r.prefix, rank) }
 
+// leave tells the other ranks, unless the route is closed already (a
+// failed call told them), that this rank takes part in no further call
+// (n: it gave up on a call, closed or aborted its group), and closes the
+// route.
+func (r *fdRoute) leave(n notice) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.giveUp(n)
+	}
+	return r.closeLocked()
+}
+
 // giveUp tells every other rank, as far as it can within a second, that
-// this rank takes part in no further call (kind: fdGaveUp, its descriptor
-// collective failed; fdLeft, it closed or aborted its group), so that a
-// rank waiting for its descriptors fails now instead of at its deadline.
-// A rank not in a call hears it in its next one.
-func (r *fdRoute) giveUp(kind fdKind) {
+// this rank takes part in no further call (n.kind: fdGaveUp, its
+// descriptor collective failed; fdLeft, it closed its group; fdAborted, it
+// aborted it, for n.reason), so that a rank waiting for its descriptors
+// fails now instead of at its deadline, and one that watches its job
+// (fdWatch) knows whether this rank's end is a failure. A rank not in a
+// call hears it in its next one, or its job watch at once. Called with mu
+// held.
+func (r *fdRoute) giveUp(n notice) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
+	var body []byte
+	if n.kind == fdAborted {
+		body = []byte(n.reason)
+		if len(body) > maxReason {
+			body = append(body[:maxReason-len("...")], "..."...)
+		}
+	}
 	for q := range r.peers {
 		if q != r.rank {
 			// A rank that cannot be told learns it at its deadline.
-			_ = r.send(ctx, deadline, q, r.seq, kind, 0, nil)
+			_ = r.sendBody(ctx, deadline, q, r.seq, n.kind, 0, nil, body)
 		}
 	}
 }
@@ -348,6 +413,12 @@ func (r *fdRoute) giveUp(kind fdKind) {
 // close closes the listener, the pidfds and every descriptor that arrived
 // early; idempotent.
 func (r *fdRoute) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closeLocked()
+}
+
+func (r *fdRoute) closeLocked() error {
 	if r.closed {
 		return nil
 	}
@@ -392,6 +463,8 @@ func (r *fdRoute) interrupt() {
 // allGather is AllGatherFDs: fd to every other rank, one new descriptor
 // per rank back, own a dup.
 func (r *fdRoute) allGather(ctx context.Context, fd int) ([]int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	ctx, done := r.call(ctx)
 	defer done()
 	deadline := r.deadline(ctx)
@@ -431,6 +504,8 @@ func (r *fdRoute) allGather(ctx context.Context, fd int) ([]int, error) {
 // broadcast is BroadcastFDs: root's fds to every other rank; every rank,
 // root too, gets new descriptors.
 func (r *fdRoute) broadcast(ctx context.Context, root int, fds []int) ([]int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	ctx, done := r.call(ctx)
 	defer done()
 	deadline := r.deadline(ctx)
@@ -470,6 +545,11 @@ func (r *fdRoute) deadline(ctx context.Context) time.Time {
 // send connects to rank to and sends it fds as call seq. The receiver's
 // socket must be held by rank to's pid under this uid.
 func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint64, kind fdKind, root int, fds []int) error {
+	return r.sendBody(ctx, deadline, to, seq, kind, root, fds, nil)
+}
+
+// sendBody is send with body after the header (an abort's reason).
+func (r *fdRoute) sendBody(ctx context.Context, deadline time.Time, to int, seq uint64, kind fdKind, root int, fds []int, body []byte) error {
 	fail := func(err error) error {
 		return fmt.Errorf("%s #%d: sending to rank %d (pid %d): %w", kind, seq, to, r.peers[to].PID, err)
 	}
@@ -477,7 +557,7 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	// the route: sent after Close or Abort interrupted it, it ends only
 	// with its own ctx.
 	stopped := r.stopped
-	if kind == fdGaveUp || kind == fdLeft {
+	if kind == fdGaveUp || kind == fdLeft || kind == fdAborted {
 		stopped = func(ctx context.Context) error { return ctx.Err() }
 	}
 	d := net.Dialer{Deadline: deadline}
@@ -527,7 +607,7 @@ func (r *fdRoute) send(ctx context.Context, deadline time.Time, to int, seq uint
 	if err := r.exited([]int{to}); err != nil {
 		return fail(fmt.Errorf("%w, and a process it started still holds its socket", err))
 	}
-	h := fdHeader{seq: seq, kind: kind, root: root, count: len(fds)}.encode(r.secret, r.rank)
+	h := append(fdHeader{seq: seq, kind: kind, root: root, count: len(fds), body: len(body)}.encode(r.secret, r.rank), body...)
 	if err := c.SetDeadline(deadline); err != nil {
 		return fail(err)
 	}
@@ -558,6 +638,11 @@ func (r *fdRoute) receive(ctx context.Context, deadline time.Time, seq uint64, k
 			got = nil
 		}
 	}()
+	// What the job watch took from the backlog meanwhile and no call
+	// could use fails this one, as it would have had the call taken it.
+	if r.broken != nil {
+		return got, fmt.Errorf("%s #%d: %w", kind, seq, r.broken)
+	}
 	// What came early for this call is checked as if it came now; what
 	// came for it from a rank this rank expects nothing from is a rank
 	// that called another collective.
@@ -645,9 +730,13 @@ type fdHeader struct {
 	kind  fdKind
 	root  int
 	count int
+	body  int // bytes after the header: an abort's reason
+	// reason is the body as admit read it.
+	reason string
 }
 
-// encode is h as rank from sends it, presenting secret (admit decodes it).
+// encode is h as rank from sends it, presenting secret (decodeFDHeader
+// reads it back).
 func (h fdHeader) encode(secret []byte, from int) []byte {
 	b := make([]byte, 0, fdHeaderLen)
 	b = append(b, fdMagic...)
@@ -656,7 +745,41 @@ func (h fdHeader) encode(secret []byte, from int) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(from))
 	b = append(b, byte(h.kind))
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.root))
-	return binary.LittleEndian.AppendUint32(b, uint32(h.count))
+	b = binary.LittleEndian.AppendUint32(b, uint32(h.count))
+	return binary.LittleEndian.AppendUint32(b, uint32(h.body))
+}
+
+// decodeFDHeader reads a connection's header, b (fdHeaderLen bytes), and
+// the rank it says it is from. why says, for the refusal, what makes it no
+// header of this route's: another version of the route (the magic's last
+// byte), the wrong secret, a kind or body no rank sends.
+func decodeFDHeader(b, secret []byte) (h fdHeader, from int, why string) {
+	if len(b) != fdHeaderLen {
+		return h, 0, fmt.Sprintf("sent a header of %d bytes, not %d", len(b), fdHeaderLen)
+	}
+	magic := b[:len(fdMagic)]
+	if string(magic[:len(magic)-1]) == fdMagic[:len(fdMagic)-1] && magic[len(magic)-1] != fdMagic[len(fdMagic)-1] {
+		return h, 0, fmt.Sprintf("speaks version %q of the descriptor route, this rank %q (the ranks run different tprun builds)",
+			magic[len(magic)-1], fdMagic[len(fdMagic)-1])
+	}
+	p := b[len(fdMagic):]
+	if string(magic) != fdMagic || subtle.ConstantTimeCompare(p[:len(secret)], secret) != 1 {
+		return h, 0, "did not present the group's secret"
+	}
+	p = p[len(secret):]
+	h.seq = binary.LittleEndian.Uint64(p)
+	from = int(binary.LittleEndian.Uint32(p[8:]))
+	h.kind = fdKind(p[12])
+	h.root = int(binary.LittleEndian.Uint32(p[13:]))
+	h.count = int(binary.LittleEndian.Uint32(p[17:]))
+	h.body = int(binary.LittleEndian.Uint32(p[21:]))
+	switch {
+	case h.kind < fdAllGather || h.kind > fdAborted:
+		return h, from, fmt.Sprintf("sent a header of unknown kind %d", h.kind)
+	case h.body != 0 && h.kind != fdAborted, h.body > maxReason:
+		return h, from, fmt.Sprintf("announced %d bytes after a header of %s", uint32(h.body), h.kind)
+	}
+	return h, from, ""
 }
 
 // admit reads one connection's header and descriptors and closes it. A
@@ -692,16 +815,10 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 		fdpass.Close(fds)
 		return fdHeader{}, nil, 0, fmt.Sprintf("pid %d, which %s", cred.Pid, what), nil
 	}
-	p := b[len(fdMagic):]
-	if string(b[:len(fdMagic)]) != fdMagic || subtle.ConstantTimeCompare(p[:len(r.secret)], r.secret) != 1 {
-		return refuse("did not present the group's secret")
+	h, from, bad := decodeFDHeader(b, r.secret)
+	if bad != "" {
+		return refuse(bad)
 	}
-	p = p[len(r.secret):]
-	h.seq = binary.LittleEndian.Uint64(p)
-	from = int(binary.LittleEndian.Uint32(p[8:]))
-	h.kind = fdKind(p[12])
-	h.root = int(binary.LittleEndian.Uint32(p[13:]))
-	h.count = int(binary.LittleEndian.Uint32(p[17:]))
 	if from >= len(r.peers) || from == r.rank || r.peers[from].PID != int(cred.Pid) {
 		return refuse(fmt.Sprintf("says it is rank %d, whose pid is not its own", from))
 	}
@@ -709,16 +826,29 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 		fdpass.Close(fds)
 		return h, nil, from, "", fmt.Errorf("%w: rank %d announced %d descriptors and sent %d", ErrPeer, from, h.count, len(fds))
 	}
+	if h.body > 0 {
+		body := make([]byte, h.body)
+		release := fdpass.InterruptOn(ctx, c.SetReadDeadline)
+		more, err := fdpass.Recv(c, body, 0)
+		if release() {
+			fdpass.Close(more)
+			return h, nil, from, "", r.stopped(ctx)
+		}
+		if err != nil || len(more) > 0 {
+			fdpass.Close(more)
+			return h, nil, from, "", fmt.Errorf("%w: rank %d announced %s of %d bytes and sent no such (%d descriptors with it, %v)", ErrPeer, from, h.kind, h.body, len(more), err)
+		}
+		h.reason = strings.ToValidUTF8(string(body), "?")
+	}
 	return h, fds, from, "", nil
 }
 
 // take files rank q's connection under the call it belongs to, or keeps
 // it for a later call.
 func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, root int, from []int, got map[int][]int) error {
-	if h.kind == fdLeft {
+	if r.note(h, q) && h.kind != fdGaveUp {
 		// Everything rank q sent before it left came before this: a call
 		// that has q's descriptors, or needs none, goes on.
-		r.left[q] = true
 		return r.hasLeft(from, got)
 	}
 	if h.kind != fdGaveUp && h.seq > seq && !has(r.early, early{h.seq, q}) && len(r.early) < maxEarly {
@@ -732,12 +862,64 @@ func (r *fdRoute) take(h fdHeader, fds []int, q int, seq uint64, kind fdKind, ro
 	return nil
 }
 
-// hasLeft reports a rank of from that closed or aborted its group without
+// note records rank q's notice, if h is one (a closed or aborted group, a
+// call it gave up on), and tells the job watch; false when h is no notice.
+func (r *fdRoute) note(h fdHeader, q int) bool {
+	if h.kind != fdLeft && h.kind != fdAborted && h.kind != fdGaveUp {
+		return false
+	}
+	// The first word stands: a rank that gave up on a call and then
+	// closed its group sends no second notice, and one that aborted
+	// gave its reason.
+	if !has(r.left, q) {
+		n := notice{kind: h.kind, reason: h.reason}
+		r.left[q] = n
+		if r.noticed != nil {
+			r.noticed(q, n)
+		}
+	}
+	return true
+}
+
+// keep files rank q's connection, which the job watch took from the
+// backlog outside a call, as the next call would find it: a notice is
+// noted, descriptors are kept for the call they name (a call that has
+// passed included: the next call then fails on them, as it would have had
+// it taken them), and what cannot be kept is the next call's failure.
+func (r *fdRoute) keep(h fdHeader, fds []int, q int) {
+	if r.note(h, q) {
+		fdpass.Close(fds)
+		return
+	}
+	k := early{h.seq, q}
+	if !has(r.early, k) && len(r.early) < maxEarly {
+		r.early[k] = earlyCall{h, fds}
+		return
+	}
+	fdpass.Close(fds)
+	if r.broken != nil {
+		return
+	}
+	if has(r.early, k) {
+		r.broken = fmt.Errorf("%w: rank %d sent descriptors of call #%d twice", ErrPeer, q, h.seq)
+	} else {
+		r.broken = fmt.Errorf("%w: rank %d sent descriptors of call #%d while this rank, at call #%d, kept %d later calls' already (at most %d)",
+			ErrPeer, q, h.seq, r.seq, len(r.early), maxEarly)
+	}
+}
+
+// hasLeft reports a rank that gave up on a call (the group is unusable
+// there), or a rank of from that closed or aborted its group without
 // sending what got lacks.
 func (r *fdRoute) hasLeft(from []int, got map[int][]int) error {
+	for q := range r.peers {
+		if n, ok := r.left[q]; ok && n.kind == fdGaveUp {
+			return fmt.Errorf("%w: rank %d %s", ErrPeer, q, n)
+		}
+	}
 	for _, q := range from {
-		if r.left[q] && !has(got, q) {
-			return fmt.Errorf("%w: rank %d closed or aborted its group without taking part in this call", ErrPeer, q)
+		if n, ok := r.left[q]; ok && !has(got, q) {
+			return fmt.Errorf("%w: rank %d %s without taking part in this call", ErrPeer, q, n)
 		}
 	}
 	return nil

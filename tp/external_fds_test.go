@@ -23,9 +23,10 @@ import (
 	"github.com/tprun/tprun/kernel"
 )
 
-// openFDs counts this process's open sockets, memfds and pidfds: what the
-// descriptor route and these tests open. (The Go runtime opens and closes
-// files of its own, such as the cgroup's CPU limits, meanwhile.)
+// openFDs counts this process's open sockets, memfds, pidfds and eventfds:
+// what the descriptor route, its job watch and these tests open. (The Go
+// runtime opens and closes files of its own, such as the cgroup's CPU
+// limits, meanwhile.)
 func openFDs(t *testing.T) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -35,7 +36,7 @@ func openFDs(t *testing.T) int {
 	n := 0
 	for _, e := range ents {
 		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
-		if strings.HasPrefix(l, "socket:") || strings.HasPrefix(l, "/memfd:") || l == "anon_inode:[pidfd]" {
+		if strings.HasPrefix(l, "socket:") || strings.HasPrefix(l, "/memfd:") || l == "anon_inode:[pidfd]" || l == "anon_inode:[eventfd]" {
 			n++
 		}
 	}
@@ -1183,7 +1184,7 @@ func TestFDRouteLeftNoticeAfterInterrupt(t *testing.T) {
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
-		r0.giveUp(fdLeft)
+		r0.giveUp(notice{kind: fdLeft})
 	}()
 	// Rank 1 accepts again a moment later: the filling connections first,
 	// then the notice, whose header names rank 0 and the kind.

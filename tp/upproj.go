@@ -218,7 +218,9 @@ func renameShapeField(err error, from, to string) error {
 }
 
 // jobWatcher is an exchanger that knows when its job has failed, and can
-// fail it for every rank, naming this one (a Group).
+// fail it for every rank, naming this one (a Group; an ExternalGroup on
+// one node). A nil jobContext is an exchanger that cannot tell after all
+// (an ExternalGroup across nodes): its ops work without a job watch.
 type jobWatcher interface {
 	jobContext() context.Context
 	abortJob(reason string) error

@@ -287,7 +287,9 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		deadline: cfg.deadline, graphs: map[*StepGraph]struct{}{}, chain: !cfg.sharedDevice,
 		preferPacked: kernel.PreferPacked(s.Shard(), s.Latent)}
 	if w, ok := ex.(jobWatcher); ok {
-		e.failJob, e.job = w.abortJob, w.jobContext()
+		if job := w.jobContext(); job != nil {
+			e.failJob, e.job = w.abortJob, job
+		}
 	}
 	if e.deadline == 0 {
 		e.deadline = mailbox.DefaultDeadline
