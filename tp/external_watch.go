@@ -67,6 +67,9 @@ type fdWatch struct {
 	stopping atomic.Bool
 	done     chan struct{}
 	stopOnce sync.Once
+	// judged counts the peers' exits the watch has judged (and failed the
+	// job for, where one was a failure), for a test to wait on.
+	judged atomic.Int32
 }
 
 // watchFDs starts the job watch of r, or returns nil when r watches no
@@ -177,6 +180,7 @@ func (w *fdWatch) run() {
 		if cause != nil && !w.stopping.Load() {
 			w.fail(cause)
 		}
+		w.judged.Add(int32(len(exited)))
 		switch {
 		case !lnReady:
 		case !live:
