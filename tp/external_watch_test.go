@@ -2,17 +2,22 @@ package tp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tprun/tprun/kernel"
 )
@@ -522,4 +527,179 @@ func TestExternalGroupWatch(t *testing.T) {
 		}
 		sameFDs(t, before)
 	})
+}
+
+// TestFDWatchDrain: the job watch takes what arrives while this rank is in
+// no descriptor call (its listener wakes it) and keeps it exactly as a
+// call would: descriptors sent for later calls (a root that runs ahead)
+// are delivered to those calls, in order, with the sender's contents; and
+// calls that run while the watch drains (a rank ahead of or behind the
+// other, at random) all complete right. A watched rank's process that
+// then ends without its notice fails the job at once, naming it. Nothing
+// leaks.
+//
+// Both ranks are this process; the watch is given a child process to
+// watch as rank 1's, so that it runs while the route's calls do.
+func TestFDWatchDrain(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	before := openFDs(t)
+	r0, key, peers := selfRoute(t, 10*time.Second)
+	r1, err := listenFDs(1, peers, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r1.close()
+	stand := holdProcess(t)
+	pidfd, err := unix.PidfdOpen(stand.Process.Pid, 0)
+	if err != nil {
+		t.Skipf("no pidfds here: %v", err)
+	}
+	r0.pidfds[1] = pidfd // the route closes it
+	w := watchFDs(r0)
+	if w == nil {
+		t.Fatal("no job watch on a route with a pidfd")
+	}
+	defer w.stop()
+	ctx := context.Background()
+	content := func() []byte {
+		b := make([]byte, 1+rng.IntN(300))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+
+	// Rank 1 broadcasts three calls ahead of rank 0, which makes no call
+	// meanwhile: the watch takes them from the backlog.
+	const ahead = 3
+	want := make([][]byte, ahead)
+	srcs := make([]int, 0, ahead)
+	t.Cleanup(func() { closeAll(srcs) })
+	for i := range want {
+		want[i] = content()
+		fd, err := memfd(want[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, fd)
+		got, err := r1.broadcast(ctx, 1, []int{srcs[i]})
+		if err != nil {
+			t.Fatalf("rank 1's broadcast #%d: %v", i, err)
+		}
+		closeAll(got)
+	}
+	start := time.Now()
+	for {
+		r0.mu.Lock()
+		kept, queued := len(r0.early), r0.queued()
+		r0.mu.Unlock()
+		if kept == ahead && !queued {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("the watch kept %d of %d calls sent early (backlog not empty: %v) after 5s", kept, ahead, queued)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range want {
+		got, err := r0.broadcast(ctx, 1, nil)
+		if err != nil {
+			t.Fatalf("broadcast #%d, sent early and drained by the watch: %v", i, err)
+		}
+		if len(got) != 1 {
+			closeAll(got)
+			t.Fatalf("broadcast #%d: %d descriptors, want 1", i, len(got))
+		}
+		err = sameFile(got[0], srcs[i], want[i])
+		closeAll(got)
+		if err != nil {
+			t.Fatalf("broadcast #%d: %v", i, err)
+		}
+	}
+
+	// Calls of both ranks, one or the other ahead, while the watch drains.
+	routes := []*fdRoute{r0, r1}
+	for round := range 20 {
+		data := [][]byte{content(), content()}
+		root := rng.IntN(2)
+		lag := []time.Duration{time.Duration(rng.IntN(3)) * time.Millisecond, time.Duration(rng.IntN(3)) * time.Millisecond}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			wg.Go(func() {
+				errs[r] = func() error {
+					time.Sleep(lag[r])
+					fd, err := memfd(data[r])
+					if err != nil {
+						return err
+					}
+					defer unix.Close(fd)
+					got, err := routes[r].allGather(ctx, fd)
+					if err != nil {
+						return fmt.Errorf("AllGatherFDs: %w", err)
+					}
+					defer closeAll(got)
+					for q, g := range got {
+						b, err := pread(g)
+						if err != nil || !bytes.Equal(b, data[q][:min(len(data[q]), len(b))]) || len(b) != min(len(data[q]), 128) {
+							return fmt.Errorf("AllGatherFDs: rank %d's descriptor reads %d bytes that differ (%v)", q, len(b), err)
+						}
+					}
+					time.Sleep(lag[1-r])
+					var pass []int
+					if r == root {
+						pass = []int{fd}
+					}
+					bc, err := routes[r].broadcast(ctx, root, pass)
+					if err != nil {
+						return fmt.Errorf("BroadcastFDs from %d: %w", root, err)
+					}
+					defer closeAll(bc)
+					if len(bc) != 1 {
+						return fmt.Errorf("BroadcastFDs from %d: %d descriptors", root, len(bc))
+					}
+					if b, err := pread(bc[0]); err != nil || !bytes.Equal(b, data[root][:len(b)]) || len(b) != min(len(data[root]), 128) {
+						return fmt.Errorf("BroadcastFDs from %d: reads %d bytes that differ (%v)", root, len(b), err)
+					}
+					return nil
+				}()
+			})
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, rank %d: %v", round, r, err)
+			}
+		}
+	}
+	if err := w.job.Err(); err != nil {
+		t.Fatalf("the job failed while every rank ran: %v", context.Cause(w.job))
+	}
+
+	// The process watched as rank 1's ends without its notice.
+	killed := time.Now()
+	if err := stand.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.job.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job did not fail within 5s of rank 1's process ending")
+	}
+	if took := time.Since(killed); took > time.Second {
+		t.Errorf("the job failed %v after rank 1's process ended", took)
+	}
+	if err := watchFailure(context.Cause(w.job), 1, "rank 1 (pid", "exited without closing its group"); err != nil {
+		t.Error(err)
+	}
+	w.stop()
+	if err := errors.Join(r1.close(), r0.close()); err != nil {
+		t.Fatal(err)
+	}
+	_ = stand.Wait()
+	closeAll(srcs)
+	srcs = nil
+	sameFDs(t, before)
 }
