@@ -176,7 +176,7 @@ func (w *fdWatch) run() {
 				w.pidfds[q] = -1
 			}
 		}
-		cause, live, took := w.look(exited)
+		live, took, cause := w.look(exited)
 		if cause != nil && !w.stopping.Load() {
 			w.fail(cause)
 		}
@@ -199,9 +199,9 @@ func (w *fdWatch) run() {
 
 // look drains the route's backlog (live: the route still takes
 // connections; took: a connection was taken) and judges the ranks whose
-// processes exited: the job's failure, or nil when each of them closed its
-// group first.
-func (w *fdWatch) look(exited []int) (cause error, live, took bool) {
+// processes exited: cause is the job's failure, nil when each of them
+// closed its group first.
+func (w *fdWatch) look(exited []int) (live, took bool, cause error) {
 	r := w.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -213,12 +213,12 @@ func (w *fdWatch) look(exited []int) (cause error, live, took bool) {
 		n, ok := r.left[q]
 		switch {
 		case !ok:
-			return w.rankError(q, "exited without closing its group"), live, took
+			return live, took, w.rankError(q, "exited without closing its group")
 		case n.kind != fdLeft:
-			return w.rankError(q, n.String()), live, took
+			return live, took, w.rankError(q, n.String())
 		}
 	}
-	return nil, live, took
+	return live, took, nil
 }
 
 // drain takes every connection waiting in the backlog, outside a call (the
