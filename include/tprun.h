@@ -300,7 +300,13 @@ typedef struct tprun_collectives {
  * only this uid, the ranks' pids and the key's secret. There the group
  * acts as tprun_join's on one node: the GPU mailbox shares POSIX
  * descriptor handles (no IMEX channel needed) and the host backend
- * (TPRUN_DEVICE_HOST) runs.
+ * (TPRUN_DEVICE_HOST) runs. There the group also watches the job for its
+ * ops: a waiting step fails at once with TPRUN_EABORTED naming the rank
+ * and its pid when a peer's process ends without having closed its group
+ * (tprun_group_close), when a peer aborts its group (the reason is named;
+ * tprun_group_abort tells the peers), or when this rank aborts its own. A
+ * peer that closed its group and then exited is no failure: close the
+ * group before the process ends.
  *
  * What differs from tprun_join:
  *   - Across nodes (or where TPRUN_FORCE_NODE makes a rank act so) the GPU
@@ -309,13 +315,14 @@ typedef struct tprun_collectives {
  *     a message naming what the administrator must provide), and the host
  *     backend, whose mailbox is a shared memory descriptor, cannot run:
  *     tprun_op_create fails with TPRUN_EUNAVAILABLE.
- *   - No job watch: a peer that dies is noticed by a waiting step at the
- *     op's deadline (TPRUN_ETIMEOUT naming it), not at once.
- *     tprun_group_abort only marks this rank's group failed; the peers are
- *     not told (the framework's own abort does that), except their
- *     descriptor exchanges on one node that wait for this rank or send to
- *     it, which fail at once, as they do when its process ends or it
- *     closes its group.
+ *   - Across nodes, or where the kernel refuses pidfds, there is no job
+ *     watch: a peer that dies is noticed by a waiting step at the op's
+ *     deadline (TPRUN_ETIMEOUT naming it), not at once, and
+ *     tprun_group_abort only marks this rank's group failed; the peers
+ *     are not told (the framework's own abort does that). On one node the
+ *     peers' descriptor exchanges that wait for this rank or send to it
+ *     fail at once, as they do when its process ends or it closes its
+ *     group.
  *   - A callback that fails makes the call fail with TPRUN_EABORTED, and
  *     every later collective of the group too: the framework's group is in
  *     an unknown state.

@@ -115,11 +115,18 @@ func (e descriptorError) Is(target error) bool {
 //     forked from it still holds its socket; what a rank sent before it
 //     ended still arrives. The root of a broadcast does not wait for the
 //     receivers.
-//   - No job watch: a peer that dies is noticed by a waiting step at its
+//   - The job watch of the ops made from the group runs only on one node
+//     (and where the kernel gives pidfds): a step waiting for its peers
+//     ends at once, with an error that matches ErrAborted and names the
+//     rank and its pid (a *RankError inside), when a peer's process ends
+//     without having closed its group, when a peer aborts its group
+//     (naming its reason) or gives up on a descriptor collective, or when
+//     this rank calls Abort. A peer that closed its group and then exited
+//     is the job's end, not a failure: ranks finish at different times.
+//     Across nodes a peer that dies is noticed by a waiting step at its
 //     deadline (a *TimeoutError naming the rank), or by the framework's
-//     next collective, not at once. Abort marks this rank's group failed;
-//     of the peers, only their descriptor collectives hear of it: the
-//     framework's own abort tells the rest.
+//     next collective, and Abort marks only this rank's group failed: the
+//     framework's own abort tells the peers.
 //
 // The collectives are made one at a time, in the order the calls arrive.
 type ExternalGroup struct {
@@ -492,13 +499,15 @@ func (g *ExternalGroup) NewUpProjection(ctx context.Context, hidden, latent, max
 }
 
 // Abort marks this rank's group failed: its later collectives fail with
-// an error naming reason (ErrAborted). The peers' steps and framework
-// collectives are not told (the framework's collectives have no such
-// message): end the framework's group, or the process, for that. On one
-// node it tells the peers' descriptor collectives and closes this rank's
-// descriptor socket, so that a peer's descriptor collective that waits
-// for this rank or sends to it fails at once instead of at its collective
-// timeout, and so does this rank's own descriptor call in progress.
+// an error naming reason (ErrAborted). The peers' framework collectives
+// are not told (the framework's collectives have no such message): end
+// the framework's group, or the process, for that. On one node it tells
+// the peers, with reason, and closes this rank's descriptor socket: a
+// peer's descriptor collective that waits for this rank or sends to it
+// fails at once instead of at its collective timeout, and so does this
+// rank's own descriptor call in progress; where the group watches its
+// job, the steps of the ops made from it, this rank's and the peers',
+// fail at once too, naming this rank and reason.
 func (g *ExternalGroup) Abort(reason string) error {
 	if g.watch != nil {
 		g.watch.abort(reason)
@@ -519,9 +528,10 @@ func (g *ExternalGroup) Abort(reason string) error {
 
 // Close ends the group: later collectives fail with ErrGroupClosed, a
 // descriptor collective of this rank in progress fails at once, and so
-// does a peer's that waits for this rank's descriptors. The framework's
-// group is the caller's and stays as it is. Close ops made from the group
-// first.
+// does a peer's that waits for this rank's descriptors. The peers' job
+// watches take this rank's later exit for the job's end, not a failure:
+// close the group before the process ends. The framework's group is the
+// caller's and stays as it is. Close ops made from the group first.
 func (g *ExternalGroup) Close() error {
 	if g.fds != nil {
 		g.fds.interrupt() // a descriptor call in progress holds the lock

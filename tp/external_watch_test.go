@@ -703,3 +703,67 @@ func TestFDWatchDrain(t *testing.T) {
 	srcs = nil
 	sameFDs(t, before)
 }
+
+// FuzzDecodeFDHeader: a connection's header, whatever its bytes, decodes
+// without a panic; one that is accepted encodes back to the same bytes,
+// names a kind a rank sends, and announces a body only for an abort, of
+// at most maxReason bytes.
+func FuzzDecodeFDHeader(f *testing.F) {
+	secret := make([]byte, fdKeyLen/2)
+	for i := range secret {
+		secret[i] = byte(rand.Uint32())
+	}
+	for _, h := range []fdHeader{{seq: 3, kind: fdAllGather, count: 1}, {seq: 9, kind: fdBroadcast, root: 2, count: 4},
+		{kind: fdLeft}, {seq: 1, kind: fdAborted, body: 12}, {kind: fdGaveUp}, {kind: 9}, {kind: fdLeft, body: 5}} {
+		f.Add(h.encode(secret, 1))
+	}
+	old := fdHeader{kind: fdLeft}.encode(secret, 1)
+	old[len(fdMagic)-1] = '1'
+	f.Add(old)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, from, why := decodeFDHeader(b, secret)
+		if why != "" {
+			return
+		}
+		if back := h.encode(secret, from); !bytes.Equal(back, b) {
+			t.Fatalf("%x decodes to %+v from %d, which encodes to %x", b, h, from, back)
+		}
+		if h.kind < fdAllGather || h.kind > fdAborted || (h.body != 0 && h.kind != fdAborted) || h.body > maxReason {
+			t.Fatalf("%x accepted as %+v", b, h)
+		}
+	})
+}
+
+// TestFDHeaderRefusals: a header of another version of the route, or with
+// the wrong secret, or one that announces a body other than an abort's
+// reason, is refused, saying why; an abort's reason is announced.
+func TestFDHeaderRefusals(t *testing.T) {
+	secret := make([]byte, fdKeyLen/2)
+	for i := range secret {
+		secret[i] = byte(rand.Uint32())
+	}
+	old := fdHeader{kind: fdLeft}.encode(secret, 1)
+	old[len(fdMagic)-1]--
+	other := bytes.Clone(secret)
+	other[rand.IntN(len(other))] ^= 1 << rand.IntN(8)
+	for _, tc := range []struct {
+		desc string
+		b    []byte
+		why  string
+	}{
+		{"another version", old, "speaks version"},
+		{"another secret", fdHeader{kind: fdLeft}.encode(other, 1), "did not present the group's secret"},
+		{"a body after a close", fdHeader{kind: fdLeft, body: 3}.encode(secret, 1), "announced 3 bytes after a header of a group's end"},
+		{"a reason too long", fdHeader{kind: fdAborted, body: maxReason + 1}.encode(secret, 1), "announced"},
+		{"an unknown kind", fdHeader{kind: fdAborted + 1}.encode(secret, 1), "unknown kind"},
+		{"an abort", fdHeader{seq: 7, kind: fdAborted, body: 40}.encode(secret, 2), ""},
+	} {
+		h, from, why := decodeFDHeader(tc.b, secret)
+		switch {
+		case tc.why == "" && (why != "" || h.kind != fdAborted || h.body != 40 || h.seq != 7 || from != 2):
+			t.Errorf("%s: %+v from %d, refused as %q", tc.desc, h, from, why)
+		case tc.why != "" && !strings.Contains(why, tc.why):
+			t.Errorf("%s: refused as %q, want %q", tc.desc, why, tc.why)
+		}
+	}
+}

@@ -100,12 +100,13 @@ type UpInputs struct {
 // with ErrBusy. Err and Close may be called from any goroutine; a step
 // waiting when Close is called fails.
 //
-// An op made from a Group (Group.NewUpProjection) also watches the job: when
-// the job fails (a peer died or left, a rank aborted), a step waiting for
-// the peers ends at once with that failure (errors.Is ErrAborted, a
-// *RankError naming the rank) instead of waiting out its deadline, and a
-// step started after it fails at once, before it writes anything. A step
-// whose own ctx ended before the job failed returns ctx's error.
+// An op made from a Group (Group.NewUpProjection), or from an ExternalGroup
+// whose ranks share this node, also watches the job: when the job fails (a
+// peer died or left, a rank aborted), a step waiting for the peers ends at
+// once with that failure (errors.Is ErrAborted, a *RankError naming the
+// rank) instead of waiting out its deadline, and a step started after it
+// fails at once, before it writes anything. A step whose own ctx ended
+// before the job failed returns ctx's error.
 type UpProjection struct {
 	rank   int
 	shape  kernel.Shape // M is the capacity (maxM)
