@@ -26,9 +26,16 @@ import (
 // openFDs counts this process's open sockets, memfds, pidfds and eventfds:
 // what the descriptor route, its job watch and these tests open. (The Go
 // runtime opens and closes files of its own, such as the cgroup's CPU
-// limits, meanwhile.)
+// limits, meanwhile; the eventfd of its network poller it opens once, on
+// first use, which a pipe made here makes happen before the count.)
 func openFDs(t *testing.T) int {
 	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	pw.Close()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +50,8 @@ func openFDs(t *testing.T) int {
 	return n
 }
 
-// sameFDs fails t unless as many sockets, memfds and pidfds are open as
-// before (openFDs).
+// sameFDs fails t unless as many sockets, memfds, pidfds and eventfds are
+// open as before (openFDs).
 func sameFDs(t *testing.T, before int) {
 	t.Helper()
 	if after := openFDs(t); after != before {
