@@ -412,7 +412,27 @@ func TestPythonPeerFailures(t *testing.T) {
 		{"hooked", "exit status 1", "exited on an unhandled RuntimeError: rank 1 gives up"},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
-			out0 := runTorchrunStyle(t, py, env, c.mode, c.rank1)
+			out0 := runTorchrunStyle(t, py, env, c.rank1, c.mode)
+			checkCaught(t, out0, "PeerError", "1", 0, 5*time.Second)
+			if !strings.Contains(out0, c.says) {
+				t.Errorf("rank 0's error does not say %q:\n%s", c.says, out0)
+			}
+		})
+	}
+	// The same through tprun.join_torch on a gloo group, as the workers an
+	// engine spawns on one node join: the group watches its peers'
+	// processes and hears their aborts, so rank 0's step (its deadline
+	// 30 s) ends at once here too.
+	if out, err := exec.Command(py, "-c", "import torch.distributed").CombinedOutput(); err != nil {
+		t.Logf("%s cannot import torch.distributed, so join_torch's failures are not tested (%v; %s names a Python that can): %s", py, err, pythonEnv, lastLine(out))
+		return
+	}
+	for _, c := range []struct{ mode, rank1, says string }{
+		{"kill", "killed", "exited without closing its group"},
+		{"raise", "exit status 1", "aborted its group: exited on an unhandled RuntimeError: rank 1 gives up"},
+	} {
+		t.Run("join_torch "+c.mode, func(t *testing.T) {
+			out0 := runTorchrunStyle(t, py, env, c.rank1, c.mode, "torch")
 			checkCaught(t, out0, "PeerError", "1", 0, 5*time.Second)
 			if !strings.Contains(out0, c.says) {
 				t.Errorf("rank 0's error does not say %q:\n%s", c.says, out0)
@@ -421,10 +441,11 @@ func TestPythonPeerFailures(t *testing.T) {
 	}
 }
 
-// runTorchrunStyle runs python/tests/failure_rank.py MODE as two ranks
-// under torchrun's variables, checks that rank 0 exits 3 and rank 1's
-// status says rank1, and returns rank 0's output.
-func runTorchrunStyle(t *testing.T, py string, env []string, mode, rank1 string) string {
+// runTorchrunStyle runs python/tests/failure_rank.py with args (the mode,
+// and "torch" to join through torch.distributed) as two ranks under
+// torchrun's variables, checks that rank 0 exits 3 and rank 1's status
+// says rank1, and returns rank 0's output.
+func runTorchrunStyle(t *testing.T, py string, env []string, rank1 string, args ...string) string {
 	t.Helper()
 	tmp := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -433,7 +454,7 @@ func runTorchrunStyle(t *testing.T, py string, env []string, mode, rank1 string)
 	var outs [2]strings.Builder
 	var cmds [2]*exec.Cmd
 	for r := range 2 {
-		cmd := exec.CommandContext(ctx, py, "python/tests/failure_rank.py", mode)
+		cmd := exec.CommandContext(ctx, py, append([]string{"python/tests/failure_rank.py"}, args...)...)
 		cmd.Dir = repoRoot(t)
 		cmd.Env = append(append(cleanEnv(), env...), "RANK="+strconv.Itoa(r), "WORLD_SIZE=2",
 			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=2", "TORCHELASTIC_RUN_ID="+runID,

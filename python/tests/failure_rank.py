@@ -1,7 +1,7 @@
 """A peer fails while rank 0 waits in a step; rank 0 must get an exception
 naming it, soon, and go on running Python (stdlib only):
 
-    tprun --tp 2 -- python3 python/tests/failure_rank.py MODE
+    tprun --tp 2 -- python3 python/tests/failure_rank.py MODE [torch]
 
 MODE is what rank 1 does after a few steps, while rank 0 waits in the next:
     exit    leaves the process (os._exit(0), no goodbye)
@@ -15,6 +15,11 @@ MODE is what rank 1 does after a few steps, while rank 0 waits in the next:
     stall   sleeps (rank 0's deadline is 1 s)
     sigint  sleeps, and rank 0 gets SIGINT 1 s into its wait (deadline 4 s):
             KeyboardInterrupt must come when the step returns
+
+With "torch" the ranks join through a torch.distributed gloo group
+(tprun.join_torch) on a file store in $TMPDIR, as framework-spawned
+workers on one node do, instead of tprun.join (the ranks run under
+torchrun's variables then, not under tprun).
 
 Rank 0 prints "rank 0: caught NAME rank=R after T s: MESSAGE" (NAME the
 exception's class, R its rank attribute) and exits 3; any other outcome
@@ -35,7 +40,14 @@ HIDDEN, LATENT, STEPS_BEFORE = 32, 16, 3
 
 def main():
     mode = sys.argv[1]
-    g = tprun.join()
+    if sys.argv[2:] == ["torch"]:
+        import torch.distributed as dist
+
+        store = "file://" + os.path.join(os.environ["TMPDIR"], "store")
+        dist.init_process_group("gloo", init_method=store, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+        g = tprun.join_torch()
+    else:
+        g = tprun.join()
     deadline = {"stall": 1.0, "sigint": 4.0}.get(mode, 30.0)
     shard = HIDDEN // g.size
     op = g.up_projection(HIDDEN, LATENT, 2, array("H", [0x3F80]) * (shard * LATENT), deadline=deadline)
