@@ -453,14 +453,20 @@ func (g *ExternalGroup) BroadcastFDs(ctx context.Context, root int, fds []int) (
 
 // brokeFDs records err, a failed descriptor collective, and closes this
 // rank's end of the route, so that peers that send to it fail at once
-// instead of at their deadline. nil stays nil.
+// instead of at their deadline. nil stays nil. A call that Close or Abort
+// interrupted leaves the route to them: they tell the peers what ended
+// it (a closed group, which a peer's job watch does not take for a
+// failure, or the abort's reason), where a give-up would fail the peers'
+// jobs without the reason.
 func (g *ExternalGroup) brokeFDs(err error) error {
 	if err == nil {
 		return nil
 	}
 	e := &fdRouteError{rank: g.rank, err: err}
 	g.failed = fmt.Errorf("%w (the group is unusable after it)", e)
-	_ = g.fds.leave(notice{kind: fdGaveUp})
+	if g.fds.life.Err() == nil {
+		_ = g.fds.leave(notice{kind: fdGaveUp})
+	}
 	return e
 }
 

@@ -767,3 +767,66 @@ func TestFDHeaderRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalGroupInterruptedCallNotice: Close or Abort while this rank's
+// descriptor call waits tells the peers what it is (a closed group, or an
+// abort with its reason), not that the interrupted call gave up: a peer's
+// job watch takes a closed group's later exit for the job's end, and
+// names an abort's reason.
+func TestExternalGroupInterruptedCallNotice(t *testing.T) {
+	for _, how := range []string{"Close", "Abort"} {
+		t.Run(how, func(t *testing.T) {
+			before := openFDs(t)
+			reason := fmt.Sprintf("test: the engine stops (%x)", rand.Uint64())
+			want := notice{kind: fdLeft}
+			if how == "Abort" {
+				want = notice{kind: fdAborted, reason: reason}
+			}
+			site := func(int) externalSite { return externalSite{host: "h", node: "one node", timeout: 20 * time.Second} }
+			left := make(chan struct{}) // rank 0 closed or aborted its group
+			errs := onExternalRanksAt(2, same, site, func(r int, g *ExternalGroup) error {
+				if r == 1 {
+					select {
+					case <-left:
+					case <-time.After(10 * time.Second):
+						return errors.New("rank 0 did not leave within 10s")
+					}
+					// What rank 0 said is in this rank's backlog: take it as
+					// the job watch would.
+					g.fds.mu.Lock()
+					defer g.fds.mu.Unlock()
+					g.fds.drain()
+					if got, ok := g.fds.left[0]; !ok || got != want {
+						return fmt.Errorf("rank 0's %s during its call told this rank %q (noted: %v), want %q", how, got, ok, want)
+					}
+					return nil
+				}
+				defer close(left)
+				fd, err := memfd([]byte{byte(rand.Uint32())})
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				called := make(chan error, 1)
+				go func() {
+					got, err := g.AllGatherFDs(context.Background(), fd)
+					closeAll(got)
+					called <- err
+				}()
+				time.Sleep(200 * time.Millisecond)
+				var herr error
+				if how == "Close" {
+					herr = g.Close()
+				} else {
+					herr = g.Abort(reason)
+				}
+				if err := <-called; err == nil {
+					return fmt.Errorf("AllGatherFDs interrupted by %s succeeded", how)
+				}
+				return herr
+			})
+			noErrors(t, errs)
+			sameFDs(t, before)
+		})
+	}
+}
