@@ -757,11 +757,10 @@ func decodeFDHeader(b, secret []byte) (h fdHeader, from int, why string) {
 	if len(b) != fdHeaderLen {
 		return h, 0, fmt.Sprintf("sent a header of %d bytes, not %d", len(b), fdHeaderLen)
 	}
-	magic := b[:len(fdMagic)]
-	if string(magic[:len(magic)-1]) == fdMagic[:len(fdMagic)-1] && magic[len(magic)-1] != fdMagic[len(fdMagic)-1] {
-		return h, 0, fmt.Sprintf("speaks version %q of the descriptor route, this rank %q (the ranks run different tprun builds)",
-			magic[len(magic)-1], fdMagic[len(fdMagic)-1])
+	if v := otherVersion(b); v != "" {
+		return h, 0, v
 	}
+	magic := b[:len(fdMagic)]
 	p := b[len(fdMagic):]
 	if string(magic) != fdMagic || subtle.ConstantTimeCompare(p[:len(secret)], secret) != 1 {
 		return h, 0, "did not present the group's secret"
@@ -780,6 +779,18 @@ func decodeFDHeader(b, secret []byte) (h fdHeader, from int, why string) {
 		return h, from, fmt.Sprintf("announced %d bytes after a header of %s", uint32(h.body), h.kind)
 	}
 	return h, from, ""
+}
+
+// otherVersion says, for a refusal, that b, a header as far as it was read
+// (the rest zero), begins with the magic of another version of the route;
+// "" when it does not. Another version's header may be shorter than this
+// one's: its connection ends before a whole header of this version came.
+func otherVersion(b []byte) string {
+	n := len(fdMagic)
+	if len(b) < n || string(b[:n-1]) != fdMagic[:n-1] || b[n-1] == fdMagic[n-1] || b[n-1] == 0 {
+		return ""
+	}
+	return fmt.Sprintf("speaks version %q of the descriptor route, this rank %q (the ranks run different tprun builds)", b[n-1], fdMagic[n-1])
 }
 
 // admit reads one connection's header and descriptors and closes it. A
@@ -809,6 +820,9 @@ func (r *fdRoute) admit(ctx context.Context, deadline time.Time, c *net.UnixConn
 		return h, nil, 0, "", r.stopped(ctx)
 	}
 	if err != nil {
+		if v := otherVersion(b); v != "" {
+			return h, nil, 0, fmt.Sprintf("pid %d, which %s", cred.Pid, v), nil
+		}
 		return h, nil, 0, fmt.Sprintf("pid %d, which sent no header (%v)", cred.Pid, err), nil
 	}
 	refuse := func(what string) (fdHeader, []int, int, string, error) {

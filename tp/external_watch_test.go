@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -828,5 +829,35 @@ func TestExternalGroupInterruptedCallNotice(t *testing.T) {
 			noErrors(t, errs)
 			sameFDs(t, before)
 		})
+	}
+}
+
+// TestFDRouteOlderVersionNamed: a rank of a build whose route speaks the
+// first version, whose header is shorter than this one's, is refused as a
+// rank of another build, not as one that sent no header.
+func TestFDRouteOlderVersionNamed(t *testing.T) {
+	r0, _, _ := selfRoute(t, 10*time.Second)
+	old := fdHeader{seq: rand.Uint64(), kind: fdLeft}.encode(r0.secret, 1)
+	old = old[:len(old)-4] // the first version had no body length
+	old[len(fdMagic)-1] = '1'
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: r0.name(0), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(old); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := r0.ln.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := r0.ln.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fds, _, why, err := r0.admit(context.Background(), time.Now().Add(5*time.Second), a)
+	closeAll(fds)
+	if err != nil || !strings.Contains(why, `speaks version '1' of the descriptor route, this rank '2'`) {
+		t.Fatalf("a first-version header refused as %q (%v), want it named as another version", why, err)
 	}
 }
