@@ -928,12 +928,13 @@ func (r *fdRoute) keep(h fdHeader, fds []int, q int) {
 func (r *fdRoute) hasLeft(from []int, got map[int][]int) error {
 	for q := range r.peers {
 		if n, ok := r.left[q]; ok && n.kind == fdGaveUp {
-			return fmt.Errorf("%w: rank %d %s", ErrPeer, q, n)
+			return fmt.Errorf("%w: rank %d (pid %d) %s", ErrPeer, q, r.peers[q].PID, n)
 		}
 	}
 	for _, q := range from {
 		if n, ok := r.left[q]; ok && !has(got, q) {
-			return fmt.Errorf("%w: rank %d %s without taking part in this call", ErrPeer, q, n)
+			// The reason of an abort comes last, as its rank gave it.
+			return fmt.Errorf("%w: rank %d (pid %d) took no part in this call: it %s", ErrPeer, q, r.peers[q].PID, n)
 		}
 	}
 	return nil

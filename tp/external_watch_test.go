@@ -800,6 +800,12 @@ func TestExternalGroupInterruptedCallNotice(t *testing.T) {
 					if got, ok := g.fds.left[0]; !ok || got != want {
 						return fmt.Errorf("rank 0's %s during its call told this rank %q (noted: %v), want %q", how, got, ok, want)
 					}
+					// A call that waits for rank 0 fails, naming it, its pid and
+					// what it said.
+					err := g.fds.hasLeft([]int{0}, map[int][]int{})
+					if says := fmt.Sprintf("rank 0 (pid %d) took no part in this call: it %s", os.Getpid(), want); err == nil || !strings.Contains(err.Error(), says) {
+						return fmt.Errorf("a call waiting for rank 0 after its %s: %v, want %q in it", how, err, says)
+					}
 					return nil
 				}
 				defer close(left)
