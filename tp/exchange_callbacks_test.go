@@ -37,6 +37,13 @@ func (c *fixedCollectives) AllGather(ctx context.Context, in, out []byte) error 
 	if err != nil {
 		return err
 	}
+	return concatGathered(out, in, all)
+}
+
+// concatGathered lays every rank's part of a variable-size all-gather
+// (all) into out, as a fixed-size one (Collectives.AllGather) returns it:
+// each part must be as long as this rank's, in.
+func concatGathered(out, in []byte, all [][]byte) error {
 	if len(out) != len(all)*len(in) {
 		return fmt.Errorf("out has %d bytes for %d ranks of %d", len(out), len(all), len(in))
 	}

@@ -35,16 +35,7 @@ func (c groupCollectives) AllGather(ctx context.Context, in, out []byte) error {
 	if err != nil {
 		return err
 	}
-	if len(out) != len(all)*len(in) {
-		return fmt.Errorf("out has %d bytes for %d ranks of %d", len(out), len(all), len(in))
-	}
-	for q, b := range all {
-		if len(b) != len(in) {
-			return fmt.Errorf("rank %d passed %d bytes, this rank %d", q, len(b), len(in))
-		}
-		copy(out[q*len(in):], b)
-	}
-	return nil
+	return concatGathered(out, in, all)
 }
 
 func (c groupCollectives) Barrier(ctx context.Context) error { return c.g.Barrier(ctx) }
