@@ -667,12 +667,7 @@ func TestExternalGroupFDsInterrupted(t *testing.T) {
 					called <- err
 				}()
 				time.Sleep(200 * time.Millisecond)
-				var herr error
-				if how == "Close" {
-					herr = g.Close()
-				} else {
-					herr = g.Abort("the engine is shutting down")
-				}
+				herr := closeOrAbort(g, how, "the engine is shutting down")
 				err = <-called
 				took := time.Since(start)
 				if herr != nil || err == nil || !strings.Contains(err.Error(), "closed or aborted on this rank") || took > 5*time.Second {
@@ -1052,12 +1047,7 @@ func TestExternalGroupFDsPeerLeft(t *testing.T) {
 					// Whether rank 0 sent to this rank before it leaves or
 					// not, rank 0's call ends at once.
 					time.Sleep(200 * time.Millisecond)
-					var err error
-					if how == "Close" {
-						err = g.Close()
-					} else {
-						err = g.Abort("the engine is shutting down")
-					}
+					err := closeOrAbort(g, how, "the engine is shutting down")
 					done.Wait()
 					return err
 				}
@@ -1220,4 +1210,12 @@ func TestFDRouteLeftNoticeAfterInterrupt(t *testing.T) {
 		break
 	}
 	<-sent
+}
+
+// closeOrAbort ends g as how names it: "Close", or Abort with reason.
+func closeOrAbort(g *ExternalGroup, how, reason string) error {
+	if how == "Close" {
+		return g.Close()
+	}
+	return g.Abort(reason)
 }

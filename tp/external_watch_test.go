@@ -812,12 +812,7 @@ func TestExternalGroupInterruptedCallNotice(t *testing.T) {
 					called <- err
 				}()
 				time.Sleep(200 * time.Millisecond)
-				var herr error
-				if how == "Close" {
-					herr = g.Close()
-				} else {
-					herr = g.Abort(reason)
-				}
+				herr := closeOrAbort(g, how, reason)
 				if err := <-called; err == nil {
 					return fmt.Errorf("AllGatherFDs interrupted by %s succeeded", how)
 				}
