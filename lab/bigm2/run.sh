@@ -67,4 +67,4 @@ run "$OUT/time.txt" --desc "$DESC" --pf 1 --cfg wgn1.wgk1.cl8.d4 --latent 3584 -
 grep -hE "FATAL|^!!" "$OUT/check.txt" "$OUT/time.txt" | head -20
 grep -h '^RESULT' "$OUT/check.txt" "$OUT/time.txt" | awk '{n++; if ($17 != 0 || $21 != "yes") b++} END {printf "cases %d, wrong or not identical %d\n", n, b}' | tee -a "$OUT/summary.txt"
 echo "shard M cfg pf wrong identical median_us p90_us GB/s"
-grep -h "^RESULT" "$OUT/time.txt" | awk '{print $3, $7, $9, $11, $17, $21, $25, $27, $29}' | column -t | head -150
+grep -h "^RESULT" "$OUT/time.txt" | awk '{print $3, $7, $9, $11, $17, $21, $25, $27, $29}' | (if command -v column >/dev/null; then column -t; else cat; fi) | head -150
