@@ -24,10 +24,11 @@
 #   opbench  tp 1, shards 7168 and 896, M 1..8 then 16, 32, 64, 128:
 #            tprun bench --graph capture, enqueue, enqueue-ops and
 #            torch_rank.py --bench
-#   shmab    shard 896, tp 1: the tree's binaries against those built with
-#            lab/shared-kernel-module.patch (bin/shm/), two interleaved
-#            rounds of --graph capture and enqueue-ops, then torch_rank.py
-#            --bench with each libtprun.so
+#   layout   shard 896, tp 1, M 1..8, two interleaved rounds: tprun bench
+#            --graph capture, enqueue, enqueue-ops and torch_rank.py --bench
+#            (its K ops, 1 op and slab forms): where the weight copies live
+#   gap      lab/torch_gap.py beside tprun bench --graph enqueue (shard 896)
+#   ncu      the larger-M kernel under ncu at M 128, shards 448 and 7168
 # One line per stage in $OUT/summary.txt, logs in $OUT/pending-logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -149,26 +150,47 @@ for st in "${stages[@]}"; do
 		done
 		unset TPRUN_LIB PYTHONPATH
 		;;
-	shmab)
-		[[ -x bin/shm/tprun && -f bin/shm/libtprun.so ]] || { note "shmab: no bin/shm/tprun or bin/shm/libtprun.so"; status=1; continue; }
+	layout)
+		# Where the weight copies live: Go's forms (one allocation for
+		# capture and enqueue, an allocation per op for enqueue-ops) and
+		# the PyTorch forms (K ops, 1 op with a tensor per copy, slab with
+		# the copies in one tensor), two interleaved rounds at shard 896.
+		export TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
 		for round in 1 2; do
-			for v in tree shm; do
-				b=bin/tprun
-				[[ $v == shm ]] && b=bin/shm/tprun
-				for g in capture enqueue-ops; do
-					timeout 120 $b bench --tp 1 --hidden 896 --graph $g >"$logs/shmab-$v-$g-$round.log" 2>&1
-					note "shmab round $round $v $g: exit $?"
-					grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/shmab-$v-$g-$round.log" | tee -a "$OUT/summary.txt"
-				done
+			for g in capture enqueue enqueue-ops; do
+				timeout 120 bin/tprun bench --tp 1 --hidden 896 --graph $g >"$logs/layout-$g-$round.log" 2>&1
+				note "layout round $round $g: exit $?"
+				grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/layout-$g-$round.log" | tee -a "$OUT/summary.txt"
 			done
+			timeout 150 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --bench --hidden 896 >"$logs/layout-torch-$round.log" 2>&1
+			note "layout round $round torch: exit $?"
+			grep -v "^W" "$logs/layout-torch-$round.log" | tail -12 | tee -a "$OUT/summary.txt"
 		done
-		for v in tree shm; do
-			lib=$PWD/bin/libtprun.so
-			[[ $v == shm ]] && lib=$PWD/bin/shm/libtprun.so
-			TPRUN_LIB=$lib PYTHONPATH=$PWD/python timeout 120 bin/tprun --tp 1 -- python3 examples/python/torch_rank.py --bench --hidden 896 \
-				>"$logs/shmab-torch-$v.log" 2>&1
-			note "shmab torch $v: exit $?"
-			grep -v "^W" "$logs/shmab-torch-$v.log" | tail -14 | tee -a "$OUT/summary.txt"
+		unset TPRUN_LIB PYTHONPATH
+		;;
+	gap)
+		# PyTorch's one-op graph in variants that each change one thing
+		# (lab/torch_gap.py), beside Go's enqueue.
+		export TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		mkdir -p "$logs/gap"
+		timeout 120 bin/tprun bench --tp 1 --hidden 896 --graph enqueue >"$logs/gap-enqueue.log" 2>&1
+		note "gap enqueue: exit $?"
+		grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/gap-enqueue.log" | tee -a "$OUT/summary.txt"
+		timeout 200 bin/tprun --tp 1 -- python3 lab/torch_gap.py "$logs/gap" >"$logs/gap-torch.log" 2>&1
+		note "gap torch: exit $?"
+		grep -v "^W" "$logs/gap-torch.log" | tail -14 | tee -a "$OUT/summary.txt"
+		unset TPRUN_LIB PYTHONPATH
+		;;
+	ncu)
+		# Where the larger-M kernel spends its time: one launch at M 128 per
+		# shard, the counters' stall reasons (clocks left alone).
+		for h in 448 7168; do
+			timeout 120 ncu --clock-control none -k regex:tprun_bigm -s 3 -c 1 \
+				--section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+				--section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+				bin/tprun --tp 1 --hidden $h --m 128 --iters 6 >"$logs/ncu-$h.log" 2>&1
+			note "ncu shard $h M 128: exit $?"
+			grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Registers|Block Size|Grid Size|Achieved Occupancy|L2 Hit|Mem Busy|Max Bandwidth|One or More|No Eligible" "$logs/ncu-$h.log" | head -40 | tee -a "$OUT/summary.txt"
 		done
 		;;
 	*)

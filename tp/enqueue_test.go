@@ -58,7 +58,7 @@ func (ws weightSteps) shard(r, n int) []kernel.BF16 {
 // fakeParts are an op's fake engine, driver and kernels.
 func fakeParts(up *UpProjection) (*cudaEngine, *fakeDrv, *fakeKernels) {
 	e := up.eng.(*cudaEngine)
-	return e, e.drv.(*fakeDrv), e.kern.(*fakeKernels)
+	return e, e.drv.(*fakeDrv), loadedFake(e.kern)
 }
 
 // counterSlot reads word 0 of the op's slot counter.

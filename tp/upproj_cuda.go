@@ -324,7 +324,7 @@ func newCUDAEngine(ctx context.Context, ex mailbox.Exchanger, s kernel.Shape, cf
 		if e.stream, err = drv.StreamCreate(cuda.StreamNonBlocking); err != nil {
 			return fmt.Errorf("step stream: %w", err)
 		}
-		if e.kern, err = deps.loadKernels(drv); err != nil {
+		if e.kern, err = sharedKernels.get(kernelKey{drv, e.cuctx}, func() (stepKernels, error) { return deps.loadKernels(drv) }); err != nil {
 			return fmt.Errorf("loading the kernels: %w", err)
 		}
 		if e.status, err = drv.MemHostAlloc(statusBytes, cuda.HostAllocDeviceMap|cuda.HostAllocPortable); err != nil {

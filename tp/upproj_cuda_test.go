@@ -2771,8 +2771,8 @@ func TestCUDAEngineFakeFusedReceive(t *testing.T) {
 					return err
 				}
 			}
-			n.Add(up.eng.(*cudaEngine).kern.(*fakeKernels).fused.Load())
-			skipped.Add(up.eng.(*cudaEngine).kern.(*fakeKernels).skipped.Load())
+			n.Add(loadedFake(up.eng.(*cudaEngine).kern).fused.Load())
+			skipped.Add(loadedFake(up.eng.(*cudaEngine).kern).skipped.Load())
 			return nil
 		})
 		if l := gpu.leaks(); l != "" {
@@ -2883,7 +2883,7 @@ func TestCUDAEngineFakeMulticast(t *testing.T) {
 					return err
 				}
 			}
-			n.Add(up.eng.(*cudaEngine).kern.(*fakeKernels).skipped.Load())
+			n.Add(loadedFake(up.eng.(*cudaEngine).kern).skipped.Load())
 			return nil
 		})
 		if err := errors.Join(errs...); err != nil {

@@ -50,12 +50,15 @@ What it runs (any combination; none given means --check):
              cover --rotate-mb MiB (so the weights stream from HBM),
              replayed --replays times with an event pair around each; the
              table gives the median and p90 time per step (replay time / K)
-             of two forms, to set beside `tprun bench --tp 1`:
+             of three forms, to set beside `tprun bench --tp 1`:
                "K ops"  one step on each of K ops, each holding its weight
                         copy (`tprun bench --graph enqueue-ops`)
                "1 op"   K steps of one op, each passing its own packed
-                        weight copy (op.pack; `tprun bench --graph enqueue`),
-                        the form of a model whose layers share one op
+                        weight copy (op.pack), the form of a model whose
+                        layers share one op
+               "slab"   as "1 op", the K copies packed side by side into
+                        one allocation (op.pack(w, out=...)), as `tprun
+                        bench --graph enqueue` holds its copies
 Each rank prints its findings; the program exits 1 if anything was wrong.
 """
 
@@ -422,7 +425,12 @@ class Rank:
                                                 deadline=a.deadline) for _ in range(k - 1)]
         # "1 op": K steps of this op, each passing its own packed copy.
         packs = [self.op.pack(self.mine) for _ in range(k)]
-        forms = {"K ops": [(op, None) for op in ops], "1 op": [(self.op, w) for w in packs]}
+        # "slab": the same, the copies side by side in one allocation.
+        n = self.tprun.packed_weight_len(self.shard, a.latent)
+        slab = t.empty(k * n, dtype=t.bfloat16, device=self.dev)
+        slabs = [self.op.pack(self.mine, out=slab[i * n:(i + 1) * n]) for i in range(k)]
+        forms = {"K ops": [(op, None) for op in ops], "1 op": [(self.op, w) for w in packs],
+                 "slab": [(self.op, w) for w in slabs]}
         rows = []
         for m in a.rows:
             lat, sh = self.fresh(m)
@@ -435,16 +443,18 @@ class Rank:
             rows.append(row + [wrong])
         for op in ops[1:]:
             op.close()
-        for w in packs:
+        for w in packs + slabs:
             w.close()
+        del slab
         if self.g.rank == 0:
             print(f"# torch_rank.py --bench: tp {self.g.size}, hidden {a.hidden}, latent {a.latent}, {self.op.backend}, "
                   f"{k} steps per graph, {a.replays} replays; time per step = replay time / {k}")
             print("#   K ops: one step on each of K ops holding their weight copies; "
-                  "1 op: K steps of one op, each passing its packed copy (op.pack)")
-            print(f"# {'M':>3} {'K ops med µs':>13} {'K ops p90 µs':>13} {'1 op med µs':>12} {'1 op p90 µs':>12} {'#wrong':>7}")
-            for m, med, p90, med1, p901, wrong in rows:
-                print(f"  {m:>3} {med:>13.2f} {p90:>13.2f} {med1:>12.2f} {p901:>12.2f} {wrong:>7}")
+                  "1 op: K steps of one op, each passing its packed copy (op.pack); "
+                  "slab: as 1 op, the copies packed side by side into one allocation (op.pack(w, out=...))")
+            print(f"# {'M':>3} " + " ".join(f"{f + ' ' + q:>13}" for f in forms for q in ("med µs", "p90 µs")) + f" {'#wrong':>7}")
+            for row in rows:
+                print(f"  {row[0]:>3} " + " ".join(f"{x:>13.2f}" for x in row[1:-1]) + f" {row[-1]:>7}")
             sys.stdout.flush()
         for row in rows:
             if row[-1]:

@@ -159,6 +159,7 @@ def main():
         ("weight float32", ["weight", "dtype"], lambda: op.set_weight(torch.ones(s, latent))),
         ("pack of another shape", ["weight", "shape"], lambda: op.pack(torch.ones(s, latent + 8, dtype=bf))),
         ("pack float32", ["weight", "dtype"], lambda: op.pack(torch.ones(s, latent))),
+        ("pack into out on the host backend", ["out", "row-major"], lambda: op.pack(torch.ones(s, latent, dtype=bf), out=torch.empty(tprun.packed_weight_len(s, latent), dtype=bf))),
         ("step weight a tensor", ["weight", "Tensor", "op.pack"], lambda: op(lat, sh, weight=torch.ones(s, latent, dtype=bf))),
         ("step weight closed", ["weight", "closed"], lambda: op(lat, sh, weight=_closed(op.pack(torch.ones(s, latent, dtype=bf))))),
         ("step weight of another op's shape", ["weight", f"latent {latent + 8}"], lambda: op(lat, sh, weight=other.pack(torch.ones(s, latent + 8, dtype=bf)))),

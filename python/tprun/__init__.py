@@ -367,7 +367,7 @@ class UpProjection:
         buf = _host_buffer("weight", weight, n, writable=False)
         _lib.check(l.tprun_op_set_weight_host(self._handle(), buf.ptr, n))
 
-    def pack(self, weight):
+    def pack(self, weight, out=None):
         """Returns weight, this rank's [shard, latent] bf16 rows of one
         layer's weight, as a tprun.PackedWeight to pass with this op's steps
         (op(latent, shared, weight=w)), or any op's of the same shape and
@@ -380,10 +380,18 @@ class UpProjection:
         - a CPU tensor for an op on a CUDA device: packed on the host by the
           library (tprun_pack_weight), then copied to the op's device;
         - a CPU tensor or a buffer of bf16 bit patterns for an op on the host
-          backend: kept row-major, the layout its host step takes."""
+          backend: kept row-major, the layout its host step takes.
+
+        out, for an op on a CUDA device: a contiguous bf16 tensor on that
+        device of packed_weight_len(shard, latent) elements to pack into
+        instead of new memory (say, a slice of one allocation that holds
+        every layer's weights); the PackedWeight then holds a view of it."""
         self._handle()
         if _is_tensor(weight):
-            return _load_torch().pack(self, weight)
+            return _load_torch().pack(self, weight, out)
+        if out is not None:
+            raise ValueError(f"out: {type(weight).__name__} weights are packed by the host backend, which keeps them "
+                             "row-major: pack without out")
         if self.device is not None:
             raise ValueError(f"weight: got {type(weight).__name__}: an op on cuda:{self.device} packs a CUDA or CPU tensor")
         n = self.shard * self.latent

@@ -87,8 +87,9 @@ def pack_tensor(w):
     return p.view(g, rh, rl, c, kq, q, kp, kb).permute(*_PACK_ORDER).contiguous().view(-1)
 
 
-def pack(op, w):
-    """UpProjection.pack for a tensor: checks it and returns a PackedWeight."""
+def pack(op, w, out=None):
+    """UpProjection.pack for a tensor: checks it (and out) and returns a
+    PackedWeight."""
     from . import PackedWeight, _pack_host, packed_weight_len
 
     _check_bf16("weight", w)
@@ -97,14 +98,43 @@ def pack(op, w):
                          f"this rank's rows of the [{op.hidden}, {op.latent}] weight")
     _check_device("weight", w, op)
     w = w.detach()
+    n = packed_weight_len(op.shard, op.latent)
+    if out is not None:
+        _check_pack_out(out, op, n)
     if w.device.type == "cuda":
-        return PackedWeight(op, pack_tensor(w), packed=True)
+        p = pack_tensor(w)
+        if out is None:
+            return PackedWeight(op, p, packed=True)
+        out.view(-1).copy_(p)
+        return PackedWeight(op, out.view(-1), packed=True)
     src = w.contiguous()
     if op.device is None:  # the host backend: its step takes the weight row-major
         return PackedWeight(op, src.clone() if src.data_ptr() == w.data_ptr() else src, packed=False)
-    dst = torch.empty(packed_weight_len(op.shard, op.latent), dtype=torch.bfloat16)
+    dst = torch.empty(n, dtype=torch.bfloat16)
     _pack_host(dst.data_ptr(), src.data_ptr(), op.shard, op.latent)
-    return PackedWeight(op, dst.to(torch.device("cuda", op.device)), packed=True)
+    if out is None:
+        return PackedWeight(op, dst.to(torch.device("cuda", op.device)), packed=True)
+    out.view(-1).copy_(dst)
+    return PackedWeight(op, out.view(-1), packed=True)
+
+
+def _check_pack_out(out, op, n):
+    """out of UpProjection.pack: a contiguous bf16 tensor of n elements on
+    the op's CUDA device, 16-byte aligned."""
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"out: want a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != torch.bfloat16:
+        raise ValueError(f"out: dtype {out.dtype}: want torch.bfloat16")
+    if op.device is None:
+        raise ValueError(f"out: the op runs {_where(op.device)}, which keeps its weights row-major: pack without out")
+    if out.device.type != "cuda" or out.device.index != op.device:
+        raise ValueError(f"out: on {out.device}, but the op runs on {_where(op.device)}")
+    if out.numel() != n:
+        raise ValueError(f"out: {out.numel()} elements: want packed_weight_len({op.shard}, {op.latent}) = {n}")
+    if not out.is_contiguous():
+        raise ValueError("out: not contiguous")
+    if out.data_ptr() % 16:
+        raise ValueError(f"out: address {out.data_ptr():#x} is not 16-byte aligned")
 
 
 def call(op, latent, shared, out, weight=None):

@@ -1,0 +1,116 @@
+"""Where PyTorch's one-op graph loses 0.1-0.2 µs a step against Go's
+`tprun bench --graph enqueue` at shard 896 (lab/README.md): the same op
+and steps, in variants that each change one thing. Run under
+`tprun --tp 1 -- python3 lab/torch_gap.py OUTDIR`."""
+import math
+import os
+import statistics
+import sys
+
+import torch
+
+import tprun
+
+out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
+hidden, latent, rows = 896, 3584, range(1, 9)
+g = tprun.join()
+dev = torch.device("cuda", g.device)
+torch.cuda.set_device(dev)
+gen = torch.Generator(device=dev)
+gen.manual_seed(1)
+w = (torch.randn(hidden, latent, generator=gen, device=dev) * latent**-0.5).to(torch.bfloat16)
+op = g.up_projection(hidden, latent, 8, w)
+n = tprun.packed_weight_len(hidden, latent)
+k = math.ceil(512 * 2**20 / (2 * n))
+slab = torch.empty(k * n, dtype=torch.bfloat16, device=dev)
+packs = [op.pack(w, out=slab[i * n:(i + 1) * n]) for i in range(k)]
+torch.cuda.synchronize()
+
+
+def graph_of(steps):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for s in steps:
+            s()
+    torch.cuda.current_stream().wait_stream(side)
+    gr = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(gr):
+        for s in steps:
+            s()
+    return gr
+
+
+def per_replay(gr, nsteps, replays=200, warmup=20):
+    for _ in range(warmup):
+        gr.replay()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
+    ev[0].record()
+    for i in range(replays):
+        gr.replay()
+        ev[i + 1].record()
+    torch.cuda.synchronize()
+    return statistics.median(ev[i].elapsed_time(ev[i + 1]) * 1000.0 / nsteps for i in range(replays))
+
+
+def one_pair(gr, nsteps, replays=200, warmup=20):
+    for _ in range(warmup):
+        gr.replay()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for i in range(replays):
+        gr.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1000.0 / nsteps / replays
+
+
+def variants(m):
+    lat = torch.randn(m, latent, generator=gen, device=dev).to(torch.bfloat16)
+    sh = torch.randn(m, hidden, generator=gen, device=dev).to(torch.bfloat16)
+    outs = [torch.empty(m, hidden, dtype=torch.bfloat16, device=dev) for _ in range(k)]
+    outslab = torch.empty(k, m, hidden, dtype=torch.bfloat16, device=dev)
+    # Pools as Go's bench holds them: a different latent and residual per step.
+    latp = torch.randn(k, m, latent, generator=gen, device=dev).to(torch.bfloat16)
+    shp = torch.randn(k, m, hidden, generator=gen, device=dev).to(torch.bfloat16)
+    v = {
+        "base": [lambda i=i: op(lat, sh, out=outs[i], weight=packs[i]) for i in range(k)],
+        "outslab": [lambda i=i: op(lat, sh, out=outslab[i], weight=packs[i]) for i in range(k)],
+        "pools": [lambda i=i: op(latp[i], shp[i], out=outslab[i], weight=packs[i]) for i in range(k)],
+        "ownweight": [lambda i=i: op(lat, sh, out=outs[i]) for i in range(k)],
+    }
+    return v
+
+
+names = None
+for m in rows:
+    v = variants(m)
+    if names is None:
+        names = list(v) + ["base/1pair"]
+        print("#  M " + " ".join(f"{x:>11}" for x in names), flush=True)
+    res = []
+    for name, steps in v.items():
+        gr = graph_of(steps)
+        res.append(per_replay(gr, len(steps)))
+        if name == "base":
+            base = gr
+        else:
+            del gr
+    res.append(one_pair(base, k))
+    if m == 6:
+        small = graph_of(v["base"][:3])
+        try:
+            dbg = torch.cuda.CUDAGraph()
+            dbg.enable_debug_mode()
+            side = torch.cuda.Stream()
+            with torch.cuda.graph(dbg, stream=side):
+                for s in v["base"][:3]:
+                    s()
+            dbg.debug_dump(os.path.join(out_dir, "torch-graph-m6.dot"))
+        except Exception as e:  # the dump is a diagnostic
+            print(f"# debug_dump: {e}", flush=True)
+    print(f"  {m:>2} " + " ".join(f"{x:>11.2f}" for x in res), flush=True)
+    del base
+op.synchronize()
+op.close()
+g.close()
