@@ -24,7 +24,40 @@ n = tprun.packed_weight_len(hidden, latent)
 k = math.ceil(512 * 2**20 / (2 * n))
 slab = torch.empty(k * n, dtype=torch.bfloat16, device=dev)
 packs = [op.pack(w, out=slab[i * n:(i + 1) * n]) for i in range(k)]
+
+
+class _CAI:
+    """A raw device allocation seen by PyTorch (__cuda_array_interface__)."""
+
+    def __init__(self, ptr, count):
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": "<i2", "data": (ptr, False), "version": 2}
+
+
+def slab_at(offset_bytes):
+    """k packed copies side by side, starting offset_bytes into a PyTorch
+    allocation."""
+    extra = offset_bytes // 2
+    buf = torch.empty(extra + k * n, dtype=torch.bfloat16, device=dev)
+    return buf, [op.pack(w, out=buf[extra + i * n:extra + (i + 1) * n]) for i in range(k)]
+
+
+slab1m, packs1m = slab_at(1 << 20)
+slab64k, packs64k = slab_at(64 << 10)
+# The same copies in memory from cuMemAlloc, as Go's bench holds them.
+import ctypes
+
+libcuda = ctypes.CDLL("libcuda.so.1")
+raw = ctypes.c_uint64()
+rc = libcuda.cuMemAlloc_v2(ctypes.byref(raw), ctypes.c_size_t(2 * k * n))
+if rc != 0:
+    sys.exit(f"cuMemAlloc_v2: {rc}")
+cu = torch.as_tensor(_CAI(raw.value, k * n), device=dev).view(torch.bfloat16)
+packscu = [op.pack(w, out=cu[i * n:(i + 1) * n]) for i in range(k)]
+seps = [op.pack(w) for _ in range(k)]
 torch.cuda.synchronize()
+print(f"# weight copies at: torch slab {slab.data_ptr():#x} (mod 2 MiB {slab.data_ptr() % (2 << 20):#x}), "
+      f"cuMemAlloc {raw.value:#x} (mod 2 MiB {raw.value % (2 << 20):#x}); separate copies mod 2 MiB: "
+      + ", ".join(f"{p.data.data_ptr() % (2 << 20):#x}" for p in seps[:6]), flush=True)
 
 
 def graph_of(steps):
@@ -78,6 +111,10 @@ def variants(m):
         "outslab": [lambda i=i: op(lat, sh, out=outslab[i], weight=packs[i]) for i in range(k)],
         "pools": [lambda i=i: op(latp[i], shp[i], out=outslab[i], weight=packs[i]) for i in range(k)],
         "ownweight": [lambda i=i: op(lat, sh, out=outs[i]) for i in range(k)],
+        "slab+1M": [lambda i=i: op(lat, sh, out=outs[i], weight=packs1m[i]) for i in range(k)],
+        "slab+64K": [lambda i=i: op(lat, sh, out=outs[i], weight=packs64k[i]) for i in range(k)],
+        "cuMemAlloc": [lambda i=i: op(lat, sh, out=outs[i], weight=packscu[i]) for i in range(k)],
+        "separate": [lambda i=i: op(lat, sh, out=outs[i], weight=seps[i]) for i in range(k)],
     }
     return v
 
@@ -113,4 +150,6 @@ for m in rows:
     del base
 op.synchronize()
 op.close()
+del packscu, cu
+libcuda.cuMemFree_v2(ctypes.c_uint64(raw.value))
 g.close()
