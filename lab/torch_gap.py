@@ -7,9 +7,13 @@ import os
 import statistics
 import sys
 
+import ctypes
+
 import torch
 
 import tprun
+
+libcuda = ctypes.CDLL("libcuda.so.1")
 
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
 hidden, latent, rows = 896, 3584, range(1, 9)
@@ -44,9 +48,6 @@ def slab_at(offset_bytes):
 slab1m, packs1m = slab_at(1 << 20)
 slab64k, packs64k = slab_at(64 << 10)
 # The same copies in memory from cuMemAlloc, as Go's bench holds them.
-import ctypes
-
-libcuda = ctypes.CDLL("libcuda.so.1")
 raw = ctypes.c_uint64()
 rc = libcuda.cuMemAlloc_v2(ctypes.byref(raw), ctypes.c_size_t(2 * k * n))
 if rc != 0:
@@ -75,7 +76,48 @@ def graph_of(steps):
     return gr
 
 
-def per_replay(gr, nsteps, replays=200, warmup=20):
+CU = ctypes.c_uint64
+
+
+class RawGraph:
+    """steps captured through the driver API on a side stream, instantiated
+    with no flags and launched on that stream, as Go's tp.CaptureStream
+    does: the graph torch.cuda.graph would make, without PyTorch's capture
+    and replay."""
+
+    def __init__(self, steps, dot=None):
+        self.s = torch.cuda.Stream()
+        self.s.wait_stream(torch.cuda.current_stream())
+        h = CU(self.s.cuda_stream)
+        chk(libcuda.cuStreamBeginCapture_v2(h, 1), "cuStreamBeginCapture")  # thread-local, as Go's
+        with torch.cuda.stream(self.s):
+            for st in steps:
+                st()
+        self.g = CU()
+        chk(libcuda.cuStreamEndCapture(h, ctypes.byref(self.g)), "cuStreamEndCapture")
+        if dot:
+            chk(libcuda.cuGraphDebugDotPrint(self.g, dot.encode(), ctypes.c_uint(1)), "cuGraphDebugDotPrint")
+        self.e = CU()
+        chk(libcuda.cuGraphInstantiateWithFlags(ctypes.byref(self.e), self.g, ctypes.c_ulonglong(0)), "cuGraphInstantiate")
+
+    def replay(self):
+        chk(libcuda.cuGraphLaunch(self.e, CU(self.s.cuda_stream)), "cuGraphLaunch")
+
+    def close(self):
+        self.s.synchronize()
+        libcuda.cuGraphExecDestroy(self.e)
+        libcuda.cuGraphDestroy(self.g)
+
+
+def chk(rc, what):
+    if rc != 0:
+        raise RuntimeError(f"{what}: CUresult {rc}")
+
+
+def per_replay(gr, nsteps, replays=200, warmup=20, stream=None):
+    if stream is not None:
+        with torch.cuda.stream(stream):
+            return per_replay(gr, nsteps, replays, warmup)
     for _ in range(warmup):
         gr.replay()
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
@@ -124,7 +166,7 @@ names = None
 for m in rows:
     v = variants(m)
     if names is None:
-        names = list(v) + ["base/1pair"]
+        names = list(v) + ["base/1pair", "base/side", "raw"]
         print("#  M " + " ".join(f"{x:>11}" for x in names), flush=True)
     res = []
     for name, steps in v.items():
@@ -135,6 +177,14 @@ for m in rows:
         else:
             del gr
     res.append(one_pair(base, k))
+    side = torch.cuda.Stream()
+    res.append(per_replay(base, k, stream=side))
+    rg = RawGraph(v["base"])
+    res.append(per_replay(rg, k, stream=rg.s))
+    rg.close()
+    if m == 6:
+        rg = RawGraph(v["base"][:3], dot=os.path.join(out_dir, "raw-graph-m6.dot"))
+        rg.close()
     if m == 6:
         small = graph_of(v["base"][:3])
         try:
