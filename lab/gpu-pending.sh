@@ -28,6 +28,8 @@
 #            --graph capture, enqueue, enqueue-ops and torch_rank.py --bench
 #            (its K ops, 1 op and slab forms): where the weight copies live
 #   gap      lab/torch_gap.py beside tprun bench --graph enqueue (shard 896)
+#   lazy     Go's enqueue and lab/torch_gap.py under CUDA_MODULE_LOADING=LAZY
+#            and EAGER (shard 896)
 #   ncu      the larger-M kernel under ncu at M 128, shards 448 and 7168
 # One line per stage in $OUT/summary.txt, logs in $OUT/pending-logs.tgz.
 set -uo pipefail
@@ -179,6 +181,23 @@ for st in "${stages[@]}"; do
 		timeout 200 bin/tprun --tp 1 -- python3 lab/torch_gap.py "$logs/gap" >"$logs/gap-torch.log" 2>&1
 		note "gap torch: exit $?"
 		grep -v "^W" "$logs/gap-torch.log" | tail -14 | tee -a "$OUT/summary.txt"
+		unset TPRUN_LIB PYTHONPATH
+		;;
+	lazy)
+		# The driver's module loading mode (PyTorch sets CUDA_MODULE_LOADING=LAZY
+		# unless it is set): Go's enqueue under each, PyTorch's under EAGER.
+		export TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python
+		for mode in LAZY EAGER; do
+			CUDA_MODULE_LOADING=$mode timeout 120 bin/tprun bench --tp 1 --hidden 896 --graph enqueue >"$logs/lazy-go-$mode.log" 2>&1
+			note "lazy: go enqueue CUDA_MODULE_LOADING=$mode: exit $?"
+			grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/lazy-go-$mode.log" | tee -a "$OUT/summary.txt"
+		done
+		for mode in EAGER LAZY; do
+			mkdir -p "$logs/lazy-$mode"
+			CUDA_MODULE_LOADING=$mode timeout 200 bin/tprun --tp 1 -- python3 lab/torch_gap.py "$logs/lazy-$mode" >"$logs/lazy-torch-$mode.log" 2>&1
+			note "lazy: torch_gap CUDA_MODULE_LOADING=$mode: exit $?"
+			grep -v "^W" "$logs/lazy-torch-$mode.log" | grep -v "debug_dump\|UserWarning" | tail -11 | tee -a "$OUT/summary.txt"
+		done
 		unset TPRUN_LIB PYTHONPATH
 		;;
 	ncu)

@@ -56,7 +56,10 @@ cu = torch.as_tensor(_CAI(raw.value, k * n), device=dev).view(torch.bfloat16)
 packscu = [op.pack(w, out=cu[i * n:(i + 1) * n]) for i in range(k)]
 seps = [op.pack(w) for _ in range(k)]
 torch.cuda.synchronize()
-print(f"# PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF')!r}, torch {torch.__version__}", flush=True)
+mode = ctypes.c_int(-1)
+libcuda.cuModuleGetLoadingMode(ctypes.byref(mode))  # 1: lazy, 2: eager
+print(f"# PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF')!r}, torch {torch.__version__}, "
+      f"CUDA_MODULE_LOADING={os.environ.get('CUDA_MODULE_LOADING')!r}, loading mode {mode.value}", flush=True)
 print(f"# weight copies at: torch slab {slab.data_ptr():#x} (mod 2 MiB {slab.data_ptr() % (2 << 20):#x}), "
       f"cuMemAlloc {raw.value:#x} (mod 2 MiB {raw.value % (2 << 20):#x}); separate copies mod 2 MiB: "
       + ", ".join(f"{p.data.data_ptr() % (2 << 20):#x}" for p in seps[:6]), flush=True)

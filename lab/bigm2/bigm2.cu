@@ -365,9 +365,11 @@ __global__ void __launch_bounds__(128 * WGN * WGK, 1) bigm2_kernel(const __grid_
         const int w = i / SPW;
         const int cw = wk + WGK * ((i % SPW) >> 1);  // chunk within the window
         const uint32_t a = sbase + (uint32_t)((w & 1) * G::WINB + cw * G::CHB + (u & 1) * 2 * MT * 16);
+        keep(acc);  // the accumulators stay where the wgmma pipeline has them
         wgmma_fence();
         wgmma_rs<MT>(acc, ring[u], make_desc(a, lbo, sbo));
         wgmma_commit();
+        keep(acc);
         wgmma_wait<1>();  // step i-1 is done: its slot may be reloaded
         const int prev = (u + D - 1) % D;
         keep(ring[prev]);

@@ -13,7 +13,7 @@ T=${BIGM2_TIMEOUT:-90}
 
 echo "== build" | tee "$OUT/build.txt"
 t0=$(date +%s)
-if ! nvcc -O3 -std=c++17 -arch=sm_90a -lineinfo -Xptxas -v ${NVCC_EXTRA:-} -o bigm2 bigm2.cu >>"$OUT/build.txt" 2>&1; then
+if ! nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v ${NVCC_EXTRA:-} -o bigm2 bigm2.cu >>"$OUT/build.txt" 2>&1; then
   echo "build failed" | tee -a "$OUT/build.txt"
   tail -40 "$OUT/build.txt"
   exit 1
@@ -33,6 +33,18 @@ run() {  # log, args...
   return 0
 }
 
+if [ -n "${BIGM2_QUICK:-}" ]; then
+  # A few configs only: correctness at odd shapes, then the best of a full run per shard.
+  echo "== quick" | tee "$OUT/check.txt" "$OUT/time.txt"
+  run "$OUT/check.txt" --desc 0 --time 0 --cfg wgn1.wgk2.cl8.d4 --latent 720 --shards 960,64 --m 9,17,128
+  run "$OUT/check.txt" --desc 0 --time 0 --cfg wgn2.wgk1.cl4.d8 --latent 3584 --shards 960 --m 9,33,128
+  run "$OUT/time.txt" --desc 0 --cfg wgn4.wgk1.cl4.d4 --latent 3584 --shards 7168,3584 --m 16,128 --verbose 0
+  run "$OUT/time.txt" --desc 0 --cfg wgn2.wgk1.cl4.d8 --latent 3584 --shards 7168 --m 16,128 --verbose 0
+  run "$OUT/time.txt" --desc 0 --cfg wgn1.wgk2.cl8.d4 --latent 3584 --shards 896,448 --m 16,128 --verbose 0
+  run "$OUT/time.txt" --desc 0 --cfg wgn1.wgk1.cl8.d8 --latent 3584 --shards 896,448 --m 16,128 --verbose 0
+  grep -hE "^RESULT|FATAL|^!!" "$OUT/check.txt" "$OUT/time.txt" | awk '{print $3, $7, $9, $11, $17, $21, $25, $27, $29}'
+  exit 0
+fi
 echo "== descriptor probe" | tee "$OUT/check.txt"
 timeout -k 5 "$T" $B --shards 64 --latent 32 --m 16 --cfg wgn1.wgk1.cl1.d4 --time 0 --desc -1 >>"$OUT/check.txt" 2>&1
 DESC=$(grep -o "using mode [01]" "$OUT/check.txt" | tail -1 | awk '{print $3}')
