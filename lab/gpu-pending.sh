@@ -192,6 +192,8 @@ for st in "${stages[@]}"; do
 			note "lazy: go enqueue CUDA_MODULE_LOADING=$mode: exit $?"
 			grep -E "^(\[rank 0\] )? *[0-9]+ " "$logs/lazy-go-$mode.log" | tee -a "$OUT/summary.txt"
 		done
+		TPRUN_DEV_GRAPH_DOT=$logs/go-graph timeout 120 bin/tprun bench --tp 1 --hidden 896 --m 6 --graph enqueue >"$logs/lazy-go-dot.log" 2>&1
+		note "lazy: go enqueue M 6 with its graph as DOT: exit $?"
 		for mode in EAGER LAZY; do
 			mkdir -p "$logs/lazy-$mode"
 			CUDA_MODULE_LOADING=$mode timeout 200 bin/tprun --tp 1 -- python3 lab/torch_gap.py "$logs/lazy-$mode" >"$logs/lazy-torch-$mode.log" 2>&1

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -536,5 +537,30 @@ func TestLargeMLaunches(t *testing.T) {
 		if m == kernel.MaxM || m == 9 {
 			t.Logf("M %d: %s", m, captured[0].config())
 		}
+	}
+}
+
+// TestCaptureStreamGraphDotNeedsDriver: with GraphDotEnv set, a driver
+// that cannot write a graph fails the capture, naming the variable, and
+// leaves no graph behind; without it the same capture succeeds.
+func TestCaptureStreamGraphDotNeedsDriver(t *testing.T) {
+	gpu := newFakeGPU()
+	d := newFakeDrv(gpu, 0)
+	bind := func() (streamGraphDriver, func(), error) { return d, func() {}, nil }
+	queue := func(Stream) error { return nil }
+	t.Setenv(GraphDotEnv, filepath.Join(t.TempDir(), "g"))
+	if g, err := captureStream(bind, queue); err == nil || !strings.Contains(err.Error(), GraphDotEnv) {
+		if g != nil {
+			_ = g.Close()
+		}
+		t.Fatalf("capture with %s set on a driver without cuGraphDebugDotPrint: %v, want an error naming it", GraphDotEnv, err)
+	}
+	t.Setenv(GraphDotEnv, "")
+	g, err := captureStream(bind, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,8 +3,10 @@ package tp
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tprun/tprun/internal/cuda"
@@ -99,6 +101,9 @@ func captureStream(bind func() (streamGraphDriver, func(), error), queue func(St
 		}
 		return nil, errors.Join(qerr, cerr)
 	}
+	if err := writeGraphDot(drv, graph); err != nil {
+		return nil, errors.Join(err, drv.GraphDestroy(graph))
+	}
 	exec, err := drv.GraphInstantiate(graph, 0)
 	if derr := drv.GraphDestroy(graph); derr != nil {
 		if exec != 0 {
@@ -114,6 +119,29 @@ func captureStream(bind func() (streamGraphDriver, func(), error), queue func(St
 	}
 	g.exec = exec
 	return g, nil
+}
+
+// GraphDotEnv names a file prefix for measurements: with it set, every
+// graph CaptureStream makes is also written as Graphviz DOT (verbose: each
+// kernel node's function, grid and attributes, and the edges) to
+// PREFIX.N.dot, N counting the captures of the process from 1.
+const GraphDotEnv = "TPRUN_DEV_GRAPH_DOT"
+
+var graphDots atomic.Int64
+
+// writeGraphDot writes g as GraphDotEnv says, where the driver can.
+func writeGraphDot(drv streamGraphDriver, g cuda.Graph) error {
+	prefix := os.Getenv(GraphDotEnv)
+	if prefix == "" {
+		return nil
+	}
+	d, ok := drv.(interface {
+		GraphDebugDotPrint(g cuda.Graph, path string, flags uint32) error
+	})
+	if !ok {
+		return fmt.Errorf("%s is set, but this driver cannot write a graph", GraphDotEnv)
+	}
+	return d.GraphDebugDotPrint(g, fmt.Sprintf("%s.%d.dot", prefix, graphDots.Add(1)), 1)
 }
 
 // Stream is the stream the graph was captured from, on which it replays.

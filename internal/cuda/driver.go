@@ -72,6 +72,7 @@ const (
 	symGraphLaunch
 	symGraphExecDestroy
 	symGraphDestroy
+	symGraphDebugDotPrint
 	symMemCreate
 	symMemRelease
 	symMemExportToShareableHandle
@@ -156,6 +157,7 @@ func symbolTable() *[numSyms]symSpec {
 		symGraphLaunch:                  {name: "cuGraphLaunch"},
 		symGraphExecDestroy:             {name: "cuGraphExecDestroy"},
 		symGraphDestroy:                 {name: "cuGraphDestroy"},
+		symGraphDebugDotPrint:           {name: "cuGraphDebugDotPrint", optional: true},
 		symMemCreate:                    {name: "cuMemCreate"},
 		symMemRelease:                   {name: "cuMemRelease"},
 		symMemExportToShareableHandle:   {name: "cuMemExportToShareableHandle"},

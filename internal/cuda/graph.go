@@ -1,9 +1,12 @@
 package cuda
 
 /*
+#include <stdlib.h>
 #include "trampolines.h"
 */
 import "C"
+
+import "unsafe"
 
 // StreamBeginCapture starts capturing the work queued on s into a graph.
 func (d *Driver) StreamBeginCapture(s Stream, mode CaptureMode) error {
@@ -89,6 +92,21 @@ func (d *Driver) GraphDestroy(g Graph) error {
 	}
 	if r := C.tp_cuGraphDestroy(p, C.uintptr_t(g)); r != C.CUDA_SUCCESS {
 		return d.errorf(r, "cuGraphDestroy(graph=%#x)", uintptr(g))
+	}
+	return nil
+}
+
+// GraphDebugDotPrint writes g as Graphviz DOT to path (cuGraphDebugDotPrint;
+// flags: CU_GRAPH_DEBUG_DOT_FLAGS_*, 1 verbose), for measurements.
+func (d *Driver) GraphDebugDotPrint(g Graph, path string, flags uint32) error {
+	p, err := d.fn(symGraphDebugDotPrint)
+	if err != nil {
+		return err
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	if r := C.tp_cuGraphDebugDotPrint(p, C.uintptr_t(g), cpath, C.uint(flags)); r != C.CUDA_SUCCESS {
+		return d.errorf(r, "cuGraphDebugDotPrint(graph=%#x, %q, flags=%#x)", uintptr(g), path, flags)
 	}
 	return nil
 }

@@ -286,6 +286,9 @@ static inline CUresult tp_cuGraphExecDestroy(void *fn, uintptr_t e) {
 static inline CUresult tp_cuGraphDestroy(void *fn, uintptr_t g) {
     return TP_FN(CUresult, CUgraph)((CUgraph)g);
 }
+static inline CUresult tp_cuGraphDebugDotPrint(void *fn, uintptr_t g, const char *path, unsigned int flags) {
+    return TP_FN(CUresult, CUgraph, const char *, unsigned int)((CUgraph)g, path, flags);
+}
 
 /* ---- virtual memory management ---------------------------------------- */
 
