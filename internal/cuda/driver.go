@@ -157,7 +157,7 @@ func symbolTable() *[numSyms]symSpec {
 		symGraphLaunch:                  {name: "cuGraphLaunch"},
 		symGraphExecDestroy:             {name: "cuGraphExecDestroy"},
 		symGraphDestroy:                 {name: "cuGraphDestroy"},
-		symGraphDebugDotPrint:           {name: "cuGraphDebugDotPrint", optional: true},
+		symGraphDebugDotPrint:           {name: "cuGraphDebugDotPrint"},
 		symMemCreate:                    {name: "cuMemCreate"},
 		symMemRelease:                   {name: "cuMemRelease"},
 		symMemExportToShareableHandle:   {name: "cuMemExportToShareableHandle"},

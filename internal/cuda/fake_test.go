@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -420,6 +422,12 @@ func TestFakeCaptureAndGraphs(t *testing.T) {
 	}
 	check(t, d.GraphUpload(e, s))
 	check(t, d.GraphLaunch(e, s))
+	dot := filepath.Join(t.TempDir(), "g.dot")
+	check(t, d.GraphDebugDotPrint(g, dot, 1))
+	if b, err := os.ReadFile(dot); err != nil || !strings.HasPrefix(string(b), "digraph") {
+		t.Errorf("GraphDebugDotPrint wrote %q (%v), want a DOT digraph", b, err)
+	}
+	wantErr(t, d.GraphDebugDotPrint(0, dot, 1), ErrInvalidValue, "cuGraphDebugDotPrint(graph=0x0")
 	check(t, d.GraphExecDestroy(e))
 	check(t, d.GraphDestroy(g))
 	wantErr(t, d.GraphLaunch(0, s), ErrInvalidHandle, "cuGraphLaunch(exec=0x0")

@@ -314,6 +314,16 @@ API CUresult cuGraphUpload(CUgraphExec e, CUstream s) { (void)s; return e ? CUDA
 API CUresult cuGraphLaunch(CUgraphExec e, CUstream s) { (void)s; return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 API CUresult cuGraphExecDestroy(CUgraphExec e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 API CUresult cuGraphDestroy(CUgraph g) { return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+/* A graph as DOT: the fake's graphs hold no nodes, so an empty digraph. */
+API CUresult cuGraphDebugDotPrint(CUgraph g, const char *path, unsigned int flags) {
+    (void)flags;
+    if (!g || !path) return CUDA_ERROR_INVALID_VALUE;
+    FILE *f = fopen(path, "w");
+    if (!f) return CUDA_ERROR_INVALID_VALUE;
+    fputs("digraph dot {\n}\n", f);
+    fclose(f);
+    return CUDA_SUCCESS;
+}
 
 /* ---- virtual memory management: memfd-backed ---------------------------- */
 
