@@ -144,6 +144,18 @@ def one_pair(gr, nsteps, replays=200, warmup=20):
     return a.elapsed_time(b) * 1000.0 / nsteps / replays
 
 
+_raw = []
+
+
+def cu_tensor(count):
+    """A bf16 tensor of count elements in an allocation of its own from
+    cuMemAlloc (freed at exit)."""
+    p = ctypes.c_uint64()
+    chk(libcuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(2 * count)), "cuMemAlloc")
+    _raw.append(p.value)
+    return torch.as_tensor(_CAI(p.value, count), device=dev).view(torch.bfloat16)
+
+
 def variants(m):
     lat = torch.randn(m, latent, generator=gen, device=dev).to(torch.bfloat16)
     sh = torch.randn(m, hidden, generator=gen, device=dev).to(torch.bfloat16)
@@ -152,7 +164,14 @@ def variants(m):
     # Pools as Go's bench holds them: a different latent and residual per step.
     latp = torch.randn(k, m, latent, generator=gen, device=dev).to(torch.bfloat16)
     shp = torch.randn(k, m, hidden, generator=gen, device=dev).to(torch.bfloat16)
+    # Latent, residual and outputs in memory of their own from cuMemAlloc,
+    # as Go's bench holds them (pools uploaded once, outputs side by side).
+    cl, cs, co = (cu_tensor(x) for x in (m * latent, m * hidden, k * m * hidden))
+    cl.copy_(lat.view(-1))
+    cs.copy_(sh.view(-1))
+    cio = (cl.view(m, latent), cs.view(m, hidden), co.view(k, m, hidden))
     v = {
+        "cu-io": [lambda i=i: op(cio[0], cio[1], out=cio[2][i], weight=packscu[i]) for i in range(k)],
         "base": [lambda i=i: op(lat, sh, out=outs[i], weight=packs[i]) for i in range(k)],
         "outslab": [lambda i=i: op(lat, sh, out=outslab[i], weight=packs[i]) for i in range(k)],
         "pools": [lambda i=i: op(latp[i], shp[i], out=outslab[i], weight=packs[i]) for i in range(k)],
@@ -177,6 +196,10 @@ for m in rows:
         res.append(per_replay(gr, len(steps)))
         if name == "base":
             base = gr
+        elif name == "cu-io":
+            out_ok = all(bool(torch.isfinite(cio[2][i].float()).all()) for i in range(k))
+            if not out_ok:
+                print(f"# cu-io M {m}: a non-finite output", flush=True)
         else:
             del gr
     res.append(one_pair(base, k))
