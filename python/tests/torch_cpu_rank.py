@@ -60,8 +60,12 @@ def check_packing():
         n = tprun.packed_weight_len(shard, latent)
         want = torch.full((n,), float("nan"), dtype=torch.bfloat16)  # poisoned: an unwritten element differs
         tprun._pack_host(want.data_ptr(), w.data_ptr(), shard, latent)
-        for desc, src in (("contiguous", w), ("a transposed view", w.t().contiguous().t())):
-            got = _torch.pack_tensor(src)
+        into = torch.full((n + 16,), float("nan"), dtype=torch.bfloat16)[8:8 + n]  # a poisoned slice of a larger tensor
+        for desc, src, dst in (("contiguous", w, None), ("a transposed view", w.t().contiguous().t(), None),
+                               ("into a slice (out=)", w, into)):
+            got = _torch.pack_tensor(src, dst)
+            if dst is not None and got.data_ptr() != dst.data_ptr():
+                fail(f"pack_tensor {shard}x{latent} ({desc}): returned other memory than dst")
             if got.dtype != torch.bfloat16 or tuple(got.shape) != (n,) or not got.is_contiguous():
                 fail(f"pack_tensor {shard}x{latent} ({desc}): {got.dtype} {tuple(got.shape)}, want bf16 ({n},) contiguous")
                 continue

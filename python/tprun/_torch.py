@@ -75,16 +75,21 @@ _PACK_VIEW = (2, 8, 4, 2, 2, 2)  # rh, rl | kq, q, kp, kb within a group and a c
 _PACK_ORDER = (0, 3, 5, 2, 4, 6, 1, 7)  # g, c, q, rl, kq, kp, rh, kb
 
 
-def pack_tensor(w):
+def pack_tensor(w, dst=None):
     """The packed layout of w, a bf16 [shard, latent] tensor, as a new
-    contiguous 1-D tensor on w's device (queued on its current stream when
-    on CUDA): PyTorch ops only, no host round trip."""
+    contiguous 1-D tensor on w's device, or written into dst (a contiguous
+    tensor of as many elements) and returned as its 1-D view; queued on the
+    current stream when on CUDA: PyTorch ops only, no host round trip."""
     shard, latent = w.shape
     g, c = -(-shard // 16), -(-latent // 32)
     p = w.new_zeros((g * 16, c * 32))
     p[:shard, :latent] = w
     rh, rl, kq, q, kp, kb = _PACK_VIEW
-    return p.view(g, rh, rl, c, kq, q, kp, kb).permute(*_PACK_ORDER).contiguous().view(-1)
+    packed = p.view(g, rh, rl, c, kq, q, kp, kb).permute(*_PACK_ORDER)
+    if dst is None:
+        return packed.contiguous().view(-1)
+    dst.view(packed.shape).copy_(packed)  # one permuting copy, no contiguous temporary
+    return dst.view(-1)
 
 
 def pack(op, w, out=None):
@@ -102,11 +107,7 @@ def pack(op, w, out=None):
     if out is not None:
         _check_pack_out(out, op, n)
     if w.device.type == "cuda":
-        p = pack_tensor(w)
-        if out is None:
-            return PackedWeight(op, p, packed=True)
-        out.view(-1).copy_(p)
-        return PackedWeight(op, out.view(-1), packed=True)
+        return PackedWeight(op, pack_tensor(w, out), packed=True)
     src = w.contiguous()
     if op.device is None:  # the host backend: its step takes the weight row-major
         return PackedWeight(op, src.clone() if src.data_ptr() == w.data_ptr() else src, packed=False)
