@@ -181,12 +181,12 @@ def variants(m):
         "cuMemAlloc": [lambda i=i: op(lat, sh, out=outs[i], weight=packscu[i]) for i in range(k)],
         "separate": [lambda i=i: op(lat, sh, out=outs[i], weight=seps[i]) for i in range(k)],
     }
-    return v
+    return v, cio
 
 
 names = None
 for m in rows:
-    v = variants(m)
+    v, cio = variants(m)
     if names is None:
         names = list(v) + ["base/1pair", "base/side", "raw"]
         print("#  M " + " ".join(f"{x:>11}" for x in names), flush=True)

@@ -242,11 +242,21 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t
       : "memory");
 }
 __device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+// Arrives on the mbarrier once this thread's cp.async so far are complete
+// (noinc: the arrival is one of the count the barrier was made with).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t mbar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(mbar) : "memory");
+}
 #else
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t mbar) { mbar_arrive(mbar); }
 __device__ __forceinline__ void mbar_arrive_tx(uint32_t a, uint32_t) { mbar_arrive(a); }
 __device__ __forceinline__ void bulk_g2s(uint32_t, const void*, uint32_t, uint32_t) {}
 __device__ __forceinline__ void fence_mbar_init() {}
 #endif
+// 4 bytes global -> shared, zero-filled (nothing read) unless ok.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t a) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
@@ -255,65 +265,53 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t a) {
 
 // Compile-time geometry of one instantiation: MT latent rows (wgmma N),
 // NWG consumer warpgroups of 64 weight rows each, KC 32-k chunks a stage,
-// ST stages; one producer warpgroup after the consumers.
+// ST stages; after the consumers one latent warpgroup and one weight warp.
 template <int MT, int NWG, int KC, int ST>
 struct Geo {
   static_assert(MT == 16 || MT == 32 || MT == 64 || MT == 128, "MT 16, 32, 64, 128");
   static_assert(NWG >= 1 && NWG <= 4 && KC >= 1 && ST >= 2, "geometry");
   static constexpr int MT_ = MT;
-  static constexpr int NT = 128 * (NWG + 1);
+  static constexpr int NT = 128 * (NWG + 1) + 32;
   static constexpr int ROWS = 64 * NWG;             // weight rows (output columns) per CTA
   static constexpr int WSB = ROWS * KC * 64;        // weight bytes of a stage: 4*NWG row groups x KC KB
   static constexpr int LCB = MT * 64;               // latent bytes of one staged chunk
   static constexpr int LSB = KC * LCB;              // latent bytes of a stage
   static constexpr int SB = WSB + LSB;              // stage bytes
-  static constexpr int PIECES = KC * MT;            // 64-byte latent pieces a stage
-  static constexpr int IT = (PIECES + 127) / 128;   // pieces per producer thread
+  static constexpr int WORDS = KC * MT * 16;        // 4-byte latent words a stage
+  static_assert(WORDS % 128 == 0, "whole turns of the latent warpgroup");
+  static constexpr int IT = WORDS / 128;            // cp.async per latent thread a stage
   static constexpr int P = ROWS + 4;                // partials pitch (floats)
   static constexpr int PARTB = MT * P * 4;
   static constexpr int BODY = (ST * SB > PARTB ? ST * SB : PARTB);
   static constexpr int SMEM = BODY + 2 * ST * 8;    // + full[ST], empty[ST] mbarriers
 };
 
-// The producer's latent pieces of one stage in registers. Piece e = ptid +
-// 128*it: latent row r = e % MT of stage chunk c = e / MT, 64 bytes (32 k)
-// as 4 uint4. In shared memory a chunk is [j 0..3][row 0..MT-1][16 B]:
-// K-major no-swizzle core matrices (8 rows x 16 B); pair P of the row goes
-// to column j = P % 4, word P / 4 (the 4x4 word transpose that matches the
-// packed weight's k permutation, pack.go). Rows >= M and chunks past the
-// CTA's range are zeros.
+// The latent of one stage by 4-byte cp.async, issued by the 128 threads of
+// the latent warpgroup. In shared memory a chunk is [j 0..3][row 0..MT-1]
+// [16 B]: K-major no-swizzle core matrices (8 rows x 16 B). Word P (k 2P,
+// 2P+1 of the chunk) of a row goes to column j = P % 4, word t = P / 4 of
+// its 16 bytes: the k order of the packed weight's A fragments (pack.go).
+// Flat word f = ((c*4 + j)*(MT/8) + rg)*32 + 4*rr + t (row 8*rg + rr): the
+// 32 lanes of a warp write 128 contiguous bytes. Rows >= M, chunks past the
+// CTA's range and k >= K are zero-filled.
 template <class G>
-struct LatRegs {
-  uint4 v[G::IT][4];
-  __device__ __forceinline__ void load(const Params& p, int ptid, int chunk0, int cend) {
+__device__ __forceinline__ void stage_latent(const Params& p, uint32_t buf, int ltid, int chunk0, int cend) {
+  constexpr int MT = G::MT_;
 #pragma unroll
-    for (int it = 0; it < G::IT; ++it) {
-      const int e = ptid + 128 * it;
-      const int r = e % G::MT_;
-      const int ch = chunk0 + e / G::MT_;
-      const bool ok = e < G::PIECES && r < p.M && ch < cend;
-      const int k0 = ch * 32;
-      const uint16_t* src = p.latent + (ok ? (size_t)r * (size_t)p.K + (size_t)k0 : 0);
-#pragma unroll
-      for (int a = 0; a < 4; ++a) v[it][a] = ld_act(src + 8 * a, ok && k0 + 8 * a < p.K);
-    }
+  for (int it = 0; it < G::IT; ++it) {
+    const int f = ltid + 128 * it;
+    const int t = f & 3, rr = (f >> 2) & 7;
+    const int q = f >> 5;
+    const int rg = q % (MT / 8);
+    const int j = (q / (MT / 8)) & 3;
+    const int c = q / (MT / 8) / 4;
+    const int r = 8 * rg + rr;
+    const int k = (chunk0 + c) * 32 + 2 * (4 * t + j);
+    const bool ok = r < p.M && chunk0 + c < cend && k < p.K;
+    const uint16_t* src = ok ? p.latent + (size_t)r * (size_t)p.K + (size_t)k : p.latent;
+    cp_async4(buf + (uint32_t)(c * G::LCB + j * MT * 16 + r * 16 + t * 4), src, ok);
   }
-  __device__ __forceinline__ void store(uint32_t buf, int ptid) const {
-#pragma unroll
-    for (int it = 0; it < G::IT; ++it) {
-      const int e = ptid + 128 * it;
-      if (e < G::PIECES) {
-        const int r = e % G::MT_;
-        const int c = e / G::MT_;
-        const uint32_t base = buf + (uint32_t)(c * G::LCB + r * 16);
-        st_shared_v4(base + 0 * G::MT_ * 16, make_uint4(v[it][0].x, v[it][1].x, v[it][2].x, v[it][3].x));
-        st_shared_v4(base + 1 * G::MT_ * 16, make_uint4(v[it][0].y, v[it][1].y, v[it][2].y, v[it][3].y));
-        st_shared_v4(base + 2 * G::MT_ * 16, make_uint4(v[it][0].z, v[it][1].z, v[it][2].z, v[it][3].z));
-        st_shared_v4(base + 3 * G::MT_ * 16, make_uint4(v[it][0].w, v[it][1].w, v[it][2].w, v[it][3].w));
-      }
-    }
-  }
-};
+}
 
 // One consumer stage: A (this warp's row group, KC chunks = 2*KC k16 steps)
 // from the stage's weight into registers, then 2*KC wgmma against the
@@ -334,14 +332,15 @@ __device__ __forceinline__ void consume(float (&acc)[G::MT_ / 2], uint4 (&a)[2 *
 }
 
 // The kernel. CTA = NWG consumer warpgroups (warpgroup c: weight rows n0 +
-// 64c .. +63, warp w of it row group n0/16 + 4c + w) and one producer
-// warpgroup; the CTAs of a cluster split the 32-k chunks of K. Stage i of
-// a CTA holds chunks cs + KC*i .. : the producer's thread 0 brings each row
-// group's KC blocks (contiguous in the packed layout) by one bulk copy,
-// every producer thread stages latent pieces; consumers wait on full[s],
-// multiply, and release the stage on empty[s] once its wgmmas are done.
+// 64c .. +63, warp w of it row group n0/16 + 4c + w), a latent warpgroup
+// and a weight warp; the CTAs of a cluster split the 32-k chunks of K.
+// Stage i of a CTA holds chunks cs + KC*i .. : the weight warp brings each
+// row group's KC blocks (contiguous in the packed layout) by one bulk copy,
+// the latent warpgroup stages the latent by cp.async, each as soon as the
+// stage is free; consumers wait on full[s], multiply, and release the
+// stage on empty[s] once its wgmmas are done.
 template <int MT, int NWG, int KC, int ST>
-__global__ void __launch_bounds__(128 * (NWG + 1), 1) bigm3_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(128 * (NWG + 1) + 32, 1) bigm3_kernel(const __grid_constant__ Params p) {
   using G = Geo<MT, NWG, KC, ST>;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = (int)threadIdx.x;
@@ -359,7 +358,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1) bigm3_kernel(const __grid_
   const uint32_t full0 = sbase + (uint32_t)G::BODY, empty0 = full0 + (uint32_t)(8 * ST);
   if (tid == 0) {
     for (int s = 0; s < ST; ++s) {
-      mbar_init(full0 + 8 * s, 1 + 128);  // the bulk-copy thread's expect_tx + every producer thread
+      mbar_init(full0 + 8 * s, 1 + 128);  // the weight lane's expect_tx + every latent thread's cp.async
       mbar_init(empty0 + 8 * s, 4 * NWG);  // one lane of every consumer warp
     }
     fence_mbar_init();
@@ -371,40 +370,38 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1) bigm3_kernel(const __grid_
   for (int i = 0; i < MT / 2; ++i) acc[i] = 0.f;
 
   if (wg == NWG) {
-    // Producer.
-    const int ptid = tid - 128 * NWG;
-    if (p.l2pf && nj > 0 && ptid < 4 * NWG) {
-      const int g = n0 / 16 + ptid;
+    // Latent warpgroup: stage i's latent as soon as stage i's buffer is free.
+    const int ltid = tid - 128 * NWG;
+    for (int i = 0; i < nst; ++i) {
+      const int s = i % ST;
+      if (i >= ST) mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
+      stage_latent<G>(p, sbase + (uint32_t)(s * G::SB + G::WSB), ltid, cs + KC * i, ce);
+      cp_async_arrive_noinc(full0 + 8 * s);
+    }
+  } else if (wg == NWG + 1) {
+    // Weight warp: lane 0 brings each row group's KC blocks of stage i by
+    // one bulk copy, as soon as the stage's buffer is free.
+    const int lane = tid & 31;
+    if (p.l2pf && nj > 0 && lane < 4 * NWG) {
+      const int g = n0 / 16 + lane;
       if (g * 16 < p.shard) prefetch_l2(p.weight + ((size_t)g * (size_t)C + (size_t)cs) * 512, (uint32_t)nj * 1024u);
     }
-    LatRegs<G> lr[2];
-    if (nst > 0) lr[0].load(p, ptid, cs, ce);
-    for (int i0 = 0; i0 < nst; i0 += 2) {
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int i = i0 + u;
-        if (i < nst) {
-          if (i + 1 < nst) lr[u ^ 1].load(p, ptid, cs + KC * (i + 1), ce);
-          const int s = i % ST;
-          if (i >= ST) mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
-          const uint32_t stage = sbase + (uint32_t)(s * G::SB);
-          if (ptid == 0) {
-            const int c0 = cs + KC * i;
-            const int nch = min(KC, ce - c0);
-            int ngrp = 0;
-            for (int g = 0; g < 4 * NWG; ++g)
-              if ((n0 / 16 + g) * 16 < p.shard) ++ngrp;
-            mbar_arrive_tx(full0 + 8 * s, (uint32_t)(ngrp * nch * 1024));
-            for (int g = 0; g < 4 * NWG; ++g) {
-              const int grp = n0 / 16 + g;
-              if (grp * 16 < p.shard)
-                bulk_g2s(stage + (uint32_t)(g * KC * 1024), p.weight + ((size_t)grp * (size_t)C + (size_t)c0) * 512,
-                         (uint32_t)(nch * 1024), full0 + 8 * s);
-            }
-          }
-          lr[u].store(stage + (uint32_t)G::WSB, ptid);
-          fence_proxy_async();
-          mbar_arrive(full0 + 8 * s);
+    if (lane == 0) {
+      int ngrp = 0;
+      for (int g = 0; g < 4 * NWG; ++g)
+        if ((n0 / 16 + g) * 16 < p.shard) ++ngrp;
+      for (int i = 0; i < nst; ++i) {
+        const int s = i % ST;
+        if (i >= ST) mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
+        const uint32_t stage = sbase + (uint32_t)(s * G::SB);
+        const int c0 = cs + KC * i;
+        const int nch = min(KC, ce - c0);
+        mbar_arrive_tx(full0 + 8 * s, (uint32_t)(ngrp * nch * 1024));
+        for (int g = 0; g < 4 * NWG; ++g) {
+          const int grp = n0 / 16 + g;
+          if (grp * 16 < p.shard)
+            bulk_g2s(stage + (uint32_t)(g * KC * 1024), p.weight + ((size_t)grp * (size_t)C + (size_t)c0) * 512,
+                     (uint32_t)(nch * 1024), full0 + 8 * s);
         }
       }
     }
@@ -421,6 +418,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1) bigm3_kernel(const __grid_
         if (i < nst) {
           const int s = i % ST;
           mbar_wait(full0 + 8 * s, (uint32_t)((i / ST) & 1));
+          fence_proxy_async();  // the latent came by cp.async (generic proxy); wgmma reads it (async proxy)
           const uint32_t stage = sbase + (uint32_t)(s * G::SB);
           const int nsteps = 2 * min(KC, nj - KC * i);
           if (u == 0)
