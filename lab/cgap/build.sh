@@ -1,0 +1,14 @@
+#!/bin/sh
+# Builds lab/cgap/cgap against bin/libtprun.so (run from the repository
+# root; it builds the library first when bin/libtprun.so is missing and Go
+# is here). The program finds the library at run time beside itself or in
+# bin/ two folders up, so bin/ and lab/cgap/cgap travel together.
+set -eu
+cd "$(dirname "$0")/../.."
+if [ ! -f bin/libtprun.so ]; then
+	go build -ldflags='-s -w' -buildmode=c-shared -o bin/libtprun.so ./cmd/libtprun
+	rm -f bin/libtprun.h
+fi
+${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I include \
+	-o lab/cgap/cgap lab/cgap/cgap.c \
+	-L bin -ltprun -Wl,-rpath,'$ORIGIN:$ORIGIN/../../bin' -ldl -lm
