@@ -41,6 +41,7 @@ struct Params {
   int M, K, shard, C;      // C = ceil(K/32)
   int desc_mode;           // 0: LBO = K-direction core stride, SBO = N-direction; 1: swapped
   int l2pf;                // 1: each row group's weight range is prefetched into L2 first
+  int latmode;             // 0: latent by 4-byte cp.async; 1: through registers (ld.global, transpose, st.shared)
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -253,6 +254,9 @@ __device__ __forceinline__ void mbar_arrive_tx(uint32_t a, uint32_t) { mbar_arri
 __device__ __forceinline__ void bulk_g2s(uint32_t, const void*, uint32_t, uint32_t) {}
 __device__ __forceinline__ void fence_mbar_init() {}
 #endif
+// Programmatic dependent launch: no-ops unless the launch asked for it.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 // 4 bytes global -> shared, zero-filled (nothing read) unless ok.
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
@@ -313,6 +317,44 @@ __device__ __forceinline__ void stage_latent(const Params& p, uint32_t buf, int 
   }
 }
 
+// The latent of one stage through registers: piece e = ltid + 128*it is
+// latent row r = e % MT of stage chunk c = e / MT, 64 bytes (32 k) as 4
+// uint4, stored as the 4x4 word transpose of the layout above.
+template <class G>
+struct LatRegs {
+  static constexpr int PIECES = G::WORDS / 16;
+  static constexpr int IT = (PIECES + 127) / 128;
+  uint4 v[IT][4];
+  __device__ __forceinline__ void load(const Params& p, int ltid, int chunk0, int cend) {
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int e = ltid + 128 * it;
+      const int r = e % G::MT_;
+      const int ch = chunk0 + e / G::MT_;
+      const bool ok = e < PIECES && r < p.M && ch < cend;
+      const int k0 = ch * 32;
+      const uint16_t* src = p.latent + (ok ? (size_t)r * (size_t)p.K + (size_t)k0 : 0);
+#pragma unroll
+      for (int a = 0; a < 4; ++a) v[it][a] = ld_act(src + 8 * a, ok && k0 + 8 * a < p.K);
+    }
+  }
+  __device__ __forceinline__ void store(uint32_t buf, int ltid) const {
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int e = ltid + 128 * it;
+      if (e < PIECES) {
+        const int r = e % G::MT_;
+        const int c = e / G::MT_;
+        const uint32_t base = buf + (uint32_t)(c * G::LCB + r * 16);
+        st_shared_v4(base + 0 * G::MT_ * 16, make_uint4(v[it][0].x, v[it][1].x, v[it][2].x, v[it][3].x));
+        st_shared_v4(base + 1 * G::MT_ * 16, make_uint4(v[it][0].y, v[it][1].y, v[it][2].y, v[it][3].y));
+        st_shared_v4(base + 2 * G::MT_ * 16, make_uint4(v[it][0].z, v[it][1].z, v[it][2].z, v[it][3].z));
+        st_shared_v4(base + 3 * G::MT_ * 16, make_uint4(v[it][0].w, v[it][1].w, v[it][2].w, v[it][3].w));
+      }
+    }
+  }
+};
+
 // One consumer stage: A (this warp's row group, KC chunks = 2*KC k16 steps)
 // from the stage's weight into registers, then 2*KC wgmma against the
 // stage's latent. Steps past the CTA's range get zero A (their latent is
@@ -363,6 +405,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1) + 32, 1) bigm3_kernel(const __
     }
     fence_mbar_init();
   }
+  griddep_launch();
   __syncthreads();
 
   float acc[MT / 2];
@@ -372,11 +415,33 @@ __global__ void __launch_bounds__(128 * (NWG + 1) + 32, 1) bigm3_kernel(const __
   if (wg == NWG) {
     // Latent warpgroup: stage i's latent as soon as stage i's buffer is free.
     const int ltid = tid - 128 * NWG;
-    for (int i = 0; i < nst; ++i) {
-      const int s = i % ST;
-      if (i >= ST) mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
-      stage_latent<G>(p, sbase + (uint32_t)(s * G::SB + G::WSB), ltid, cs + KC * i, ce);
-      cp_async_arrive_noinc(full0 + 8 * s);
+    griddep_wait();  // the latent is the previous kernel's output
+    if (p.latmode == 0) {
+      for (int i = 0; i < nst; ++i) {
+        const int s = i % ST;
+        if (i >= ST) mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
+        stage_latent<G>(p, sbase + (uint32_t)(s * G::SB + G::WSB), ltid, cs + KC * i, ce);
+        cp_async_arrive_noinc(full0 + 8 * s);
+      }
+    } else {
+      // Through registers, the next stage's loads in flight while this
+      // one's are stored.
+      LatRegs<G> lr[2];
+      if (nst > 0) lr[0].load(p, ltid, cs, ce);
+      for (int i0 = 0; i0 < nst; i0 += 2) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int i = i0 + u;
+          if (i < nst) {
+            if (i + 1 < nst) lr[u ^ 1].load(p, ltid, cs + KC * (i + 1), ce);
+            const int s = i % ST;
+            if (i >= ST) mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
+            lr[u].store(sbase + (uint32_t)(s * G::SB + G::WSB), ltid);
+            fence_proxy_async();
+            mbar_arrive(full0 + 8 * s);
+          }
+        }
+      }
     }
   } else if (wg == NWG + 1) {
     // Weight warp: lane 0 brings each row group's KC blocks of stage i by
@@ -432,6 +497,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1) + 32, 1) bigm3_kernel(const __
     }
     wgmma_wait<0>();
   }
+  griddep_wait();   // `shared` and out belong to the previous kernel until it is done
   __syncthreads();  // every stage consumed: the stage memory holds the partials now
 
   // Partials [m][n] (pitch P floats). acc of warp wq, lane (g, t):
@@ -728,6 +794,7 @@ struct Device {
   int ncopies = 0;
 };
 
+static int g_pdl = 1;
 static cudaError_t launch(const Inst& in, const Cfg& c, const Params& p, cudaStream_t st) {
   const int ntiles = (p.shard + 64 * in.wgn - 1) / (64 * in.wgn);
   cudaLaunchConfig_t lc = {};
@@ -735,13 +802,15 @@ static cudaError_t launch(const Inst& in, const Cfg& c, const Params& p, cudaStr
   lc.blockDim = dim3((unsigned)in.nt, 1, 1);
   lc.dynamicSmemBytes = (size_t)in.smem;
   lc.stream = st;
-  cudaLaunchAttribute at[1];
+  cudaLaunchAttribute at[2];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = (unsigned)c.cl;
   at[0].val.clusterDim.y = 1;
   at[0].val.clusterDim.z = 1;
+  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[1].val.programmaticStreamSerializationAllowed = 1;
   lc.attrs = at;
-  lc.numAttrs = 1;
+  lc.numAttrs = g_pdl ? 2 : 1;
   return cudaLaunchKernelEx(&lc, in.fn, p);
 }
 
@@ -787,6 +856,8 @@ static bool prepare_fn(const Inst& in, const Cfg& c, bool print) {
 struct Opts {
   int desc = -1;  // -1: probe
   int pf = 0;
+  int lat = -1;  // -1: cp.async up to MT 32, registers above
+  int pdl = 1;
   int time = 1;
   int reps = 60;
   double min_mib = 512;
@@ -822,6 +893,7 @@ static void run_case(const Problem& pr, Device& dv, int M, const Cfg& c0, const 
   p.C = (pr.K + 31) / 32;
   p.desc_mode = desc;
   p.l2pf = o.pf;
+  p.latmode = o.lat >= 0 ? o.lat : (c.mt >= 64 ? 1 : 0);
   const size_t on = (size_t)M * pr.shard;
   std::vector<uint16_t> o1(on), o2(on);
   CK(cudaMemset(dv.out, 0xff, on * 2));  // NaN poison
@@ -887,9 +959,9 @@ static void run_case(const Problem& pr, Device& dv, int M, const Cfg& c0, const 
     if (memcmp(o1.data(), o2.data(), on * 2) != 0) printf("%s: output after the timed replays differs from the first run\n", ctx.c_str());
   }
   const int ntiles = (pr.shard + 64 * c.wgn - 1) / (64 * c.wgn);
-  printf("RESULT shard %d K %d M %d cfg %s pf %d desc %d grid %d wrong %ld neg0 %ld identical %s worst %.3f "
+  printf("RESULT shard %d K %d M %d cfg %s pf %d lat%d.pdl%d grid %d wrong %ld neg0 %ld identical %s worst %.3f "
          "median_us %.2f p90_us %.2f GB/s %.0f\n",
-         pr.shard, pr.K, M, c.name().c_str(), o.pf, desc, ntiles * c.cl, ck.wrong, ck.neg0, ident ? "yes" : "NO",
+         pr.shard, pr.K, M, c.name().c_str(), o.pf, p.latmode, g_pdl, ntiles * c.cl, ck.wrong, ck.neg0, ident ? "yes" : "NO",
          ck.worst, med, p90, med > 0 ? wbytes / (med * 1e3) : 0.0);
   fflush(stdout);
 }
@@ -918,7 +990,7 @@ static void free_device(Device& dv) {
 static void usage() {
   printf(
       "usage: bigm3 [--shards 7168,3584] [--latent 3584] [--m 16,32,64,128]\n"
-      "             [--cfg wgn2.kc2.st6.cl2,mt64.wgn1.kc4.st4.cl8,...] [--pf 0|1]\n"
+      "             [--cfg wgn2.kc2.st6.cl2,mt64.wgn1.kc4.st4.cl8,...] [--pf 0|1] [--lat -1|0|1] [--pdl 0|1]\n"
       "             [--time 0|1] [--reps 60] [--min-mib 512] [--seed N] [--verbose 0|1] [--list]\n"
       "  cfg: WGN consumer warpgroups (64 weight rows each) per CTA, KC 32-k chunks a stage, ST\n"
       "  stages, CL CTAs per cluster (split K); MT (code size) is the smallest of 16/32/64/128 >= M\n"
@@ -947,6 +1019,8 @@ int main(int argc, char** argv) {
     else if (a == "--m") ms = parse_ints(v);
     else if (a == "--cfg") cfgs = split(v, ',');
     else if (a == "--pf") o.pf = atoi(v.c_str());
+    else if (a == "--lat") o.lat = atoi(v.c_str());
+    else if (a == "--pdl") o.pdl = atoi(v.c_str());
     else if (a == "--time") o.time = atoi(v.c_str());
     else if (a == "--reps") o.reps = std::max(1, atoi(v.c_str()));
     else if (a == "--min-mib") o.min_mib = atof(v.c_str());
@@ -974,6 +1048,7 @@ int main(int argc, char** argv) {
     }
     cs.push_back(c);
   }
+  g_pdl = o.pdl;
   int dev = 0;
   CK(cudaSetDevice(dev));
   cudaDeviceProp prop;

@@ -34,33 +34,30 @@ run() {  # log, args...
 }
 
 echo "== correctness" | tee "$OUT/check.txt"
-for c in wgn1.cl1 wgn1.cl4 wgn2.cl1 wgn2.cl2 wgn1.cl16 ${BIGM3_QUICK:+} ; do
-  run "$OUT/check.txt" --time 0 --cfg "$c" --latent 3584 --shards 960,448 --m 9,16,24,33,64,100,128
-  run "$OUT/check.txt" --time 0 --cfg "$c" --latent 720 --shards 960,64 --m 9,17,32,128
-done
-if [ -z "${BIGM3_QUICK:-}" ]; then
-  for c in wgn1.kc2.cl2 wgn2.kc4.cl8 wgn1.kc1.cl8 wgn2.kc1.cl2; do
-    run "$OUT/check.txt" --time 0 --cfg "$c" --latent 3584 --shards 960 --m 9,33,64,128
-    run "$OUT/check.txt" --time 0 --cfg "$c" --latent 720 --shards 64 --m 17,128
+for lat in 0 1; do
+  for c in wgn1.cl1 wgn2.cl2 wgn1.cl16 wgn2.kc4.cl8 wgn1.kc1.cl8; do
+    run "$OUT/check.txt" --time 0 --lat $lat --cfg "$c" --latent 3584 --shards 960,448 --m 9,16,33,64,100,128
+    run "$OUT/check.txt" --time 0 --lat $lat --cfg "$c" --latent 720 --shards 960,64 --m 9,17,32,128
   done
-fi
-run "$OUT/check.txt" --time 0 --pf 1 --cfg wgn2.cl2 --latent 3584 --shards 960 --m 16,128
+done
 
 echo "== timing" | tee "$OUT/time.txt"
-for c in wgn1.cl1 wgn2.cl1 wgn2.cl2 wgn1.kc2.cl1 wgn2.kc4.cl2 wgn2.kc1.cl2; do
-  run "$OUT/time.txt" --cfg "$c" --latent 3584 --shards 7168 --m 16,32,64,128 --verbose 0
+for lat in -1 1; do
+  for c in wgn1.cl1 wgn2.cl2 wgn1.kc2.cl1 wgn2.kc4.cl2 wgn2.kc1.cl2; do
+    run "$OUT/time.txt" --lat $lat --cfg "$c" --latent 3584 --shards 7168 --m 16,32,64,128 --verbose 0
+  done
+  for c in wgn1.cl2 wgn2.cl4 wgn1.kc2.cl2; do
+    run "$OUT/time.txt" --lat $lat --cfg "$c" --latent 3584 --shards 3584 --m 16,32,64,128 --verbose 0
+  done
+  for c in wgn1.cl8 wgn1.kc2.cl8 wgn2.cl16; do
+    run "$OUT/time.txt" --lat $lat --cfg "$c" --latent 3584 --shards 896 --m 16,32,64,128 --verbose 0
+  done
+  for c in wgn1.cl16 wgn1.cl8 wgn1.kc2.cl16; do
+    run "$OUT/time.txt" --lat $lat --cfg "$c" --latent 3584 --shards 448 --m 16,32,64,128 --verbose 0
+  done
 done
-for c in wgn1.cl1 wgn1.cl2 wgn2.cl2 wgn2.cl4 wgn1.kc2.cl2; do
-  run "$OUT/time.txt" --cfg "$c" --latent 3584 --shards 3584 --m 16,32,64,128 --verbose 0
-done
-for c in wgn1.cl8 wgn1.cl4 wgn2.cl16 wgn2.cl8 wgn1.kc2.cl8 wgn1.cl16; do
-  run "$OUT/time.txt" --cfg "$c" --latent 3584 --shards 896 --m 16,32,64,128 --verbose 0
-done
-for c in wgn1.cl16 wgn1.cl8 wgn2.cl16 wgn1.kc2.cl16; do
-  run "$OUT/time.txt" --cfg "$c" --latent 3584 --shards 448 --m 16,32,64,128 --verbose 0
-done
-run "$OUT/time.txt" --pf 1 --cfg wgn2.cl2 --latent 3584 --shards 7168 --m 16,128 --verbose 0
-run "$OUT/time.txt" --pf 1 --cfg wgn1.cl8 --latent 3584 --shards 896 --m 16,128 --verbose 0
+run "$OUT/time.txt" --pdl 0 --cfg wgn2.kc4.cl2 --latent 3584 --shards 7168 --m 16,128 --verbose 0
+run "$OUT/time.txt" --pdl 0 --cfg wgn1.cl8 --latent 3584 --shards 896 --m 16,128 --verbose 0
 
 {
   echo "== results (wrong must be 0, identical yes)"

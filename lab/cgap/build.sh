@@ -12,3 +12,8 @@ fi
 ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I include \
 	-o lab/cgap/cgap lab/cgap/cgap.c \
 	-L bin -ltprun -Wl,-rpath,'$ORIGIN:$ORIGIN/../../bin' -ldl -lm
+# The same program as a library (its main as cgap_main) for in_torch.py,
+# which calls it from a Python process with and without PyTorch.
+${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I include -fPIC -shared -Dmain=cgap_main \
+	-o lab/cgap/libcgap.so lab/cgap/cgap.c \
+	-L bin -ltprun -Wl,-rpath,'$ORIGIN:$ORIGIN/../../bin' -ldl -lm
