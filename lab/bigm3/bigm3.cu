@@ -359,18 +359,55 @@ struct LatRegs {
 // from the stage's weight into registers, then 2*KC wgmma against the
 // stage's latent. Steps past the CTA's range get zero A (their latent is
 // zero too): every wgmma runs, so the accumulators see only wgmma.
+// The math of the wgmma form where wgmma is not available (sm_100, or
+// BIGM3_FORCE_MMA to test it on sm_90): mma.sync m16n8k16 per 8 latent
+// rows, B fragments read from the same shared-memory layout. Its D
+// fragment is the wgmma D fragment of the warp's 16 rows, so the
+// accumulators and the epilogue are the same.
+#if defined(BIGM3_FORCE_MMA) || !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BIGM3_MMA_SYNC 1
+#endif
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
+
 template <class G, int KC>
 __device__ __forceinline__ void consume(float (&acc)[G::MT_ / 2], uint4 (&a)[2 * KC], uint32_t wsm, uint32_t lsm,
                                         int nsteps) {
 #pragma unroll
   for (int j = 0; j < 2 * KC; ++j)
     a[j] = j < nsteps ? ld_shared_v4(wsm + (uint32_t)((j >> 1) * 1024 + (j & 1) * 512)) : make_uint4(0, 0, 0, 0);
+#ifdef BIGM3_MMA_SYNC
+  // Lane (g, t), latent rows 8n + g: b0 = virtual k 2t, 2t+1 (core column
+  // 2h, word t), b1 = virtual k 2t+8, 2t+9 (column 2h+1).
+  const int lane = (int)(threadIdx.x & 31);
+  const uint32_t loff = (uint32_t)((lane >> 2) * 16 + (lane & 3) * 4);
+#pragma unroll
+  for (int j = 0; j < 2 * KC; ++j) {
+    const uint32_t col = lsm + (uint32_t)((j >> 1) * G::LCB + (j & 1) * 2 * G::MT_ * 16) + loff;
+#pragma unroll
+    for (int n = 0; n < G::MT_ / 8; ++n) {
+      float(&d)[4] = *reinterpret_cast<float(*)[4]>(&acc[4 * n]);
+      mma16816(d, a[j], lds32(col + (uint32_t)(n * 128)), lds32(col + (uint32_t)(G::MT_ * 16 + n * 128)));
+    }
+  }
+#else
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < 2 * KC; ++j)
     wgmma_rs<G::MT_>(acc, a[j], make_desc(lsm + (uint32_t)((j >> 1) * G::LCB + (j & 1) * 2 * G::MT_ * 16),
                                           G::MT_ * 16, 128));
   wgmma_commit();
+#endif
 }
 
 // The kernel. CTA = NWG consumer warpgroups (warpgroup c: weight rows n0 +
@@ -490,12 +527,16 @@ __global__ void __launch_bounds__(128 * (NWG + 1) + 32, 1) bigm3_kernel(const __
             consume<G, KC>(acc, a0, stage + wrow, stage + (uint32_t)G::WSB, nsteps);
           else
             consume<G, KC>(acc, a1, stage + wrow, stage + (uint32_t)G::WSB, nsteps);
+#ifndef BIGM3_MMA_SYNC
           wgmma_wait<1>();  // stage i-1 is done: release it
+#endif
           if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % ST));
         }
       }
     }
+#ifndef BIGM3_MMA_SYNC
     wgmma_wait<0>();
+#endif
   }
   griddep_wait();   // `shared` and out belong to the previous kernel until it is done
   __syncthreads();  // every stage consumed: the stage memory holds the partials now

@@ -23,7 +23,7 @@ grep -E "Compiling entry|Used [0-9]+ registers|spill|wgmma|arning" "$OUT/build.t
   grep -E "bigm3_kernel|Used|[1-9][0-9]* bytes spill|wgmma|arning" | head -80 >"$OUT/summary.txt"
 grep -cE "C7515|serializ" "$OUT/build.txt" | sed 's/^/wgmma serialization warnings: /' | tee -a "$OUT/summary.txt"
 
-run() {  # log, args...
+run() {  # log, args... (B: the binary)
   local log=$1
   shift
   echo "-- $B $*" >>"$log"
@@ -41,7 +41,19 @@ for lat in 0 1; do
   done
 done
 
-echo "== timing" | tee "$OUT/time.txt"
+echo "== the mma.sync form (what sm_100 runs), forced on sm_90a" | tee -a "$OUT/check.txt"
+if nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DBIGM3_FORCE_MMA -o bigm3_mma bigm3.cu >"$OUT/build-mma.txt" 2>&1; then
+  for c in wgn1.cl1 wgn2.cl2 wgn1.kc1.cl8; do
+    B=./bigm3_mma run "$OUT/check.txt" --time 0 --cfg "$c" --latent 3584 --shards 960,448 --m 9,16,33,64,100,128
+    B=./bigm3_mma run "$OUT/check.txt" --time 0 --cfg "$c" --latent 720 --shards 960,64 --m 9,17,32,128
+  done
+  B=./bigm3_mma run "$OUT/time-mma.txt" --cfg wgn2.kc4.cl2 --latent 3584 --shards 7168,896 --m 16,64,128 --verbose 0
+  grep -h "^RESULT" "$OUT/time-mma.txt" | awk '{print "mma.sync:", $3, $7, $9, $17, $21, $25}'
+else
+  echo "mma.sync build failed" | tee -a "$OUT/check.txt"; tail -20 "$OUT/build-mma.txt"
+fi
+
+echo "== timing" | tee -a "$OUT/time.txt"
 for lat in -1 1; do
   for c in wgn1.cl1 wgn2.cl2 wgn1.kc2.cl1 wgn2.kc4.cl2 wgn2.kc1.cl2; do
     run "$OUT/time.txt" --lat $lat --cfg "$c" --latent 3584 --shards 7168 --m 16,32,64,128 --verbose 0
