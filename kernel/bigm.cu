@@ -351,6 +351,471 @@ __device__ __forceinline__ void bigm_entry(const tprun_skinny_params& p) {
   bigm<MT, F::kTR, F::kDepth, ROT>(p, reinterpret_cast<unsigned char*>(tprun_smem));
 }
 
+// ------------------------------------------------------------------ bigw
+//
+// The warp-specialized form ("wgmma" families, families.tsv): the same op,
+// parameter block, packed weight and slot rotation as bigm above, for M
+// 9..128 (docs/kernel-notes.md, "A warp-specialized form").
+// - A CTA owns NWG*64 weight rows (NWG consumer warpgroups of 64) and a
+//   range of K (the CTAs of a cluster split K). The weight streams through
+//   ST shared-memory stages of KC 32-k chunks: one weight warp brings each
+//   of the CTA's row groups' KC blocks (contiguous in the packed layout)
+//   by one bulk copy counted on the stage's full mbarrier, as soon as the
+//   consumers have released the stage (its empty mbarrier). Weights are
+//   never written by the previous kernel, so under PDL the first ST stages
+//   are in flight before it ends.
+// - A latent warpgroup stages the latent of each stage after
+//   griddepcontrol.wait: in shared memory a 32-k chunk is [j 0..3][row
+//   0..MT-1][16 B], K-major no-swizzle core matrices, word P of a row (k
+//   2P, 2P+1) at column P % 4, word P / 4: the k order of the packed
+//   weight's A fragments. Up to MT 32 by 4-byte cp.async (counted on the
+//   full mbarrier by cp.async.mbarrier.arrive.noinc); above, through
+//   registers (ld.global, the 4x4 word transpose, st.shared), the next
+//   stage's loads in flight while one is stored.
+// - Consumers: per k16 step a warp loads its row group's A fragment from
+//   the stage (one ld.shared.v4 a lane, 512 contiguous bytes a warp) and
+//   the warpgroup issues wgmma.mma_async m64nMTk16 (A from registers, B
+//   the staged latent) on sm_90a; elsewhere (sm_100) mma.sync m16n8k16
+//   with B fragments read from the same layout, whose D fragment is the
+//   same, so the epilogue is one. Steps past the CTA's range multiply zero
+//   A with zero latent: every accumulator sees only MMAs.
+// - Epilogue as bigm's: fp32 partials [m][rows+4] in shared memory, the
+//   cluster synchronizes, every CTA finishes a share of the vectors adding
+//   partials in cluster-rank order, `shared`, the two roundings, -0 as +0,
+//   stores to every destination. Fixed order: bit-identical reruns.
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TPRUN_BIGW_WGMMA 1
+#endif
+
+__device__ __forceinline__ void bw_mbar_init(uint32_t a, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bw_mbar_arrive(uint32_t a) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void bw_mbar_arrive_tx(uint32_t a, uint32_t tx) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(tx) : "memory");
+}
+__device__ __forceinline__ void bw_mbar_wait(uint32_t a, uint32_t parity) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "W_%=:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra W_%=;\n\t}" ::"r"(a),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bw_bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t mbar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(mbar)
+               : "memory");
+}
+__device__ __forceinline__ void bw_cp_async_arrive_noinc(uint32_t mbar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(mbar) : "memory");
+}
+__device__ __forceinline__ void bw_cp_async4(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void bw_st_shared_v4(uint32_t a, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ uint32_t bw_lds32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
+// Generic-proxy shared memory writes become visible to the async proxy
+// (wgmma's operand reads) after this fence and a barrier.
+__device__ __forceinline__ void bw_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+#ifdef TPRUN_BIGW_WGMMA
+__device__ __forceinline__ void bw_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void bw_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bw_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// The shared-memory descriptor of a K-major, no-swizzle operand: start
+// address, leading byte offset (the stride between core matrices along K)
+// and stride byte offset (along N), each >> 4.
+__device__ __forceinline__ uint64_t bw_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32);
+}
+#define TPRUN_WGMMA_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+// D[64][N] += A[64][16] (registers: per warp the m16n8k16 A fragment) *
+// B[16][N] (shared memory, described by desc).
+template <int N>
+__device__ __forceinline__ void bw_wgmma(float (&d)[N / 2], const uint4& a, uint64_t desc);
+template <>
+__device__ __forceinline__ void bw_wgmma<16>(float (&d)[8], const uint4& a, uint64_t desc) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %13, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n\t}"
+      : TPRUN_WGMMA_D8(0)
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(1));
+}
+template <>
+__device__ __forceinline__ void bw_wgmma<32>(float (&d)[16], const uint4& a, uint64_t desc) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %21, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n\t}"
+      : TPRUN_WGMMA_D8(0), TPRUN_WGMMA_D8(8)
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(1));
+}
+template <>
+__device__ __forceinline__ void bw_wgmma<64>(float (&d)[32], const uint4& a, uint64_t desc) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n\t}"
+      : TPRUN_WGMMA_D8(0), TPRUN_WGMMA_D8(8), TPRUN_WGMMA_D8(16), TPRUN_WGMMA_D8(24)
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(1));
+}
+template <>
+__device__ __forceinline__ void bw_wgmma<128>(float (&d)[64], const uint4& a, uint64_t desc) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n\t}"
+      : TPRUN_WGMMA_D8(0), TPRUN_WGMMA_D8(8), TPRUN_WGMMA_D8(16), TPRUN_WGMMA_D8(24), TPRUN_WGMMA_D8(32),
+        TPRUN_WGMMA_D8(40), TPRUN_WGMMA_D8(48), TPRUN_WGMMA_D8(56)
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(1));
+}
+#undef TPRUN_WGMMA_D8
+#endif
+
+// Compile-time geometry of entry point tprun_bigw_mt<MT>_<family>: NWG
+// consumer warpgroups, KC chunks a stage, as many stages (2..12) as fit in
+// 200 KiB; then the latent warpgroup and the weight warp. kernel/config.go
+// (BigwSharedBytes) computes the same shared memory size.
+template <int MT, int NWG, int KC>
+struct BigwGeo {
+  static_assert(MT == 16 || MT == 32 || MT == 64 || MT == 128, "code sizes 16, 32, 64, 128");
+  static_assert(NWG == 1 || NWG == 2, "one or two consumer warpgroups");
+  static_assert(KC == 1 || KC == 2 || KC == 4, "1, 2 or 4 chunks a stage");
+  static constexpr int kThreads = 128 * (NWG + 1) + 32;
+  static constexpr int kRows = 64 * NWG;
+  static constexpr int kWSB = kRows * KC * 64;  // weight bytes of a stage
+  static constexpr int kLCB = MT * 64;          // latent bytes of a staged chunk
+  static constexpr int kSB = kWSB + KC * kLCB;  // stage bytes
+  static constexpr int kST = (200 * 1024) / kSB > 12 ? 12 : ((200 * 1024) / kSB < 2 ? 2 : (200 * 1024) / kSB);
+  static constexpr int kWords = KC * MT * 16;   // 4-byte latent words of a stage
+  static constexpr int kP = kRows + 4;          // partials pitch (floats)
+  static constexpr int kBody = kST * kSB > MT * kP * 4 ? kST * kSB : MT * kP * 4;
+  static constexpr int kShared = kBody + 16 * kST + 16;  // + full/empty mbarriers + the slot word
+  static constexpr bool kLatRegs = MT >= 64;             // the latent through registers
+};
+
+// The latent of one stage by 4-byte cp.async: flat word f = ((c*4 + j)*
+// (MT/8) + rg)*32 + 4*rr + t is word t of column j of row 8*rg + rr of
+// stage chunk c (a warp writes 128 contiguous bytes). Rows >= M, chunks
+// past the CTA's range and k >= K are zero-filled.
+template <class G, int MT>
+__device__ __forceinline__ void bw_stage_latent4(const tprun_skinny_params& p, uint32_t buf, int ltid, int chunk0,
+                                                 int cend, int M) {
+  const uint16_t* lat = reinterpret_cast<const uint16_t*>(p.latent);
+  const int K = p.latent_dim;
+#pragma unroll
+  for (int it = 0; it < G::kWords / 128; ++it) {
+    const int f = ltid + 128 * it;
+    const int t = f & 3, rr = (f >> 2) & 7;
+    const int q = f >> 5;
+    const int rg = q % (MT / 8);
+    const int j = (q / (MT / 8)) & 3;
+    const int c = q / (MT / 8) / 4;
+    const int r = 8 * rg + rr;
+    const int k = (chunk0 + c) * 32 + 2 * (4 * t + j);
+    const bool ok = r < M && chunk0 + c < cend && k < K;
+    const uint16_t* src = ok ? lat + (size_t)r * (size_t)K + (size_t)k : lat;
+    bw_cp_async4(buf + (uint32_t)(c * G::kLCB + j * MT * 16 + r * 16 + t * 4), src, ok);
+  }
+}
+
+// The latent of one stage through registers: piece e = ltid + 128*it is
+// row e % MT of stage chunk e / MT, 64 bytes as 4 uint4, stored as the 4x4
+// word transpose of the layout above.
+template <class G, int MT>
+struct BwLatRegs {
+  static constexpr int kPieces = G::kWords / 16;
+  static constexpr int kIt = (kPieces + 127) / 128;
+  uint4 v[kIt][4];
+  __device__ __forceinline__ void load(const tprun_skinny_params& p, int ltid, int chunk0, int cend, int M) {
+    const uint16_t* lat = reinterpret_cast<const uint16_t*>(p.latent);
+    const int K = p.latent_dim;
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int e = ltid + 128 * it;
+      const int r = e % MT;
+      const int ch = chunk0 + e / MT;
+      const bool ok = e < kPieces && r < M && ch < cend;
+      const int k0 = ch * 32;
+      const uint16_t* src = lat + (ok ? (size_t)r * (size_t)K + (size_t)k0 : 0);
+#pragma unroll
+      for (int a = 0; a < 4; ++a) v[it][a] = ld_act(src + 8 * a, ok && k0 + 8 * a < K);
+    }
+  }
+  __device__ __forceinline__ void store(uint32_t buf, int ltid) const {
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int e = ltid + 128 * it;
+      if (e < kPieces) {
+        const uint32_t base = buf + (uint32_t)((e / MT) * G::kLCB + (e % MT) * 16);
+        bw_st_shared_v4(base + 0 * MT * 16, make_uint4(v[it][0].x, v[it][1].x, v[it][2].x, v[it][3].x));
+        bw_st_shared_v4(base + 1 * MT * 16, make_uint4(v[it][0].y, v[it][1].y, v[it][2].y, v[it][3].y));
+        bw_st_shared_v4(base + 2 * MT * 16, make_uint4(v[it][0].z, v[it][1].z, v[it][2].z, v[it][3].z));
+        bw_st_shared_v4(base + 3 * MT * 16, make_uint4(v[it][0].w, v[it][1].w, v[it][2].w, v[it][3].w));
+      }
+    }
+  }
+};
+
+// One consumer stage: the warp's A fragments of the stage (steps past
+// nsteps zero), then 2*KC k16 steps against the stage's latent.
+template <class G, int MT, int KC>
+__device__ __forceinline__ void bw_consume(float (&acc)[MT / 2], uint4 (&a)[2 * KC], uint32_t wsm, uint32_t lsm,
+                                           int nsteps) {
+#pragma unroll
+  for (int j = 0; j < 2 * KC; ++j)
+    a[j] = j < nsteps ? lds128(wsm + (uint32_t)((j >> 1) * 1024 + (j & 1) * 512)) : make_uint4(0, 0, 0, 0);
+#ifdef TPRUN_BIGW_WGMMA
+  bw_wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < 2 * KC; ++j)
+    bw_wgmma<MT>(acc, a[j], bw_desc(lsm + (uint32_t)((j >> 1) * G::kLCB + (j & 1) * 2 * MT * 16), MT * 16, 128));
+  bw_wgmma_commit();
+#else
+  // Lane (g, t), latent rows 8n + g: b0 = virtual k 2t, 2t+1 (core column
+  // 2h, word t), b1 = virtual k 2t+8, 2t+9 (column 2h+1).
+  const int lane = (int)(threadIdx.x & 31);
+  const uint32_t loff = (uint32_t)((lane >> 2) * 16 + (lane & 3) * 4);
+#pragma unroll
+  for (int j = 0; j < 2 * KC; ++j) {
+    const uint32_t col = lsm + (uint32_t)((j >> 1) * G::kLCB + (j & 1) * 2 * MT * 16) + loff;
+#pragma unroll
+    for (int n = 0; n < MT / 8; ++n) {
+      float(&d)[4] = *reinterpret_cast<float(*)[4]>(&acc[4 * n]);
+      mma16816(d, a[j].x, a[j].y, a[j].z, a[j].w, bw_lds32(col + (uint32_t)(n * 128)),
+               bw_lds32(col + (uint32_t)(MT * 16 + n * 128)));
+    }
+  }
+#endif
+}
+
+template <int MT, int NWG, int KC, bool ROT>
+__device__ __forceinline__ void bigw(const tprun_skinny_params& p, unsigned char* smem) {
+  using G = BigwGeo<MT, NWG, KC>;
+  constexpr int ST = G::kST;
+  const int tid = (int)threadIdx.x;
+  const int wg = tid >> 7;
+  const int M = TPRUN_SKINNY_ROWS(p.flags);
+  if ((int)blockDim.x != G::kThreads || p.tile_rows != G::kRows) __trap();  // the family's geometry
+  if ((p.flags & TPRUN_SKINNY_PACKED) == 0) __trap();                         // reads the packed layout only
+  if (M < 1 || M > MT) __trap();                                             // the row count is this code's
+  if (p.recv_slot != 0) __trap();                                            // no fused receive here
+
+  const ClusterShape<kAny> cl;
+  const int csize = cl.csize, crank = cl.crank;
+  const int n0 = (int)(blockIdx.x / (unsigned)csize) * G::kRows;
+  const int C = (p.latent_dim + 31) >> 5;
+  const int cs = (int)(((long long)crank * C) / csize);
+  const int ce = (int)(((long long)(crank + 1) * C) / csize);
+  const int nj = ce - cs;
+  const int nst = (nj + KC - 1) / KC;
+  const uint16_t* weight = reinterpret_cast<const uint16_t*>(p.weight);
+
+  const uint32_t sbase = smem_u32(smem);
+  const uint32_t full0 = sbase + (uint32_t)G::kBody, empty0 = full0 + (uint32_t)(8 * ST);
+  uint32_t* slot_word = reinterpret_cast<uint32_t*>(smem + G::kBody + 16 * ST);
+  if (tid == 0) {
+    for (int s = 0; s < ST; ++s) {
+      bw_mbar_init(full0 + 8 * s, 1 + 128);  // the weight lane's expect_tx + every latent thread
+      bw_mbar_init(empty0 + 8 * s, 4 * NWG);  // one lane of every consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  griddep_launch_dependents();
+  __syncthreads();
+
+  float acc[MT / 2];
+#pragma unroll
+  for (int i = 0; i < MT / 2; ++i) acc[i] = 0.f;
+
+  if (wg == NWG) {
+    // The latent warpgroup, after the previous kernel (its output is the latent).
+    const int ltid = tid - 128 * NWG;
+    griddep_wait();
+    if (ROT && ltid == 0) *slot_word = rotation_read(p.rot_counter);
+    if constexpr (!G::kLatRegs) {
+      for (int i = 0; i < nst; ++i) {
+        const int s = i % ST;
+        if (i >= ST) bw_mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
+        bw_stage_latent4<G, MT>(p, sbase + (uint32_t)(s * G::kSB + G::kWSB), ltid, cs + KC * i, ce, M);
+        bw_cp_async_arrive_noinc(full0 + 8 * s);
+      }
+    } else {
+      BwLatRegs<G, MT> lr[2];
+      if (nst > 0) lr[0].load(p, ltid, cs, ce, M);
+      for (int i0 = 0; i0 < nst; i0 += 2) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int i = i0 + u;
+          if (i < nst) {
+            if (i + 1 < nst) lr[u ^ 1].load(p, ltid, cs + KC * (i + 1), ce, M);
+            const int s = i % ST;
+            if (i >= ST) bw_mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
+            lr[u].store(sbase + (uint32_t)(s * G::kSB + G::kWSB), ltid);
+            bw_fence_proxy_async();
+            bw_mbar_arrive(full0 + 8 * s);
+          }
+        }
+      }
+    }
+  } else if (wg == NWG + 1) {
+    // The weight warp: lane 0 brings each row group's KC blocks of stage i
+    // by one bulk copy as soon as the stage is free; the first ST before
+    // the previous kernel has ended (weights are inputs of no kernel).
+    const int lane = tid & 31;
+    if (p.l2_prefetch != 0 && nj > 0 && lane < 4 * NWG) {
+      const int g = n0 / 16 + lane;
+      if (g * 16 < p.shard) prefetch_l2(weight + ((size_t)g * (size_t)C + (size_t)cs) * 512, (uint32_t)nj * 1024u);
+    }
+    if (lane == 0) {
+      int ngrp = 0;
+      for (int g = 0; g < 4 * NWG; ++g)
+        if ((n0 / 16 + g) * 16 < p.shard) ++ngrp;
+      for (int i = 0; i < nst; ++i) {
+        const int s = i % ST;
+        if (i >= ST) bw_mbar_wait(empty0 + 8 * s, (uint32_t)(((i / ST) - 1) & 1));
+        const uint32_t stage = sbase + (uint32_t)(s * G::kSB);
+        const int c0 = cs + KC * i;
+        const int nch = min(KC, ce - c0);
+        bw_mbar_arrive_tx(full0 + 8 * s, (uint32_t)(ngrp * nch * 1024));
+        for (int g = 0; g < 4 * NWG; ++g) {
+          const int grp = n0 / 16 + g;
+          if (grp * 16 < p.shard)
+            bw_bulk_g2s(stage + (uint32_t)(g * KC * 1024), weight + ((size_t)grp * (size_t)C + (size_t)c0) * 512,
+                        (uint32_t)(nch * 1024), full0 + 8 * s);
+        }
+      }
+    }
+  } else {
+    // Consumers: warpgroup wg, warp wq of it: row group 4*wg + wq of the tile.
+    const int lane = tid & 31;
+    const int wq = (tid >> 5) & 3;
+    const uint32_t wrow = (uint32_t)((wg * 4 + wq) * KC * 1024 + lane * 16);
+    uint4 a0[2 * KC], a1[2 * KC];  // A of alternate stages: a stage's wgmmas read theirs until they end
+    for (int i0 = 0; i0 < nst; i0 += 2) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int i = i0 + u;
+        if (i < nst) {
+          const int s = i % ST;
+          bw_mbar_wait(full0 + 8 * s, (uint32_t)((i / ST) & 1));
+          bw_fence_proxy_async();  // the latent may have come by cp.async (generic proxy)
+          const uint32_t stage = sbase + (uint32_t)(s * G::kSB);
+          const int nsteps = 2 * min(KC, nj - KC * i);
+          if (u == 0)
+            bw_consume<G, MT, KC>(acc, a0, stage + wrow, stage + (uint32_t)G::kWSB, nsteps);
+          else
+            bw_consume<G, MT, KC>(acc, a1, stage + wrow, stage + (uint32_t)G::kWSB, nsteps);
+#ifdef TPRUN_BIGW_WGMMA
+          bw_wgmma_wait<1>();  // stage i-1's wgmmas are done: release it
+#endif
+          if (i > 0 && lane == 0) bw_mbar_arrive(empty0 + 8 * ((i - 1) % ST));
+        }
+      }
+    }
+#ifdef TPRUN_BIGW_WGMMA
+    bw_wgmma_wait<0>();
+#endif
+  }
+  griddep_wait();   // `shared` and the destinations: after the previous kernel
+  __syncthreads();  // every stage consumed: the stage memory holds the partials now
+
+  // Partials [m][n] (pitch kP floats). acc of warp wq, lane (g, t):
+  // acc[4j+0..1] at weight row 16wq+g, latent rows 8j+2t, +1; acc[4j+2..3]
+  // at weight row 16wq+g+8.
+  float* parts = reinterpret_cast<float*>(smem);
+  constexpr int P = G::kP;
+  if (wg < NWG) {
+    const int lane = tid & 31;
+    const int wq = (tid >> 5) & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int nl = 64 * wg + 16 * wq + g;
+#pragma unroll
+    for (int j = 0; j < MT / 8; ++j) {
+      if (8 * j < M) {
+        const int m = 8 * j + 2 * t;
+        parts[m * P + nl] = acc[4 * j + 0];
+        parts[(m + 1) * P + nl] = acc[4 * j + 1];
+        parts[m * P + nl + 8] = acc[4 * j + 2];
+        parts[(m + 1) * P + nl + 8] = acc[4 * j + 3];
+      }
+    }
+  }
+  if (csize > 1)
+    cluster_sync_all();
+  else
+    __syncthreads();
+
+  // Vector v (latent row v / VPR, columns 8*(v % VPR) of the tile) is
+  // finished by CTA v % csize, adding partials in cluster-rank order.
+  const unsigned long long rot = ROT ? (unsigned long long)*slot_word * p.rot_stride : 0ull;
+  constexpr int VPR = G::kRows / 8;
+  const int nvec = M * VPR;
+  for (int v = crank + csize * tid; v < nvec; v += csize * G::kThreads) {
+    const int em = v / VPR;
+    const int ec = (v - em * VPR) * 8;
+    if (n0 + ec >= p.shard) continue;
+    const uint4 shv = ld_act(reinterpret_cast<const uint16_t*>(p.shared) + (size_t)em * (size_t)p.shared_stride + n0 + ec, true);
+    const int off = em * P + ec;
+    float s[8];
+    const uint32_t a = smem_u32(parts + off);
+    for (int q = 0; q < csize; ++q) {
+      float4 x, y;
+      if (csize > 1) {
+        const uint32_t aq = mapa_u32(a, (uint32_t)q);
+        x = ld_cluster_f4(aq);
+        y = ld_cluster_f4(aq + 16);
+      } else {
+        x = *reinterpret_cast<const float4*>(parts + off);
+        y = *reinterpret_cast<const float4*>(parts + off + 4);
+      }
+      if (q == 0) {
+        s[0] = x.x; s[1] = x.y; s[2] = x.z; s[3] = x.w;
+        s[4] = y.x; s[5] = y.y; s[6] = y.z; s[7] = y.w;
+      } else {
+        s[0] += x.x; s[1] += x.y; s[2] += x.z; s[3] += x.w;
+        s[4] += y.x; s[5] += y.y; s[6] += y.z; s[7] += y.w;
+      }
+    }
+    store_vector<ROT>(p, s, shv, n0, em, ec, rot);
+  }
+  // No CTA leaves while another may still read its partials.
+  if (csize > 1) cluster_sync_all();
+}
+
+template <int MT, int NWG, int KC, bool ROT>
+__device__ __forceinline__ void bigw_entry(const tprun_skinny_params& p) {
+  extern __shared__ float4 tprun_smem[];
+  if (ROT && p.rot_counter == 0) __trap();  // the rotation's entry point without a counter
+  bigw<MT, NWG, KC, ROT>(p, reinterpret_cast<unsigned char*>(tprun_smem));
+}
+
 }  // namespace tprun
 
 // The entry points of code size MT (M up to MT rows) and family NAME, at
@@ -372,3 +837,20 @@ __device__ __forceinline__ void bigm_entry(const tprun_skinny_params& p) {
   TPRUN_BIGM_ENTRY(32, NAME, 32 * (WARPS))                             \
   TPRUN_BIGM_ENTRY(64, NAME, 32 * (WARPS))                             \
   TPRUN_BIGM_ENTRY(128, NAME, 32 * (WARPS))
+
+// The entry points of a warp-specialized family (families.tsv rows with
+// latent "wgmma": tile_rows = 64*NWG, depth = KC) for code size MT.
+#define TPRUN_BIGW_ENTRY(MT, NAME, NWG, KC)                                                          \
+  extern "C" __global__ void __launch_bounds__(tprun::BigwGeo<MT, NWG, KC>::kThreads, 1)             \
+      tprun_bigw_mt##MT##_##NAME(const __grid_constant__ tprun_skinny_params p) {                    \
+    tprun::bigw_entry<MT, NWG, KC, false>(p);                                                        \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(tprun::BigwGeo<MT, NWG, KC>::kThreads, 1)             \
+      tprun_bigw_mt##MT##_##NAME##_rot(const __grid_constant__ tprun_skinny_params p) {              \
+    tprun::bigw_entry<MT, NWG, KC, true>(p);                                                         \
+  }
+#define TPRUN_BIGW_FAMILY(NAME, ROWS, KC) \
+  TPRUN_BIGW_ENTRY(16, NAME, (ROWS) / 64, KC) \
+  TPRUN_BIGW_ENTRY(32, NAME, (ROWS) / 64, KC) \
+  TPRUN_BIGW_ENTRY(64, NAME, (ROWS) / 64, KC) \
+  TPRUN_BIGW_ENTRY(128, NAME, (ROWS) / 64, KC)
