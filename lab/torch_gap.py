@@ -210,6 +210,13 @@ for m in rows:
     rg.close()
     if m == 6:
         rg = RawGraph(v["base"][:3], dot=os.path.join(out_dir, "raw-graph-m6.dot"))
+        if os.environ.get("CGAP_PARAMS"):
+            dump = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cgap", "libcgap.so"))
+            for name in ("base", "cu-io"):
+                g2 = RawGraph(v[name][:3])
+                n = dump.cgap_dump_graph(ctypes.c_void_p(g2.g.value), f"{os.environ['CGAP_PARAMS']}.py-{name}.6.txt".encode(), 248)
+                print(f"# {name}: kernel parameters of {n} nodes dumped", flush=True)
+                g2.close()
         rg.close()
     if m == 6:
         small = graph_of(v["base"][:3])

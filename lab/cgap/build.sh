@@ -10,10 +10,10 @@ if [ ! -f bin/libtprun.so ]; then
 	rm -f bin/libtprun.h
 fi
 ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I include \
-	-o lab/cgap/cgap lab/cgap/cgap.c \
+	-o lab/cgap/cgap lab/cgap/cgap.c lab/cgap/dumpparams.c \
 	-L bin -ltprun -Wl,-rpath,'$ORIGIN:$ORIGIN/../../bin' -ldl -lm
 # The same program as a library (its main as cgap_main) for in_torch.py,
 # which calls it from a Python process with and without PyTorch.
 ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I include -fPIC -shared -Dmain=cgap_main \
-	-o lab/cgap/libcgap.so lab/cgap/cgap.c \
+	-o lab/cgap/libcgap.so lab/cgap/cgap.c lab/cgap/dumpparams.c \
 	-L bin -ltprun -Wl,-rpath,'$ORIGIN:$ORIGIN/../../bin' -ldl -lm

@@ -491,6 +491,13 @@ static int run_m(const struct settings *s, const struct rig *g, tprun_op *op, st
 		snprintf(path, sizeof path, "%s.%d.dot", dot, m);
 		cu_check(cu.GraphDebugDotPrint(graph, path, CU_GRAPH_DEBUG_DOT_VERBOSE), "cuGraphDebugDotPrint");
 	}
+	const char *pdump = getenv("CGAP_PARAMS");
+	if (pdump != NULL && *pdump != 0) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s.%d.txt", pdump, m);
+		int cgap_dump_graph(void *graph, const char *path, int bytes);
+		if (cgap_dump_graph(graph, path, 248) < 0) fail("M %d: dumping the kernel parameters to %s", m, path);
+	}
 	cu_check(cu.GraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
 	cu_check(cu.GraphDestroy(graph), "cuGraphDestroy");
 	cu_check(cu.GraphUpload(exec, stream), "cuGraphUpload");
