@@ -16,7 +16,7 @@ import tprun
 libcuda = ctypes.CDLL("libcuda.so.1")
 
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
-hidden, latent, rows = 896, 3584, range(1, 9)
+hidden, latent, rows = 896, 3584, ([int(os.environ["TORCH_GAP_M"])] if os.environ.get("TORCH_GAP_M") else range(1, 9))
 g = tprun.join()
 dev = torch.device("cuda", g.device)
 torch.cuda.set_device(dev)
