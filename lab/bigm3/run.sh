@@ -78,6 +78,6 @@ run "$OUT/time.txt" --pdl 0 --cfg wgn1.cl8 --latent 3584 --shards 896 --m 16,128
   grep -h "^config " "$OUT/check.txt" "$OUT/time.txt" | sort -u
 } >>"$OUT/summary.txt"
 grep -hE "FATAL|^!!" "$OUT/check.txt" "$OUT/time.txt" | head -20
-grep -h '^RESULT' "$OUT/check.txt" "$OUT/time.txt" | awk '{n++; if ($17 != 0 || $21 != "yes") b++} END {printf "cases %d, wrong or not identical %d\n", n, b}' | tee -a "$OUT/summary.txt"
-echo "shard M cfg pf wrong identical median_us p90_us GB/s"
-grep -h "^RESULT" "$OUT/time.txt" | awk '{print $3, $7, $9, $11, $17, $21, $25, $27, $29}' | (if command -v column >/dev/null; then column -t; else cat; fi) | head -150
+grep -h '^RESULT' "$OUT/check.txt" "$OUT/time.txt" | awk '{n++; if ($16 != 0 || $20 != "yes") b++} END {printf "cases %d, wrong or not identical %d\n", n, b}' | tee -a "$OUT/summary.txt"
+echo "shard M cfg lat.pdl wrong identical median_us p90_us GB/s"
+grep -h "^RESULT" "$OUT/time.txt" | awk '{print $3, $7, $9, $12, $16, $20, $24, $26, $28}' | (if command -v column >/dev/null; then column -t; else cat; fi) | head -150
