@@ -48,7 +48,7 @@ if nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DBIGM3_FORCE_MMA -
     B=./bigm3_mma run "$OUT/check.txt" --time 0 --cfg "$c" --latent 720 --shards 960,64 --m 9,17,32,128
   done
   B=./bigm3_mma run "$OUT/time-mma.txt" --cfg wgn2.kc4.cl2 --latent 3584 --shards 7168,896 --m 16,64,128 --verbose 0
-  grep -h "^RESULT" "$OUT/time-mma.txt" | awk '{print "mma.sync:", $3, $7, $9, $17, $21, $25}'
+  grep -h "^RESULT" "$OUT/time-mma.txt" | awk '{print "mma.sync:", $3, $7, $9, $16, $20, $24}'
 else
   echo "mma.sync build failed" | tee -a "$OUT/check.txt"; tail -20 "$OUT/build-mma.txt"
 fi
