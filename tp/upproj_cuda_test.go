@@ -1234,6 +1234,13 @@ func testStalledPeerReplay(t *testing.T, patient bool) {
 			}
 			if r == stalled {
 				replayed.Wait()
+				// The others' failure reaches this rank through the hub, maybe
+				// after they have returned; once it has, the replay must end
+				// with it although every slice it waits for is there.
+				select {
+				case <-g.jobContext().Done():
+				case <-ctx.Done():
+				}
 				return stalledRankReplay(ctx, gr, stalled)
 			}
 			t0 := time.Now()
