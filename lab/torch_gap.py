@@ -209,17 +209,17 @@ for m in rows:
     res.append(per_replay(rg, k, stream=rg.s))
     rg.close()
     if m == 6:
+        # Diagnostics of three steps: the raw graph as DOT, PyTorch's own
+        # dump, and (CGAP_PARAMS) the kernel parameter blocks.
         rg = RawGraph(v["base"][:3], dot=os.path.join(out_dir, "raw-graph-m6.dot"))
         if os.environ.get("CGAP_PARAMS"):
             dump = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cgap", "libcgap.so"))
-            for name in ("base", "cu-io"):
-                g2 = RawGraph(v[name][:3])
-                n = dump.cgap_dump_graph(ctypes.c_void_p(g2.g.value), f"{os.environ['CGAP_PARAMS']}.py-{name}.6.txt".encode(), 248)
+            cio_rg = RawGraph(v["cu-io"][:3])
+            for name, gr in (("base", rg), ("cu-io", cio_rg)):
+                n = dump.cgap_dump_graph(ctypes.c_void_p(gr.g.value), f"{os.environ['CGAP_PARAMS']}.py-{name}.6.txt".encode(), 248)
                 print(f"# {name}: kernel parameters of {n} nodes dumped", flush=True)
-                g2.close()
+            cio_rg.close()
         rg.close()
-    if m == 6:
-        small = graph_of(v["base"][:3])
         try:
             dbg = torch.cuda.CUDAGraph()
             dbg.enable_debug_mode()

@@ -56,7 +56,7 @@ func TestKernelShare(t *testing.T) {
 		if err := k.unload(); err != nil { // a second drop of the same reference
 			t.Fatal(err)
 		}
-		if want := 0; i < len(refs)-1 && unloads != want {
+		if i < len(refs)-1 && unloads != 0 {
 			t.Fatalf("after %d of 5 references dropped: %d unloads, want 0", i+1, unloads)
 		}
 	}

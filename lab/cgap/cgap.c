@@ -50,6 +50,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,35 +112,40 @@ static struct {
 
 static tprun_group *grp;
 
+// leave prints "cgap: " prefix and the message to stderr, ends this rank's
+// part in the job (abort: the peers, if any, learn the message; else a
+// clean close) and exits with code.
+static void leave(int code, bool abort, const char *prefix, const char *suffix, const char *fmt, va_list ap)
+	__attribute__((format(printf, 5, 0), noreturn));
+static void leave(int code, bool abort, const char *prefix, const char *suffix, const char *fmt, va_list ap) {
+	char msg[1024];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	fflush(stdout);
+	fprintf(stderr, "cgap: %s%s%s\n", prefix, msg, suffix);
+	if (grp != NULL) {
+		if (abort)
+			tprun_group_abort(grp, msg);
+		else
+			tprun_group_close(grp);
+	}
+	exit(code);
+}
+
 // fail says what went wrong, fails the job (the peers, if any, learn it
 // from tprun_group_abort) and exits 1.
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fail(const char *fmt, ...) {
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	fflush(stdout);
-	fprintf(stderr, "cgap: %s\n", msg);
-	if (grp != NULL)
-		tprun_group_abort(grp, msg);
-	exit(1);
+	leave(1, true, "", "", fmt, ap);
 }
 
 // no_gpu leaves the job cleanly and exits 2: nothing here can be timed.
 static void no_gpu(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void no_gpu(const char *fmt, ...) {
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	fflush(stdout);
-	fprintf(stderr, "cgap: no GPU to time the step on: %s (run it on a machine with an NVIDIA GPU and its driver)\n", msg);
-	if (grp != NULL)
-		tprun_group_close(grp);
-	exit(2);
+	leave(2, false, "no GPU to time the step on: ", " (run it on a machine with an NVIDIA GPU and its driver)", fmt, ap);
 }
 
 static void cu_check(CUresult r, const char *what) {
