@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# The GPU runs owed by the warp-specialized larger-M form (branch bigwgo)
-# and the stream-ordered step's parameter comparison, in stages that fit
+# The GPU runs owed by the warp-specialized larger-M form and the
+# register-ring tile's larger-M families (branch widem, on bigwgo) and the
+# stream-ordered step's parameter comparison, in stages that fit
 # the device calls (600 s each). Carry .dev/bigm and .dev/bigw:
 # .dev/bigw/all.tar.xz is kernel/, scripts/ and bin/ (kernel.test, tprun)
 # of the branch (lab/README.md, "bigm3"); .dev/bigw/kernels.fatbin, once
 # there, is the fatbin the first call built.
 #
-#   bash lab/bigm3/gpu-integrate.sh params build tests    # call 1, about 450 s
-#   bash lab/bigm3/gpu-integrate.sh sweep                 # call 2, about 200 s
+#   bash lab/bigm3/gpu-integrate.sh params build tests    # call 1, about 500 s
+#   bash lab/bigm3/gpu-integrate.sh sweep                 # call 2, about 450 s
 #
 # params  the kernel parameter blocks of the same steps queued by lab/cgap
 #         (C) and by the Python package (lab/torch_gap.py, M 6)
 # build   scripts/build-kernels (sm_90a, sm_100): kernels.fatbin, its stamp
 #         and ptxas report to $OUT (commit them on the branch)
-# tests   the larger-M GPU tests and memcheck of the small larger-M cases
-#         against that fatbin
+# tests   the larger-M GPU tests (the table's picks, random wgmma and
+#         ringmt tables) and memcheck of the small larger-M cases against
+#         that fatbin
 # sweep   scripts/bigm-sweep over the table's candidates, PyTorch beside
 #         them, with .dev/bigw/kernels.fatbin (or this call's build)
 set -u
@@ -45,12 +47,20 @@ for st in "$@"; do
   build)
     s build-kernels
     branch
+    cp kernel/kernels.fatbin "$L/main.fatbin"  # main's: the branch's files leave it
     scripts/build-kernels >"$L/build-kernels.log" 2>&1
     rc=$?
     echo "build-kernels exit $rc" | tee -a "$OUT/summary.txt"
     tail -3 "$L/build-kernels.log" | tee -a "$OUT/summary.txt"
     [ $rc -eq 0 ] || exit 1
     cp kernel/kernels.fatbin kernel/kernels.fatbin.stamp kernel/kernels.fatbin.ptxas.txt "$OUT/"
+    # The M <= 8 entry points and the receive must compile as before
+    # (sm_100: the arch both builds have).
+    fns=$(cuobjdump -sass -arch sm_100 "$L/main.fatbin" | grep -o "Function : tprun_\(skinny_m[1-8]_\|receive\)[a-z0-9_]*" | cut -d' ' -f3 | sort -u)
+    python3 scripts/kernel-harness/sass_diff.py --arch sm_100 "$L/main.fatbin" kernel/kernels.fatbin $fns >"$L/sass_diff.log" 2>&1
+    rc=$?
+    echo "sass_diff (sm_100, $(echo $fns | wc -w) functions: skinny M <= 8 and receive) exit $rc" | tee -a "$OUT/summary.txt"
+    tail -3 "$L/sass_diff.log" | tee -a "$OUT/summary.txt"
     grep -E "Potential Performance Loss|[1-9][0-9]* bytes spill" kernel/kernels.fatbin.ptxas.txt | sort | uniq -c | head -5 | tee -a "$OUT/summary.txt"
     ;;
   tests)
@@ -58,7 +68,7 @@ for st in "$@"; do
     branch
     export TPRUN_KERNELS_FATBIN=$PWD/kernel/kernels.fatbin
     [ -f .dev/bigw/kernels.fatbin ] && [ ! -f "$OUT/kernels.fatbin" ] && TPRUN_KERNELS_FATBIN=$PWD/.dev/bigw/kernels.fatbin
-    timeout 200 bin/kernel.test -test.v -test.count=1 -test.run 'TestGPULargeMMatrix|TestGPUSmall|TestGPUSlotRotation' >"$L/ktest.log" 2>&1
+    timeout 260 bin/kernel.test -test.v -test.count=1 -test.run 'TestGPULargeMMatrix|TestGPULargeMRingMT|TestGPULargeMWgmma|TestGPUSmall|TestGPUSlotRotation' >"$L/ktest.log" 2>&1
     echo "kernel.test exit $?" | tee -a "$OUT/summary.txt"
     grep -E "^(--- FAIL|FAIL|PASS|ok)" "$L/ktest.log" | head -20 | tee -a "$OUT/summary.txt"
     grep -E "config " "$L/ktest.log" | head -2 | tee -a "$OUT/summary.txt"
@@ -72,12 +82,18 @@ for st in "$@"; do
     ;;
   sweep)
     s sweep
+    # The warp-specialized candidates, then the register-ring tile's
+    # (ringmt: MT 16 and 32 only) in the skinny kernel's geometries.
+    CONFIGS="7168=wg1k4/9/1/1/np,wg2k4/13/1/2/np,wg2k2/13/1/2/np,r32d4/4/1/4/np,r32d4/8/1/1/np,r32d4/8/1/2/np,r16d8/8/1/2/np,r16d4/4/1/4/np"
+    CONFIGS+=";3584=wg1k4/9/1/2/np,wg2k2/13/1/4/np,r32d4/4/1/4/np,r32d4/8/1/2/np,r16d8/8/1/2/np,r16d8/4/1/4/np"
+    CONFIGS+=";896=wg1k4/9/1/8/np,wg1k2/9/1/8/np,r16d4/12/1/2/np,r16d4/12/1/1/np,r32d4/8/1/4/np,r16d8/8/1/2/np,r32d4/8/1/2/np"
+    CONFIGS+=";448=wg1k4/9/1/8/np,wg1k2/9/1/8/np,r32d4/4/1/8/np,r16d8/4/1/4/np,r16d4/4/1/4/np,r16d8/8/1/4/np,r16d4/12/1/4/np"
     branch
     export TPRUN_KERNELS_FATBIN=$PWD/kernel/kernels.fatbin
     [ -f "$OUT/kernels.fatbin" ] || TPRUN_KERNELS_FATBIN=$PWD/.dev/bigw/kernels.fatbin
-    timeout ${SWEEP_TIMEOUT:-230} python3 scripts/bigm-sweep --rounds 2 --budget ${SWEEP_BUDGET:-170} --work "$OUT/sweep" \
+    timeout ${SWEEP_TIMEOUT:-480} python3 scripts/bigm-sweep --rounds 2 --budget ${SWEEP_BUDGET:-400} --work "$OUT/sweep" \
       --report "$OUT/bigm-sweep.txt" \
-      --configs "7168=wg1k4/9/1/1/np,wg2k4/13/1/2/np,wg2k2/13/1/2/np;3584=wg1k4/9/1/2/np,wg2k2/13/1/4/np;896=wg1k4/9/1/8/np,wg1k2/9/1/8/np;448=wg1k4/9/1/8/np,wg1k2/9/1/8/np" \
+      --configs "$CONFIGS" \
       >"$L/sweep.log" 2>&1
     echo "sweep exit $?" | tee -a "$OUT/summary.txt"
     sed -n '/^## the picked table against/,$p' "$L/sweep.log" | tee -a "$OUT/summary.txt"
