@@ -8,7 +8,7 @@
 # there, is the fatbin the first call built.
 #
 #   bash lab/bigm3/gpu-integrate.sh params build tests    # call 1, about 500 s
-#   bash lab/bigm3/gpu-integrate.sh sweep                 # call 2, about 450 s
+#   bash lab/bigm3/gpu-integrate.sh sweep final           # call 2, about 500 s
 #
 # params  the kernel parameter blocks of the same steps queued by lab/cgap
 #         (C) and by the Python package (lab/torch_gap.py, M 6)
@@ -19,6 +19,9 @@
 #         that fatbin
 # sweep   scripts/bigm-sweep over the table's candidates, PyTorch beside
 #         them, with .dev/bigw/kernels.fatbin (or this call's build)
+# final   tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 for 10,002 steps
+#         with the new fatbin and the sweep's table (after sweep, or in a
+#         later call with the table copied to .dev/bigw/bigm_table.tsv)
 set -u
 cd "$(dirname "$0")/../.."
 export TPRUN_MULTICAST=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -98,8 +101,23 @@ for st in "$@"; do
     echo "sweep exit $?" | tee -a "$OUT/summary.txt"
     sed -n '/^## the picked table against/,$p' "$L/sweep.log" | tee -a "$OUT/summary.txt"
     ;;
+  final)
+    # The issue's 10,000-step run with the new kernel and the sweep's
+    # table (this call's, or .dev/bigw/bigm_table.tsv from the sweep call).
+    s final
+    branch
+    export TPRUN_KERNELS_FATBIN=$PWD/kernel/kernels.fatbin
+    [ -f "$OUT/kernels.fatbin" ] || TPRUN_KERNELS_FATBIN=$PWD/.dev/bigw/kernels.fatbin
+    table=$OUT/bigm_table.tsv
+    [ -f "$table" ] || table=$PWD/.dev/bigw/bigm_table.tsv
+    [ -f "$table" ] && export TPRUN_KERNELS_BIGM_TABLE=$table
+    echo "fatbin $TPRUN_KERNELS_FATBIN, table ${TPRUN_KERNELS_BIGM_TABLE:-embedded}" | tee -a "$OUT/summary.txt"
+    timeout 300 bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334} >"$L/run.log" 2>&1
+    echo "tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334}: exit $?" | tee -a "$OUT/summary.txt"
+    grep -E "^(\[rank 0\] )? +(16|64|128) |wrong" "$L/run.log" | head -8 | tee -a "$OUT/summary.txt"
+    ;;
   *)
-    echo "unknown stage $st (params, build, tests, sweep)"
+    echo "unknown stage $st (params, build, tests, sweep, final)"
     exit 2
     ;;
   esac
