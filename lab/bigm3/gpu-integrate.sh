@@ -86,11 +86,11 @@ for st in "$@"; do
   sweep)
     s sweep
     # The warp-specialized candidates, then the register-ring tile's
-    # (ringmt: MT 16 and 32 only) in the skinny kernel's geometries.
+    # (ringmt: MT 16, 32 and 64 only) in the skinny kernel's geometries.
     CONFIGS="7168=wg1k4/9/1/1/np,wg2k4/13/1/2/np,wg2k2/13/1/2/np,r32d4/4/1/4/np,r32d4/8/1/1/np,r32d4/8/1/2/np,r16d8/8/1/2/np,r16d4/4/1/4/np"
     CONFIGS+=";3584=wg1k4/9/1/2/np,wg2k2/13/1/4/np,r32d4/4/1/4/np,r32d4/8/1/2/np,r16d8/8/1/2/np,r16d8/4/1/4/np"
-    CONFIGS+=";896=wg1k4/9/1/8/np,wg1k2/9/1/8/np,r16d4/10/1/2/np,r16d4/10/1/1/np,r32d4/8/1/4/np,r16d8/8/1/2/np,r32d4/8/1/2/np"
-    CONFIGS+=";448=wg1k4/9/1/8/np,wg1k2/9/1/8/np,r32d4/4/1/8/np,r16d8/4/1/4/np,r16d4/4/1/4/np,r16d8/8/1/4/np,r16d4/10/1/4/np"
+    CONFIGS+=";896=wg1k4/9/1/8/np,wg1k2/9/1/8/np,r16d4/8/1/2/np,r16d4/8/1/1/np,r32d4/8/1/4/np,r16d8/8/1/2/np,r32d4/8/1/2/np"
+    CONFIGS+=";448=wg1k4/9/1/8/np,wg1k2/9/1/8/np,r32d4/4/1/8/np,r16d8/4/1/4/np,r16d4/4/1/4/np,r16d8/8/1/4/np,r16d4/8/1/4/np"
     branch
     export TPRUN_KERNELS_FATBIN=$PWD/kernel/kernels.fatbin
     [ -f "$OUT/kernels.fatbin" ] || TPRUN_KERNELS_FATBIN=$PWD/.dev/bigw/kernels.fatbin
