@@ -9,6 +9,8 @@
 #
 #   bash lab/bigm3/gpu-integrate.sh params build tests    # call 1, about 500 s
 #   bash lab/bigm3/gpu-integrate.sh sweep final           # call 2, about 500 s
+# (a stage that would pass CALL_LIMIT, 585 s, is cut or skipped and says
+# so: run it again in the next call)
 #
 # params  the kernel parameter blocks of the same steps queued by lab/cgap
 #         (C) and by the Python package (lab/torch_gap.py, M 6)
@@ -28,6 +30,19 @@ export TPRUN_MULTICAST=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 N
 L=$OUT/logs
 mkdir -p "$L"
 s() { echo "== $* ($(date -u +%T), ${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
+# A device call ends at 600 s: each run gets at most its own limit and
+# what is left of CALL_LIMIT seconds, and one with under 30 s left is
+# skipped (and says so), so that the stages' files still come back.
+CALL_LIMIT=${CALL_LIMIT:-585}
+lim() {  # lim N: the seconds a run may take
+  local left=$((CALL_LIMIT - SECONDS))
+  ((left < $1)) && echo "$left" || echo "$1"
+}
+enough() {  # enough WHAT: whether 30 s or more are left, else says WHAT was skipped
+  (($(lim 30) >= 30)) && return 0
+  echo "skipped $* ($((CALL_LIMIT - SECONDS)) s left of the call)" | tee -a "$OUT/summary.txt"
+  return 1
+}
 branch() {  # the branch's sources and binaries, once per call
   [ -f .dev/bigw/.unpacked ] && return 0
   rm -rf bin && tar xJf .dev/bigw/all.tar.xz || { echo "no .dev/bigw/all.tar.xz"; exit 1; }
@@ -77,14 +92,15 @@ for st in "$@"; do
     branch
     export TPRUN_KERNELS_FATBIN=$PWD/kernel/kernels.fatbin
     [ -f .dev/bigw/kernels.fatbin ] && [ ! -f "$OUT/kernels.fatbin" ] && TPRUN_KERNELS_FATBIN=$PWD/.dev/bigw/kernels.fatbin
-    timeout 260 bin/kernel.test -test.v -test.count=1 -test.run 'TestGPULargeMMatrix|TestGPULargeMRingMT|TestGPULargeMWgmma|TestGPUSmall|TestGPUSlotRotation' >"$L/ktest.log" 2>&1
+    enough kernel tests || continue
+    timeout $(lim 260) bin/kernel.test -test.v -test.count=1 -test.run 'TestGPULargeMMatrix|TestGPULargeMRingMT|TestGPULargeMWgmma|TestGPUSmall|TestGPUSlotRotation' >"$L/ktest.log" 2>&1
     echo "kernel.test exit $?" | tee -a "$OUT/summary.txt"
     grep -E "^(--- FAIL|FAIL|PASS|ok)" "$L/ktest.log" | head -20 | tee -a "$OUT/summary.txt"
     grep -E "config " "$L/ktest.log" | head -2 | tee -a "$OUT/summary.txt"
     s memcheck
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-    if [ -n "$san" ]; then
-      timeout 90 "$san" --tool memcheck --error-exitcode 9 bin/kernel.test -test.count=1 -test.run 'TestGPUSmall/larger_M$' >"$L/memcheck.log" 2>&1
+    if [ -n "$san" ] && enough memcheck; then
+      timeout $(lim 90) "$san" --tool memcheck --error-exitcode 9 bin/kernel.test -test.count=1 -test.run 'TestGPUSmall/larger_M$' >"$L/memcheck.log" 2>&1
       echo "memcheck exit $?" | tee -a "$OUT/summary.txt"
       grep -E "ERROR SUMMARY|^(--- FAIL|ok|PASS|FAIL)" "$L/memcheck.log" | head -5 | tee -a "$OUT/summary.txt"
     fi
@@ -100,7 +116,10 @@ for st in "$@"; do
     branch
     export TPRUN_KERNELS_FATBIN=$PWD/kernel/kernels.fatbin
     [ -f "$OUT/kernels.fatbin" ] || TPRUN_KERNELS_FATBIN=$PWD/.dev/bigw/kernels.fatbin
-    timeout ${SWEEP_TIMEOUT:-480} python3 scripts/bigm-sweep --rounds 2 --budget ${SWEEP_BUDGET:-400} --work "$OUT/sweep" \
+    enough sweep || continue
+    t=$(lim ${SWEEP_TIMEOUT:-480})
+    budget=$((t - 80 < ${SWEEP_BUDGET:-400} ? t - 80 : ${SWEEP_BUDGET:-400}))  # the picked table's runs and PyTorch follow the budget
+    timeout "$t" python3 scripts/bigm-sweep --rounds 2 --budget "$budget" --work "$OUT/sweep" \
       --report "$OUT/bigm-sweep.txt" \
       --configs "$CONFIGS" \
       >"$L/sweep.log" 2>&1
@@ -118,7 +137,8 @@ for st in "$@"; do
     [ -f "$table" ] || table=$PWD/.dev/bigw/bigm_table.tsv
     [ -f "$table" ] && export TPRUN_KERNELS_BIGM_TABLE=$table
     echo "fatbin $TPRUN_KERNELS_FATBIN, table ${TPRUN_KERNELS_BIGM_TABLE:-embedded}" | tee -a "$OUT/summary.txt"
-    timeout 300 bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334} >"$L/run.log" 2>&1
+    enough the 10,002-step run || continue
+    timeout $(lim 300) bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334} >"$L/run.log" 2>&1
     echo "tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334}: exit $?" | tee -a "$OUT/summary.txt"
     grep -E "^(\[rank 0\] )? +(16|64|128) |wrong" "$L/run.log" | head -8 | tee -a "$OUT/summary.txt"
     ;;
