@@ -156,6 +156,18 @@ def cu_tensor(count):
     return torch.as_tensor(_CAI(p.value, count), device=dev).view(torch.bfloat16)
 
 
+_clib = tprun._lib.lib()
+
+
+def direct_step(m, lat, sh, out, w):
+    """The step through tprun_op_step_weight by ctypes, with the tensors'
+    addresses: the Python package's checks and the custom op left out."""
+    rc = _clib.tprun_op_step_weight(op._handle(), m, lat.data_ptr(), w.data.data_ptr(), sh.data_ptr(), hidden,
+                                    out.data_ptr(), torch.cuda.current_stream().cuda_stream)
+    if rc != 0:
+        raise RuntimeError(f"tprun_op_step_weight: {rc}: {_clib.tprun_last_error()}")
+
+
 def variants(m):
     lat = torch.randn(m, latent, generator=gen, device=dev).to(torch.bfloat16)
     sh = torch.randn(m, hidden, generator=gen, device=dev).to(torch.bfloat16)
@@ -180,6 +192,9 @@ def variants(m):
         "slab+64K": [lambda i=i: op(lat, sh, out=outs[i], weight=packs64k[i]) for i in range(k)],
         "cuMemAlloc": [lambda i=i: op(lat, sh, out=outs[i], weight=packscu[i]) for i in range(k)],
         "separate": [lambda i=i: op(lat, sh, out=outs[i], weight=seps[i]) for i in range(k)],
+        # base's and cu-io's tensors, the C function called directly
+        "direct": [lambda i=i: direct_step(m, lat, sh, outs[i], packs[i]) for i in range(k)],
+        "direct-cu": [lambda i=i: direct_step(m, cio[0], cio[1], cio[2][i], packscu[i]) for i in range(k)],
     }
     return v, cio
 
@@ -214,11 +229,12 @@ for m in rows:
         rg = RawGraph(v["base"][:3], dot=os.path.join(out_dir, "raw-graph-m6.dot"))
         if os.environ.get("CGAP_PARAMS"):
             dump = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cgap", "libcgap.so"))
-            cio_rg = RawGraph(v["cu-io"][:3])
-            for name, gr in (("base", rg), ("cu-io", cio_rg)):
+            more = {name: RawGraph(v[name][:3]) for name in ("cu-io", "direct", "direct-cu")}
+            for name, gr in [("base", rg)] + list(more.items()):
                 n = dump.cgap_dump_graph(ctypes.c_void_p(gr.g.value), f"{os.environ['CGAP_PARAMS']}.py-{name}.6.txt".encode(), 248)
                 print(f"# {name}: kernel parameters of {n} nodes dumped", flush=True)
-            cio_rg.close()
+            for gr in more.values():
+                gr.close()
         rg.close()
         try:
             dbg = torch.cuda.CUDAGraph()

@@ -61,7 +61,7 @@ for st in "$@"; do
       timeout 60 bin/tprun --tp 1 -- python3 lab/torch_gap.py "$L" >"$L/gap.log" 2>&1
     echo "torch_gap exit $?" | tee -a "$OUT/summary.txt"
     grep -v "^W" "$L/gap.log" | tail -4 | tee -a "$OUT/summary.txt"
-    for py in base cu-io; do
+    for py in base cu-io direct direct-cu; do
       [ -f "$OUT/params.6.txt" ] && [ -f "$OUT/params.py-$py.6.txt" ] || continue
       python3 lab/cgap/cmpparams.py "$OUT/params.6.txt" "$OUT/params.py-$py.6.txt" >"$OUT/params-cmp-$py.txt" 2>&1
       echo "C against Python $py: $(grep -c differs "$OUT/params-cmp-$py.txt") differing lines" | tee -a "$OUT/summary.txt"
