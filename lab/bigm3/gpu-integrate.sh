@@ -31,15 +31,17 @@ L=$OUT/logs
 mkdir -p "$L"
 s() { echo "== $* ($(date -u +%T), ${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 # A device call ends at 600 s: each run gets at most its own limit and
-# what is left of CALL_LIMIT seconds, and one with under 30 s left is
+# what is left of CALL_LIMIT seconds, and one with too little left is
 # skipped (and says so), so that the stages' files still come back.
 CALL_LIMIT=${CALL_LIMIT:-585}
 lim() {  # lim N: the seconds a run may take
   local left=$((CALL_LIMIT - SECONDS))
   ((left < $1)) && echo "$left" || echo "$1"
 }
-enough() {  # enough WHAT: whether 30 s or more are left, else says WHAT was skipped
-  (($(lim 30) >= 30)) && return 0
+enough() {  # enough N WHAT: whether N s or more are left, else says WHAT was skipped
+  local n=$1
+  shift
+  (($(lim "$n") >= n)) && return 0
   echo "skipped $* ($((CALL_LIMIT - SECONDS)) s left of the call)" | tee -a "$OUT/summary.txt"
   return 1
 }
@@ -55,6 +57,7 @@ for st in "$@"; do
   params)
     s params
     rm -rf bin && tar xJf .dev/bigm/bin.tar.xz && cp .dev/bigm/cgap .dev/bigm/libcgap.so lab/cgap/
+    rm -f .dev/bigw/.unpacked  # bin/ is main's now: a later stage unpacks the branch's again
     CGAP_PARAMS=$OUT/params timeout 40 bin/tprun --tp 1 -- lab/cgap/cgap --seed 1 >"$L/cgap.log" 2>&1
     echo "cgap exit $?" | tee -a "$OUT/summary.txt"
     TPRUN_LIB=$PWD/bin/libtprun.so PYTHONPATH=$PWD/python TORCH_GAP_M=6 CGAP_PARAMS=$OUT/params \
@@ -72,7 +75,8 @@ for st in "$@"; do
     s build-kernels
     branch
     cp kernel/kernels.fatbin "$L/main.fatbin"  # main's: the branch's files leave it
-    scripts/build-kernels >"$L/build-kernels.log" 2>&1
+    enough 120 build-kernels || exit 1
+    timeout "$(lim 450)" scripts/build-kernels >"$L/build-kernels.log" 2>&1
     rc=$?
     echo "build-kernels exit $rc" | tee -a "$OUT/summary.txt"
     tail -3 "$L/build-kernels.log" | tee -a "$OUT/summary.txt"
@@ -92,14 +96,14 @@ for st in "$@"; do
     branch
     export TPRUN_KERNELS_FATBIN=$PWD/kernel/kernels.fatbin
     [ -f .dev/bigw/kernels.fatbin ] && [ ! -f "$OUT/kernels.fatbin" ] && TPRUN_KERNELS_FATBIN=$PWD/.dev/bigw/kernels.fatbin
-    enough kernel tests || continue
+    enough 60 kernel tests || continue
     timeout $(lim 260) bin/kernel.test -test.v -test.count=1 -test.run 'TestGPULargeMMatrix|TestGPULargeMRingMT|TestGPULargeMWgmma|TestGPUSmall|TestGPUSlotRotation' >"$L/ktest.log" 2>&1
     echo "kernel.test exit $?" | tee -a "$OUT/summary.txt"
     grep -E "^(--- FAIL|FAIL|PASS|ok)" "$L/ktest.log" | head -20 | tee -a "$OUT/summary.txt"
     grep -E "config " "$L/ktest.log" | head -2 | tee -a "$OUT/summary.txt"
     s memcheck
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-    if [ -n "$san" ] && enough memcheck; then
+    if [ -n "$san" ] && enough 30 memcheck; then
       timeout $(lim 90) "$san" --tool memcheck --error-exitcode 9 bin/kernel.test -test.count=1 -test.run 'TestGPUSmall/larger_M$' >"$L/memcheck.log" 2>&1
       echo "memcheck exit $?" | tee -a "$OUT/summary.txt"
       grep -E "ERROR SUMMARY|^(--- FAIL|ok|PASS|FAIL)" "$L/memcheck.log" | head -5 | tee -a "$OUT/summary.txt"
@@ -116,9 +120,9 @@ for st in "$@"; do
     branch
     export TPRUN_KERNELS_FATBIN=$PWD/kernel/kernels.fatbin
     [ -f "$OUT/kernels.fatbin" ] || TPRUN_KERNELS_FATBIN=$PWD/.dev/bigw/kernels.fatbin
-    enough sweep || continue
+    enough 200 sweep || continue
     t=$(lim ${SWEEP_TIMEOUT:-480})
-    budget=$((t - 80 < ${SWEEP_BUDGET:-400} ? t - 80 : ${SWEEP_BUDGET:-400}))  # the picked table's runs and PyTorch follow the budget
+    budget=$((t - 80 < ${SWEEP_BUDGET:-400} ? t - 80 : ${SWEEP_BUDGET:-400}))  # a margin over the sweep's own estimate
     timeout "$t" python3 scripts/bigm-sweep --rounds 2 --budget "$budget" --work "$OUT/sweep" \
       --report "$OUT/bigm-sweep.txt" \
       --configs "$CONFIGS" \
@@ -137,9 +141,9 @@ for st in "$@"; do
     [ -f "$table" ] || table=$PWD/.dev/bigw/bigm_table.tsv
     [ -f "$table" ] && export TPRUN_KERNELS_BIGM_TABLE=$table
     echo "fatbin $TPRUN_KERNELS_FATBIN, table ${TPRUN_KERNELS_BIGM_TABLE:-embedded}" | tee -a "$OUT/summary.txt"
-    enough the 10,002-step run || continue
+    enough 60 the larger-M run || continue
     timeout $(lim 300) bin/tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334} >"$L/run.log" 2>&1
-    echo "tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334}: exit $?" | tee -a "$OUT/summary.txt"
+    echo "tprun --tp 4 --devices 0,0,0,0 --m 16,64,128 --iters ${RUN_ITERS:-3334} ($((3 * ${RUN_ITERS:-3334})) steps): exit $?" | tee -a "$OUT/summary.txt"
     grep -E "^(\[rank 0\] )? +(16|64|128) |wrong" "$L/run.log" | head -8 | tee -a "$OUT/summary.txt"
     ;;
   *)
